@@ -1,0 +1,263 @@
+"""Bounded, cached, typed reads.
+
+A Region is a named window of bytes (a section in memory or in a file) that
+refuses to read outside itself; a Cursor walks a Region reading fixed-size
+integers, LEB128 numbers and DWARF pointer encodings. Every failure is a
+DecodeError naming the region and the offset, so decoders built on these
+never raise anything else for bad input.
+"""
+
+import struct
+
+from .errors import DecodeError, MemoryReadError
+
+PAGE = 4096
+
+# DWARF exception-header pointer encodings (LSB 2.0, "DW_EH_PE_*").
+PE_ABSPTR = 0x00
+PE_ULEB128 = 0x01
+PE_UDATA2 = 0x02
+PE_UDATA4 = 0x03
+PE_UDATA8 = 0x04
+PE_SLEB128 = 0x09
+PE_SDATA2 = 0x0A
+PE_SDATA4 = 0x0B
+PE_SDATA8 = 0x0C
+PE_PCREL = 0x10
+PE_TEXTREL = 0x20
+PE_DATAREL = 0x30
+PE_FUNCREL = 0x40
+PE_ALIGNED = 0x50
+PE_INDIRECT = 0x80
+PE_OMIT = 0xFF
+
+_FIXED_FORMATS = {
+    PE_UDATA2: ("H", 2), PE_UDATA4: ("I", 4), PE_UDATA8: ("Q", 8),
+    PE_SDATA2: ("h", 2), PE_SDATA4: ("i", 4), PE_SDATA8: ("q", 8),
+}
+
+
+class Region:
+    """`size` bytes starting at `address`, fetched through `fetch(address, n)`.
+
+    Reads are served from 4 KiB pages cached for the life of the Region, so a
+    decoder walking a section byte by byte costs one target read per page.
+    A Region built from bytes (`Region.from_bytes`) never calls out at all.
+    """
+
+    def __init__(self, name, address, size, fetch, byteorder="little"):
+        self.name = name
+        self.address = address
+        self.size = max(0, size)
+        self.byteorder = byteorder
+        self._fetch = fetch
+        self._pages = {}
+        self._whole = None
+
+    @classmethod
+    def from_bytes(cls, name, address, data, byteorder="little"):
+        region = cls(name, address, len(data), None, byteorder)
+        region._whole = bytes(data)
+        return region
+
+    @property
+    def end(self):
+        return self.address + self.size
+
+    def contains(self, address):
+        return self.address <= address < self.end
+
+    def read(self, offset, size):
+        """Bytes [offset, offset+size) of the region, or DecodeError."""
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise DecodeError(self.name, offset,
+                              "read of %d bytes runs past the end (size 0x%x)" % (size, self.size))
+        if self._whole is not None:
+            return self._whole[offset:offset + size]
+        first, last = offset // PAGE, (offset + size - 1) // PAGE if size else offset // PAGE
+        chunks = [self._page(i) for i in range(first, last + 1)]
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        start = offset - first * PAGE
+        return data[start:start + size]
+
+    def all_bytes(self):
+        """The whole region as one bytes object (one read for in-memory regions)."""
+        if self._whole is None:
+            self._whole = self._fetch_checked(0, self.size)
+        return self._whole
+
+    def _page(self, index):
+        page = self._pages.get(index)
+        if page is None:
+            start = index * PAGE
+            page = self._fetch_checked(start, min(PAGE, self.size - start))
+            self._pages[index] = page
+        return page
+
+    def _fetch_checked(self, offset, size):
+        try:
+            data = self._fetch(self.address + offset, size)
+        except MemoryReadError as exc:
+            raise DecodeError(self.name, offset, str(exc)) from None
+        if len(data) != size:
+            raise DecodeError(self.name, offset, "short read (%d of %d bytes)" % (len(data), size))
+        return bytes(data)
+
+    def cursor(self, offset=0):
+        return Cursor(self, offset)
+
+
+class Cursor:
+    """A read position in a Region; every read advances it and is bounds-checked."""
+
+    __slots__ = ("region", "pos", "_order")
+
+    def __init__(self, region, pos=0):
+        self.region = region
+        self.pos = pos
+        self._order = "<" if region.byteorder == "little" else ">"
+
+    @property
+    def address(self):
+        """Target address of the current position."""
+        return self.region.address + self.pos
+
+    def error(self, cause, offset=None):
+        return DecodeError(self.region.name, self.pos if offset is None else offset, cause)
+
+    def bytes(self, n):
+        data = self.region.read(self.pos, n)
+        self.pos += n
+        return data
+
+    def skip(self, n):
+        if n < 0 or self.pos + n > self.region.size:
+            raise self.error("skip of %d bytes runs past the end" % n)
+        self.pos += n
+
+    def _unpack(self, fmt, n):
+        value = struct.unpack(self._order + fmt, self.region.read(self.pos, n))[0]
+        self.pos += n
+        return value
+
+    def u8(self):
+        return self._unpack("B", 1)
+
+    def s8(self):
+        return self._unpack("b", 1)
+
+    def u16(self):
+        return self._unpack("H", 2)
+
+    def s16(self):
+        return self._unpack("h", 2)
+
+    def u32(self):
+        return self._unpack("I", 4)
+
+    def s32(self):
+        return self._unpack("i", 4)
+
+    def u64(self):
+        return self._unpack("Q", 8)
+
+    def s64(self):
+        return self._unpack("q", 8)
+
+    def uint(self, size):
+        return {1: self.u8, 2: self.u16, 4: self.u32, 8: self.u64}[size]()
+
+    def sint(self, size):
+        return {1: self.s8, 2: self.s16, 4: self.s32, 8: self.s64}[size]()
+
+    def uleb(self):
+        start, result, shift = self.pos, 0, 0
+        while True:
+            if self.pos >= self.region.size:
+                raise self.error("LEB128 number runs past the end", start)
+            byte = self.region.read(self.pos, 1)[0]
+            self.pos += 1
+            result |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return result
+            if shift > 10 * 64:
+                raise self.error("LEB128 number is too long", start)
+
+    def sleb(self):
+        start = self.pos
+        result = self.uleb()
+        bits = 7 * (self.pos - start)
+        if result >> (bits - 1) & 1:
+            result -= 1 << bits
+        return result
+
+    def cstring(self, limit=4096):
+        start = self.pos
+        out = bytearray()
+        while True:
+            if len(out) > limit:
+                raise self.error("string longer than %d bytes" % limit, start)
+            byte = self.u8()
+            if byte == 0:
+                return out.decode("latin-1")
+            out.append(byte)
+
+    def encoded(self, encoding, address_size, bases=None, deref=None):
+        """Read a pointer in DWARF EH encoding `encoding`.
+
+        bases: {"text": int, "data": int, "func": int} for the relative forms;
+        pcrel is relative to the address of the field itself. `deref(address,
+        size)` reads target memory for DW_EH_PE_indirect. Returns None for
+        DW_EH_PE_omit.
+        """
+        if encoding == PE_OMIT:
+            return None
+        field_address = self.address
+        fmt = encoding & 0x0F
+        app = encoding & 0x70
+        if app == PE_ALIGNED:
+            pad = (-field_address) % address_size
+            self.skip(pad)
+            field_address += pad
+        if fmt == PE_ABSPTR:
+            value = self.uint(address_size)
+        elif fmt == PE_ULEB128:
+            value = self.uleb()
+        elif fmt == PE_SLEB128:
+            value = self.sleb()
+        elif fmt in _FIXED_FORMATS:
+            code, n = _FIXED_FORMATS[fmt]
+            value = self._unpack(code, n)
+        else:
+            raise self.error("unknown pointer encoding 0x%02x" % encoding, self.pos)
+        if app == PE_PCREL:
+            value += field_address
+        elif app in (PE_TEXTREL, PE_DATAREL, PE_FUNCREL):
+            key = {PE_TEXTREL: "text", PE_DATAREL: "data", PE_FUNCREL: "func"}[app]
+            base = (bases or {}).get(key)
+            if base is None:
+                raise self.error("pointer encoding 0x%02x needs a %s base that is not known" % (encoding, key))
+            value += base
+        elif app not in (0, PE_ALIGNED):
+            raise self.error("unknown pointer application 0x%02x" % app)
+        value &= (1 << (8 * address_size)) - 1
+        if encoding & PE_INDIRECT:
+            if deref is None:
+                raise self.error("indirect pointer 0x%x cannot be followed here" % value)
+            try:
+                raw = deref(value, address_size)
+            except MemoryReadError as exc:
+                raise self.error("indirect pointer: %s" % exc) from None
+            value = int.from_bytes(raw, self.region.byteorder)
+        return value
+
+
+def encoded_size(encoding, address_size):
+    """Byte size of a fixed-size pointer encoding, None for LEB128 or unknown."""
+    fmt = encoding & 0x0F
+    if fmt == PE_ABSPTR:
+        return address_size
+    if fmt in _FIXED_FORMATS:
+        return _FIXED_FORMATS[fmt][1]
+    return None

@@ -1,0 +1,109 @@
+"""The unwind row every table source is translated into.
+
+A Row says, for one address range of a function, how to find the canonical
+frame address (CFA) and how to recover each register of the caller. DWARF
+CFI produces Rows directly; SFrame, compact unwind and frame-pointer rules
+are expressed as Rows too, so one evaluator (plugin/row_eval.py) and one
+renderer serve them all.
+"""
+
+from dataclasses import dataclass, field
+
+UNDEFINED = "undefined"
+SAME = "same"
+OFFSET = "offset"              # value saved at CFA + offset
+VAL_OFFSET = "val_offset"      # value is CFA + offset
+REGISTER = "register"          # value is in another register
+EXPRESSION = "expression"      # value saved at the address the expression computes
+VAL_EXPRESSION = "val_expression"  # value is what the expression computes
+
+RULE_KINDS = (UNDEFINED, SAME, OFFSET, VAL_OFFSET, REGISTER, EXPRESSION, VAL_EXPRESSION)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How to recover one register of the caller."""
+    kind: str
+    offset: int = 0
+    register: int = None
+    expression: bytes = b""
+
+    def text(self, arch):
+        if self.kind == UNDEFINED:
+            return "undefined"
+        if self.kind == SAME:
+            return "same"
+        if self.kind == OFFSET:
+            return "[CFA%+d]" % self.offset
+        if self.kind == VAL_OFFSET:
+            return "CFA%+d" % self.offset
+        if self.kind == REGISTER:
+            return arch.name_of(self.register)
+        if self.kind == EXPRESSION:
+            return "[expr %s]" % self.expression.hex()
+        return "expr %s" % self.expression.hex()
+
+    def to_json(self, arch):
+        out = {"kind": self.kind}
+        if self.kind in (OFFSET, VAL_OFFSET):
+            out["offset"] = self.offset
+        elif self.kind == REGISTER:
+            out["register"] = arch.name_of(self.register)
+        elif self.kind in (EXPRESSION, VAL_EXPRESSION):
+            out["expression"] = self.expression.hex()
+        return out
+
+
+@dataclass(frozen=True)
+class CfaRule:
+    """How to compute the CFA: register + offset, or a DWARF expression.
+
+    `deref` marks the SFrame flex form `CFA = *(reg + offset)`.
+    """
+    kind: str                   # "register" or "expression"
+    register: int = None
+    offset: int = 0
+    expression: bytes = b""
+    deref: bool = False
+
+    def text(self, arch):
+        if self.kind == "expression":
+            return "expr %s" % self.expression.hex()
+        base = "%s%+d" % (arch.name_of(self.register), self.offset) if self.offset else arch.name_of(self.register)
+        return "*(%s)" % base if self.deref else base
+
+    def to_json(self, arch):
+        if self.kind == "expression":
+            return {"kind": "expression", "expression": self.expression.hex()}
+        out = {"kind": "register", "register": arch.name_of(self.register), "offset": self.offset}
+        if self.deref:
+            out["deref"] = True
+        return out
+
+
+@dataclass
+class Row:
+    """Rules in force from `address` up to (not including) `end`."""
+    address: int
+    cfa: CfaRule
+    registers: dict = field(default_factory=dict)   # DWARF number -> Rule
+    end: int = None
+    args_size: int = 0
+    ra_signed: bool = False     # aarch64: return address signed with PAC here
+
+    def text(self, arch):
+        """`CFA=rsp+16 => rbp=[CFA-16] rip=[CFA-8]`"""
+        regs = " ".join("%s=%s" % (arch.name_of(n), r.text(arch))
+                        for n, r in sorted(self.registers.items()))
+        out = "CFA=%s" % self.cfa.text(arch)
+        return out + (" => " + regs if regs else "")
+
+    def to_json(self, arch):
+        out = {"address": self.address, "cfa": self.cfa.to_json(arch),
+               "registers": {arch.name_of(n): r.to_json(arch)
+                             for n, r in sorted(self.registers.items())}}
+        if self.end is not None:
+            out["end"] = self.end
+        if self.ra_signed:
+            out["ra_signed"] = True
+        return out

@@ -1,0 +1,94 @@
+"""The Target protocol: what the core needs from a debugger, and a snapshot.
+
+A Target reads memory, lists loaded modules and names its architecture.
+Debugger adapters implement it over gdb/lldb; tests and the offline command
+use SnapshotTarget (registers plus memory regions) or FileTarget (an ELF
+file laid out in memory the way the loader would).
+"""
+
+from dataclasses import dataclass, field
+
+from .errors import MemoryReadError
+
+
+@dataclass(frozen=True)
+class ModuleRef:
+    """A loaded module: where its header is in memory and where its file is."""
+    name: str
+    header_address: int        # address of the ELF / Mach-O header in memory
+    path: str = None           # file on disk (None for the vdso and JIT code)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One memory mapping of the process (from /proc/PID/maps or the debugger)."""
+    start: int
+    end: int
+    readable: bool = True
+    writable: bool = False
+    executable: bool = False
+    name: str = ""
+
+    def contains(self, address):
+        return self.start <= address < self.end
+
+
+class Target:
+    """Base class documenting the protocol; adapters override every method.
+
+    read_memory(address, size) -> bytes, or raise MemoryReadError
+    modules() -> list of ModuleRef
+    mappings() -> list of Mapping (may be empty when the debugger cannot say)
+    symbol(address) -> (name, start) or None
+    generation -> an int that changes whenever the module list changes
+    """
+    arch = None
+    generation = 0
+
+    def read_memory(self, address, size):
+        raise NotImplementedError
+
+    def modules(self):
+        return []
+
+    def mappings(self):
+        return []
+
+    def symbol(self, address):
+        return None
+
+    def read_pointer(self, address):
+        data = self.read_memory(address, self.arch.address_size)
+        return int.from_bytes(data, self.arch.byteorder)
+
+
+@dataclass
+class SnapshotTarget(Target):
+    """Registers plus memory regions captured at one moment.
+
+    regions: list of (address, bytes); reads may not straddle a gap.
+    """
+    arch: object
+    regions: list = field(default_factory=list)
+    module_refs: list = field(default_factory=list)
+    registers: dict = field(default_factory=dict)
+    mapping_list: list = field(default_factory=list)
+    symbols: list = field(default_factory=list)    # (start, end, name)
+
+    def read_memory(self, address, size):
+        for start, data in self.regions:
+            if start <= address and address + size <= start + len(data):
+                return bytes(data[address - start:address - start + size])
+        raise MemoryReadError(address, size, "not in the snapshot")
+
+    def modules(self):
+        return list(self.module_refs)
+
+    def mappings(self):
+        return list(self.mapping_list)
+
+    def symbol(self, address):
+        for start, end, name in self.symbols:
+            if start <= address < end:
+                return name, start
+        return None
