@@ -20,6 +20,11 @@ VAL_EXPRESSION = "val_expression"  # value is what the expression computes
 RULE_KINDS = (UNDEFINED, SAME, OFFSET, VAL_OFFSET, REGISTER, EXPRESSION, VAL_EXPRESSION)
 
 
+def _expression_text(expression, arch):
+    from .formats.dwarf_expr import disassemble   # rendering only; the model stays plain data
+    return disassemble(expression, arch)
+
+
 @dataclass(frozen=True)
 class Rule:
     """How to recover one register of the caller."""
@@ -40,8 +45,8 @@ class Rule:
         if self.kind == REGISTER:
             return arch.name_of(self.register)
         if self.kind == EXPRESSION:
-            return "[expr %s]" % self.expression.hex()
-        return "expr %s" % self.expression.hex()
+            return "[%s]" % _expression_text(self.expression, arch)
+        return "(%s)" % _expression_text(self.expression, arch)
 
     def to_json(self, arch):
         out = {"kind": self.kind}
@@ -68,7 +73,7 @@ class CfaRule:
 
     def text(self, arch):
         if self.kind == "expression":
-            return "expr %s" % self.expression.hex()
+            return "(%s)" % _expression_text(self.expression, arch)
         base = "%s%+d" % (arch.name_of(self.register), self.offset) if self.offset else arch.name_of(self.register)
         return "*(%s)" % base if self.deref else base
 

@@ -28,6 +28,7 @@ class Mapping:
     writable: bool = False
     executable: bool = False
     name: str = ""
+    offset: int = 0            # file offset of the mapping's first byte
 
     def contains(self, address):
         return self.start <= address < self.end

@@ -50,7 +50,7 @@ def build(source, flags=(), name=None, compiler="gcc", post=None):
     if out.exists():
         return out
     BUILD.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_suffix(".tmp%d" % os.getpid())   # parallel workers may build the same fixture
     cmd = [compiler, "-g", *flags, "-o", str(tmp), str(src)]
     if compiler in ("gcc", "g++", "cc"):
         cmd.append("-lpthread")

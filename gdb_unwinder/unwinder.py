@@ -1,0 +1,120 @@
+"""The frame unwinder GDB's own `bt` uses.
+
+For each frame GDB offers, the engine tries the table sources; when one
+recovers the caller, the unwinder hands GDB the frame id (CFA plus function
+start) and every register the row restores, plus callee-saved registers
+that are unchanged. Otherwise it declines and GDB's own unwinders carry on.
+It never raises into GDB: an internal error declines the frame and is kept
+for `unwind explain`.
+"""
+
+import collections
+import traceback
+
+import gdb
+from gdb.unwinder import Unwinder
+
+from plugin.engine import step_frame
+from plugin.evidence import Frame
+
+NAME = "unwind-plugin"
+TABLE_SOURCES = ("cfi", "sframe", "compact", "exidx")
+
+
+class FrameId:
+    """GDB 13 has no gdb.unwinder.FrameId: any object with sp and pc will do."""
+
+    def __init__(self, sp, pc):
+        self.sp = sp
+        self.pc = pc
+
+
+class PendingRegisters:
+    """The pending frame's registers by DWARF number, read only when a rule needs one."""
+
+    def __init__(self, pending_frame, arch):
+        self._frame = pending_frame
+        self._arch = arch
+        self._values = {}
+
+    def get(self, number, default=None):
+        if number not in self._values:
+            name = self._arch.registers.get(number)
+            value = None
+            if name is not None:
+                try:
+                    raw = self._frame.read_register(name)
+                    if not raw.is_optimized_out:
+                        value = int(raw) & self._arch.mask
+                except (gdb.error, ValueError):
+                    value = None
+            self._values[number] = value
+        value = self._values[number]
+        return default if value is None else value
+
+    def __contains__(self, number):
+        return self.get(number) is not None
+
+    def __getitem__(self, number):
+        value = self.get(number)
+        if value is None:
+            raise KeyError(number)
+        return value
+
+
+class PluginUnwinder(Unwinder):
+    def __init__(self, state):
+        super().__init__(NAME)
+        self.state = state
+        self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
+        self._types = {}
+        self.claimed = 0
+
+    def __call__(self, pending_frame):
+        try:
+            return self._unwind(pending_frame)
+        except Exception as exc:        # never break `bt`: decline and remember why
+            try:
+                pc = int(pending_frame.read_register("pc"))
+            except Exception:
+                pc = None
+            self.declines.append((None, pc, "internal error: %s: %s\n%s" % (
+                type(exc).__name__, exc, traceback.format_exc(limit=4))))
+            return None
+
+    def _unwind(self, pending_frame):
+        state = self.state
+        arch = state.target.set_arch(pending_frame.architecture().name())
+        registers = PendingRegisters(pending_frame, arch)
+        pc = registers.get(arch.pc)
+        sp = registers.get(arch.sp)
+        if pc is None or sp is None:
+            return None
+        level = pending_frame.level()
+        frame = Frame(level=level, pc=pc, registers=registers, method="pending",
+                      exact_pc=level == 0 or (pc, sp) in state.after_signal)
+        ctx = state.context(state.unwinder_sources())
+        outcome, attempts = step_frame(frame, ctx)
+        if outcome is None or outcome.outermost:
+            reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
+                if outcome is None else "outermost frame: left to GDB"
+            self.declines.append((level, pc, reason))
+            return None
+        caller = outcome.registers
+        if outcome.signal_frame:
+            state.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
+        start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
+        info = pending_frame.create_unwind_info(FrameId(outcome.evidence.cfa, start))
+        for number, value in caller.items():
+            name = arch.registers.get(number)
+            if name is None or number == arch.ra and arch.ra != arch.pc:
+                continue
+            info.add_saved_register(name, self._value(pending_frame, name, value))
+        self.claimed += 1
+        return info
+
+    def _value(self, pending_frame, name, value):
+        kind = self._types.get(name)
+        if kind is None:
+            kind = self._types[name] = pending_frame.read_register(name).type
+        return gdb.Value(value).cast(kind)

@@ -1,0 +1,80 @@
+"""Offline command line: `python -m plugin tables FILE [--address ADDR] [--json]`.
+
+The file is laid out in memory as the loader would (FileTarget), so the
+tables printed here come through the same discovery and decoders as in a
+live debugger. Errors are one line on stderr and exit status 2.
+"""
+
+import argparse
+import json
+import sys
+
+from . import tables
+from .modules import ModuleMap
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        sys.stderr.write("%s: error: %s (see --help)\n" % (self.prog, message))
+        sys.exit(2)
+
+
+def parse_address(text):
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not an address: %r (use 0x1234 or 4660)" % text) from None
+
+
+def build_parser():
+    parser = OneLineParser(prog="python -m plugin",
+                           description="Decode and explain the unwind tables of a file.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    t = sub.add_parser("tables", help="print every unwind table entry and row in FILE",
+                       description="Print every unwind table entry and row found in FILE "
+                                   "(or only those covering ADDR).")
+    t.add_argument("file", metavar="FILE")
+    t.add_argument("--address", type=parse_address, metavar="ADDR",
+                   help="only the entries and rows covering this link-time address")
+    t.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+def cmd_tables(args):
+    from elftools.common.exceptions import ELFError
+    from .file_target import FileTarget
+    try:
+        target = FileTarget(args.file)
+    except (OSError, ELFError, ValueError) as exc:
+        raise SystemExit(_fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc)))
+    modules = ModuleMap(target)
+    if target.header_address is None:       # no program headers: an object file
+        modules.add(target.section_module())
+    result = tables.collect(target, modules, args.address)
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(tables.text(result))
+    return 0
+
+
+def _fail(message):
+    sys.stderr.write("python -m plugin: error: %s\n" % message)
+    return 2
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        return _fail("no command given; try: tables FILE")
+    try:
+        return cmd_tables(args)
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return _fail("interrupted")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Evidence is data: what each unwind step looked at, read, tried and decided.
+
+Strategies fill these records; plugin/explain.py turns them into text for
+people and JSON for scripts. Nothing here formats for a particular debugger.
+"""
+
+from dataclasses import dataclass, field
+
+# Trust levels, from most to least reliable, worded after Breakpad's "found by".
+TRUST_WORDS = {
+    "context": "given by the debugger (innermost frame)",
+    "cfi": "call frame info",
+    "sframe": "SFrame",
+    "compact": "compact unwind info",
+    "exidx": "ARM exception index",
+    "frame-pointer": "frame pointer",
+    "scan": "stack scanning",
+}
+
+SOURCES = ("cfi", "sframe", "compact", "exidx", "frame-pointer", "scan")
+
+
+@dataclass
+class Read:
+    """One value read from the debuggee: what it is, where it came from."""
+    what: str
+    address: int
+    size: int
+    value: int
+
+
+@dataclass
+class Attempt:
+    """A source that was tried for a frame and did not give the answer."""
+    source: str
+    outcome: str        # "not applicable", "failed" or "rejected"
+    reason: str
+
+
+@dataclass
+class StepEvidence:
+    """How one caller frame was recovered from its callee."""
+    source: str
+    found_by: str                       # e.g. ".eh_frame CFI"
+    lookup_pc: int
+    module: str = None
+    section: str = None
+    section_address: int = None
+    entry: dict = field(default_factory=dict)     # FDE/CIE offsets, ranges, opcode...
+    row: str = None                     # readable rule, "CFA=rsp+16 => rip=[CFA-8]"
+    row_json: dict = None
+    cfa: int = None
+    reads: list = field(default_factory=list)
+    recovered: dict = field(default_factory=dict)  # register name -> value
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class Frame:
+    level: int
+    pc: int
+    registers: dict                      # DWARF number -> value
+    method: str                          # "context" or the source that recovered it
+    cfa: int = None                      # this frame's CFA (its caller's sp), once known
+    function: str = None
+    function_start: int = None
+    module: str = None
+    signal_frame: bool = False           # this frame is a signal trampoline
+    exact_pc: bool = False               # pc is not a return address (innermost, or interrupted by a signal)
+    evidence: StepEvidence = None        # how this frame was recovered (None for level 0)
+    attempts: list = field(default_factory=list)   # what was tried first and rejected
+    native: dict = None                  # the debugger's own view, filled by adapters
+
+    @property
+    def trust(self):
+        return self.method
+
+
+@dataclass
+class Backtrace:
+    frames: list
+    stop_reason: str
+    stop_detail: str = ""
+    attempts: list = field(default_factory=list)   # what was tried for the frame that failed

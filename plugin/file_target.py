@@ -1,0 +1,110 @@
+"""A Target made of an ELF file laid out in memory as the loader would.
+
+Each PT_LOAD segment is placed at its link address plus a bias (bytes past
+p_filesz read as zero, like .bss), so module discovery, `.eh_frame_hdr`
+lookups and every table read go through the same memory path as in a live
+debugger. Files without program headers (relocatable objects) have their
+allocated sections placed at their sh_addr instead.
+"""
+
+import bisect
+import io
+import os
+
+from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_E_MACHINE
+
+from . import arch as arches
+from .errors import MemoryReadError
+from .target import Mapping, ModuleRef, Target
+
+
+class FileTarget(Target):
+    def __init__(self, path, base=None):
+        self.path = path
+        with open(path, "rb") as handle:
+            self._data = handle.read()
+        elf = ELFFile(io.BytesIO(self._data))
+        self.elf = elf
+        self.arch = arches.BY_ELF_MACHINE.get(_machine_number(elf))
+        if self.arch is None:
+            raise ValueError("unsupported ELF machine %s" % elf["e_machine"])
+        loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+        self._pieces = []           # (start, end, file_offset, filesz, executable)
+        if loads:
+            low = min(s["p_vaddr"] - s["p_offset"] for s in loads if s["p_offset"] == 0) \
+                if any(s["p_offset"] == 0 for s in loads) else min(s["p_vaddr"] for s in loads)
+            self.bias = 0 if base is None else base - low
+            for s in loads:
+                start = self.bias + s["p_vaddr"]
+                self._pieces.append((start, start + s["p_memsz"], s["p_offset"], s["p_filesz"],
+                                     bool(s["p_flags"] & 1)))
+            self.header_address = self.bias + low
+        else:
+            self.bias = 0 if base is None else base
+            for sec in elf.iter_sections():
+                if sec["sh_flags"] & 2 and sec["sh_type"] != "SHT_NOBITS" and sec["sh_size"]:
+                    start = self.bias + sec["sh_addr"]
+                    self._pieces.append((start, start + sec["sh_size"], sec["sh_offset"],
+                                         sec["sh_size"], bool(sec["sh_flags"] & 4)))
+            self.header_address = None
+        self._pieces.sort()
+        self._starts = [p[0] for p in self._pieces]
+
+    def read_memory(self, address, size):
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0:
+            start, end, offset, filesz, _ = self._pieces[i]
+            if address + size <= end:
+                rel = address - start
+                data = self._data[offset + rel:offset + min(rel + size, filesz)] if rel < filesz else b""
+                return data + bytes(size - len(data))
+        raise MemoryReadError(address, size, "not mapped by %s" % os.path.basename(self.path))
+
+    def modules(self):
+        if self.header_address is None:
+            return []
+        return [ModuleRef(os.path.basename(self.path), self.header_address, self.path)]
+
+    def section_module(self):
+        """A Module for a file without program headers (an object file), built from its sections."""
+        from .modules import Module, Segment
+        module = Module(name=os.path.basename(self.path), path=self.path, header_address=self.bias,
+                        arch=self.arch, load_bias=self.bias)
+        module.segments = [Segment(s, e, x, off) for s, e, off, _, x in self._pieces]
+        return module
+
+    def mappings(self):
+        return [Mapping(s, e, True, False, x, self.path) for s, e, _, _, x in self._pieces]
+
+    def symbol(self, address):
+        table = getattr(self, "_symbols", None)
+        if table is None:
+            table = self._symbols = _function_symbols(self.elf, self.bias)
+        i = bisect.bisect_right(table[0], address) - 1
+        if i >= 0:
+            start, end, name = table[1][i]
+            if start <= address < max(end, start + 1):
+                return name, start
+        return None
+
+
+def _machine_number(elf):
+    machine = elf["e_machine"]
+    return machine if isinstance(machine, int) else ENUM_E_MACHINE.get(machine)
+
+
+def _function_symbols(elf, bias):
+    entries = []
+    for name in (".symtab", ".dynsym"):
+        sec = elf.get_section_by_name(name)
+        if sec is None:
+            continue
+        for sym in sec.iter_symbols():
+            if sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
+                start = bias + sym["st_value"]
+                entries.append((start, start + sym["st_size"], sym.name))
+        if entries:
+            break
+    entries.sort()
+    return [e[0] for e in entries], entries

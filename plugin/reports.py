@@ -1,0 +1,103 @@
+"""The `unwind` commands' results, computed once for both debuggers.
+
+Each function returns (json_object, text). The GDB and LLDB adapters only
+gather registers and native frames, call these, and print one of the two.
+"""
+
+from . import compare as comparing
+from . import explain, tables
+from .engine import UnwindContext, unwind
+from .strategies.cfi import CfiTables
+
+
+def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None):
+    bt = unwind(state_target, registers, sources=sources, max_frames=max_frames, modules=modules,
+                exact_pc=exact_pc, first_level=first_level)
+    if limit is not None and len(bt.frames) > limit:
+        bt.frames = bt.frames[:limit]
+        bt.stop_reason, bt.stop_detail = "limit", "stopped after %d frames as asked" % limit
+    return bt
+
+
+def backtrace_report(bt, arch):
+    return explain.backtrace_json(bt, arch), explain.backtrace_text(bt, arch)
+
+
+def attach_native(bt, native, ctx):
+    """Mark each of our frames with the debugger's frame at the same physical level."""
+    rows = comparing.compare(bt.frames, native, ctx)
+    for frame, row in zip(bt.frames, rows):
+        theirs = row["native"]
+        frame.native = {"available": theirs is not None, "agrees": row["agrees"],
+                        "note": "" if row["agrees"] else row["verdict"]}
+        if theirs is not None:
+            frame.native.update({"pc": theirs["pc"], "sp": theirs.get("sp"),
+                                 "function": theirs.get("function")})
+    return rows
+
+
+def explain_report(bt, arch, which):
+    """which: a level (int) or "all"."""
+    if which == "all":
+        frames = bt.frames
+    else:
+        frames = [f for f in bt.frames if f.level == which]
+        if not frames:
+            raise ValueError("no frame at level %d: the plugin's walk has levels %d to %d (%s)"
+                             % (which, bt.frames[0].level, bt.frames[-1].level, bt.stop_reason))
+    data = {"frames": [explain.frame_json(f, arch, detail=True) for f in frames],
+            "stop_reason": bt.stop_reason, "stop_detail": bt.stop_detail}
+    text = "\n\n".join(explain.explain_text(f, arch) for f in frames)
+    if which == "all" or frames[-1] is bt.frames[-1]:
+        text += "\n\nBacktrace stopped: %s: %s" % (bt.stop_reason, bt.stop_detail)
+    return data, text
+
+
+def compare_report(bt, native, ctx):
+    rows = comparing.compare(bt.frames, native, ctx)
+    data = {"frames": rows, "agree": all(r["agrees"] for r in rows), "summary": comparing.summary(rows),
+            "stop_reason": bt.stop_reason}
+    width = 2 * ctx.arch.address_size
+    lines = ["%-5s %-*s %-*s %s" % ("level", width + 2, "plugin pc", width + 2, "native pc", "verdict")]
+    for row in rows:
+        ours = row["plugin"]["pc"] if row["plugin"] else None
+        theirs = row["native"]["pc"] if row["native"] else None
+        mark = "  " if row["agrees"] else "!="
+        lines.append("#%-4d %-*s %-*s %s %s" % (row["level"], width + 2, explain.hexa(ours) or "-",
+                                                width + 2, explain.hexa(theirs) or "-", mark, row["verdict"]))
+    lines.append(data["summary"])
+    return data, "\n".join(lines)
+
+
+def modules_report(modules):
+    data = {"modules": [], "unreadable": []}
+    lines = []
+    for module in modules.all():
+        CfiTables.of(module, modules.target).sections()    # locate .eh_frame/.debug_frame too
+        entry = {"name": module.name, "path": module.path, "base": module.header_address,
+                 "load_bias": module.load_bias, "arch": module.arch.name, "format": module.format,
+                 "build_id": module.build_id,
+                 "segments": [{"start": s.start, "end": s.end, "executable": s.executable}
+                              for s in module.segments],
+                 "tables": {name: {"address": t.address, "size": t.size, "found_by": t.found_by,
+                                   "in_memory": t.in_memory} for name, t in module.tables.items()}}
+        data["modules"].append(entry)
+        lines.append("%s at 0x%x (%s)" % (module.name, module.header_address, module.path or "memory only"))
+        for name, t in sorted(module.tables.items()):
+            lines.append("    %-14s 0x%x size 0x%x, found by %s%s" % (
+                name, t.address, t.size, t.found_by, "" if t.in_memory else " (read from disk)"))
+        if not module.tables:
+            lines.append("    no unwind tables")
+    for ref, reason in modules.failed:
+        data["unreadable"].append({"name": ref.name, "base": ref.header_address, "reason": reason})
+        lines.append("%s at 0x%x: cannot read: %s" % (ref.name, ref.header_address, reason))
+    return data, "\n".join(lines)
+
+
+def tables_report(target, modules, address):
+    result = tables.collect(target, modules, address)
+    return result, tables.text(result)
+
+
+def context(target, modules, sources):
+    return UnwindContext(target, modules, sources)

@@ -1,0 +1,156 @@
+"""The `cfi` source: DWARF call frame information.
+
+Per module: `.eh_frame_hdr` (found by PT_GNU_EH_FRAME) is binary-searched
+for the FDE; `.eh_frame` is decoded from memory where eh_frame_ptr says;
+without a usable header a sorted index of `.eh_frame` is built instead; and
+`.debug_frame`, which the loader never maps, is read from the file on disk.
+"""
+
+from .. import elf_file
+from ..errors import DecodeError, MemoryReadError
+from ..evidence import StepEvidence
+from ..formats import cfi
+from ..memory import Region
+from ..modules import TableLocation, region_of
+from . import Outcome
+from .row_step import step_with_row
+
+SOURCE = "cfi"
+
+
+class CfiTables:
+    """The CFI sections of one module, decoded on first use and cached in module.cache."""
+
+    def __init__(self, module, target):
+        self.module = module
+        self.target = target
+        self.problems = []
+        self._loaded = {}
+
+    @classmethod
+    def of(cls, module, target):
+        tables = module.cache.get(SOURCE)
+        if tables is None:
+            tables = module.cache[SOURCE] = cls(module, target)
+        return tables
+
+    def _once(self, name, load):
+        if name not in self._loaded:
+            try:
+                self._loaded[name] = load()
+            except (DecodeError, MemoryReadError, OSError) as exc:
+                self.problems.append("%s: %s" % (name, exc))
+                self._loaded[name] = None
+        return self._loaded[name]
+
+    def _deref(self, address, size):
+        return self.target.read_memory(address, size)
+
+    def eh_frame_hdr(self):
+        def load():
+            location = self.module.tables.get(".eh_frame_hdr")
+            if location is None:
+                return None
+            return cfi.EhFrameHdr(region_of(self.target, location), self.module.arch, deref=self._deref)
+        return self._once(".eh_frame_hdr", load)
+
+    def eh_frame(self):
+        def load():
+            hdr = self.eh_frame_hdr()
+            if hdr is not None and hdr.eh_frame_ptr is not None:
+                address, found_by = hdr.eh_frame_ptr, "eh_frame_ptr of .eh_frame_hdr"
+                end = self.module.segment_end(address)
+                if end is None:
+                    raise DecodeError(".eh_frame_hdr", 4, "eh_frame_ptr 0x%x is outside the module" % address)
+                size = end - address
+            else:
+                info = elf_file.sections(self.module.path).get(".eh_frame")
+                if info is None:
+                    return None
+                address = info[0] + self.module.load_bias
+                size = info[1]
+                found_by = "section headers of %s (no .eh_frame_hdr)" % self.module.path
+            self.module.tables[".eh_frame"] = TableLocation(".eh_frame", address, size, found_by)
+            region = Region(".eh_frame", address, size, self.target.read_memory, self.module.arch.byteorder)
+            return cfi.CfiSection(region, "eh_frame", self.module.arch, bases=self._bases(),
+                                  deref=self._deref)
+        return self._once(".eh_frame", load)
+
+    def debug_frame(self):
+        def load():
+            found = elf_file.section_bytes(self.module.path, ".debug_frame") if self.module.path else None
+            if found is None:
+                return None
+            address, data = found
+            self.module.tables[".debug_frame"] = TableLocation(
+                ".debug_frame", address, len(data), "file on disk: %s" % self.module.path, in_memory=False)
+            region = Region.from_bytes(".debug_frame", address, data, self.module.arch.byteorder)
+            return cfi.CfiSection(region, "debug_frame", self.module.arch, bias=self.module.load_bias)
+        return self._once(".debug_frame", load)
+
+    def _bases(self):
+        bases = {}
+        hdr = self.module.tables.get(".eh_frame_hdr")
+        if hdr is not None:
+            bases["data"] = hdr.address
+        text = next((s for s in self.module.segments if s.executable), None)
+        if text is not None:
+            bases["text"] = text.start
+        return bases
+
+    def sections(self):
+        """[(name, CfiSection)] for every CFI section this module has."""
+        return [(name, sec) for name, sec in ((".eh_frame", self.eh_frame()),
+                                               (".debug_frame", self.debug_frame())) if sec is not None]
+
+    def lookup(self, pc):
+        """(section name, CfiSection, FDE, how it was found) covering pc, or None."""
+        eh_frame = self.eh_frame()
+        if eh_frame is not None:
+            hdr = self.eh_frame_hdr()
+            if hdr is not None and hdr.usable:
+                address = hdr.lookup(pc)
+                if address is not None:
+                    fde = eh_frame.fde_at(address - eh_frame.region.address)
+                    if fde.start <= pc < fde.end:
+                        return ".eh_frame", eh_frame, fde, ".eh_frame_hdr binary search"
+            else:
+                fde = eh_frame.find_fde(pc)
+                if fde is not None:
+                    return ".eh_frame", eh_frame, fde, "sorted index of .eh_frame (no usable .eh_frame_hdr)"
+        debug_frame = self.debug_frame()
+        if debug_frame is not None:
+            fde = debug_frame.find_fde(pc)
+            if fde is not None:
+                return ".debug_frame", debug_frame, fde, "sorted index of .debug_frame"
+        return None
+
+
+def step(frame, ctx):
+    """Recover frame's caller from the CFI row covering its lookup pc."""
+    pc = ctx.lookup_pc(frame)
+    module = ctx.modules.find(pc)
+    if module is None:
+        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc)
+    tables = CfiTables.of(module, ctx.target)
+    try:
+        hit = tables.lookup(pc)
+        if hit is None:
+            reason = "no FDE in %s covers 0x%x" % (module.name, pc)
+            if tables.problems:
+                reason += " (%s)" % "; ".join(tables.problems)
+            return Outcome.not_applicable(SOURCE, reason)
+        name, section, fde, how = hit
+        row = cfi.row_at(fde, pc, ctx.arch)
+    except DecodeError as exc:
+        return Outcome.failed(SOURCE, "bad CFI in %s: %s" % (module.name, exc))
+    evidence = StepEvidence(
+        source=SOURCE, found_by="%s CFI" % name, lookup_pc=pc, module=module.name,
+        section=name, section_address=section.region.address,
+        entry={"fde_offset": fde.offset, "cie_offset": fde.cie.offset, "start": fde.start,
+               "end": fde.end, "found_via": how, "augmentation": fde.cie.augmentation,
+               "row_start": row.address, "row_end": row.end})
+    if fde.cie.signal_frame:
+        evidence.notes.append("the CIE has the 'S' augmentation: this is a signal frame, so the "
+                              "caller's pc is the interrupted instruction itself")
+    return step_with_row(row, frame, ctx, evidence, signal_frame=fde.cie.signal_frame)

@@ -1,0 +1,42 @@
+"""The step every table-driven source shares once it has a Row.
+
+CFI, SFrame and compact unwind differ in how they find the row for a pc;
+after that, computing the CFA, reading saved registers, spotting the
+outermost frame and stripping pointer authentication are the same.
+"""
+
+from ..row_eval import UnwindError, evaluate_row
+from . import FAILED, RECOVERED, Outcome
+
+
+def step_with_row(row, frame, ctx, evidence, signal_frame=False):
+    arch = ctx.arch
+    evidence.row = row.text(arch)
+    evidence.row_json = row.to_json(arch)
+    try:
+        result = evaluate_row(row, arch, frame.registers, ctx.read_memory)
+    except UnwindError as exc:
+        evidence.reads = exc.reads
+        return Outcome(FAILED, evidence.source, exc.reason, evidence=evidence)
+    evidence.cfa = result.cfa
+    evidence.reads = result.reads
+    if arch.ra in result.undefined:
+        evidence.notes.append("the return address rule is 'undefined': this is the outermost frame")
+        return Outcome(RECOVERED, evidence.source, "outermost frame", registers=None,
+                       evidence=evidence, outermost=True, signal_frame=signal_frame)
+    caller = result.registers
+    ra = caller.get(arch.ra)
+    if ra is None:
+        return Outcome(FAILED, evidence.source,
+                       "the row gives no value for the return address (%s)" % arch.name_of(arch.ra),
+                       evidence=evidence)
+    if row.ra_signed:
+        stripped = arch.strip_pointer_auth(ra)
+        if stripped != ra:
+            evidence.notes.append("return address 0x%x is signed; pointer-auth bits stripped: 0x%x"
+                                  % (ra, stripped))
+        ra = stripped
+    caller[arch.pc] = ra
+    evidence.recovered = {arch.name_of(n): v for n, v in sorted(caller.items())}
+    return Outcome(RECOVERED, evidence.source, registers=caller, evidence=evidence,
+                   signal_frame=signal_frame)
