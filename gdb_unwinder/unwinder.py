@@ -22,11 +22,11 @@ TABLE_SOURCES = ("cfi", "sframe", "compact", "exidx")
 
 
 class FrameId:
-    """GDB 13 has no gdb.unwinder.FrameId: any object with sp and pc will do."""
+    """GDB 13 has no gdb.unwinder.FrameId: any object whose sp and pc are gdb.Values."""
 
     def __init__(self, sp, pc):
-        self.sp = sp
-        self.pc = pc
+        self.sp = gdb.Value(sp)
+        self.pc = gdb.Value(pc)
 
 
 class PendingRegisters:

@@ -188,9 +188,13 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
 
 
 def name_frames(frames, ctx):
-    """Fill function and module names (lookup at pc-1 for return addresses)."""
+    """Fill function and module names (lookup at pc-1 for return addresses).
+
+    A signal trampoline is entered by "returning" to its first instruction,
+    so it is named at its pc itself.
+    """
     for frame in frames:
-        pc = ctx.lookup_pc(frame)
+        pc = frame.pc if frame.signal_frame else ctx.lookup_pc(frame)
         module = ctx.modules.find(pc)
         frame.module = module.name if module else None
         try:

@@ -1,0 +1,30 @@
+"""Drive the real gdb binary from tests: one batch session per call."""
+
+import json
+import os
+import subprocess
+import tempfile
+
+from support import ROOT, need_tool
+
+TRANSCRIPTS = []      # every transcript of the session, checked for tracebacks at the end
+
+
+def run_gdb(binary, actions, args=(), breakpoint="stop_here", setup=(), timeout=600):
+    """Run `binary` under GDB to `breakpoint`, perform `actions`, return (results, transcript)."""
+    gdb = need_tool("gdb")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "results.json")
+        plan = {"checkout": str(ROOT), "binary": str(binary), "args": list(map(str, args)),
+                "breakpoint": breakpoint, "setup": list(setup), "actions": list(actions), "out": out}
+        env = dict(os.environ, UNWIND_TEST_PLAN=json.dumps(plan))
+        proc = subprocess.run([gdb, "-nx", "-q", "-batch", "-x", str(ROOT / "tests" / "gdb_driver.py")],
+                              env=env, capture_output=True, text=True, timeout=timeout)
+        transcript = proc.stdout + proc.stderr
+        TRANSCRIPTS.append(transcript)
+        assert os.path.exists(out), "GDB wrote no results:\n" + transcript[-3000:]
+        with open(out) as handle:
+            results = json.load(handle)
+    assert "__error__" not in results, results["__error__"] + "\n" + transcript[-3000:]
+    assert "Traceback" not in transcript, transcript
+    return results, transcript

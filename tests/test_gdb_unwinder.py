@@ -1,0 +1,141 @@
+"""The plugin inside the real GDB, checked against GDB's own unwinder.
+
+Oracle: GDB's native frames (the plugin's unwinder disabled) on fixture
+programs built at test time. The plugin's unwinder must not change `bt`,
+must actually claim the frames, and `unwind backtrace -json -sources cfi`
+must give the same physical frames.
+"""
+
+import pytest
+
+from gdbrun import run_gdb
+from support import build
+
+FLAGS = {
+    "O0": ["-O0"],
+    "O2": ["-O2"],
+    "O2-nofp": ["-O2", "-fomit-frame-pointer"],
+}
+
+# (mode, argv, breakpoint, extra setup commands, extra commands after the stop)
+SCENARIOS = {
+    "plain": (["plain"], "stop_here", [], []),
+    "alloca": (["alloca", "40"], "stop_here", [], []),
+    "realign": (["realign", "24"], "stop_here", [], []),        # DRAP: DW_CFA_def_cfa_expression
+    "signal": (["signal"], "stop_here", ["handle SIGUSR1 nostop noprint pass"], []),
+    "qsort-callback": (["qsort"], "stop_here", [], []),
+    "libc-breakpoint": (["qsort"], "getpid", [], []),             # stopped inside libc, under a callback
+    "plt": (["qsort"], "sort_some", [], ["break *'qsort@plt'", "continue"]),
+    "thread": (["thread"], "stop_here", [], []),
+    "vdso": (["vdso"], "read_clock", [], ["break __vdso_clock_gettime", "continue"]),
+}
+
+STEPS = [
+    ("enabled", "frames", None),
+    ("ours", "json", "unwind backtrace -json -sources cfi"),
+    ("claimed", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+    ("compare", "json", "unwind compare -json -sources cfi"),
+    ("disable", "cmd", "disable unwinder global unwind-plugin"),
+    ("native", "frames", None),
+]
+
+
+def _pcs(frames):
+    return [f["pc"] for f in frames]
+
+
+@pytest.mark.parametrize("flags", sorted(FLAGS))
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_bt_unchanged_and_plugin_walk_matches_gdb(scenario, flags):
+    argv, breakpoint, setup, after = SCENARIOS[scenario]
+    binary = build("chain.c", FLAGS[flags])
+    actions = [("after%d" % i, "cmd", c) for i, c in enumerate(after)] + STEPS
+    results, transcript = run_gdb(binary, actions, args=argv, breakpoint=breakpoint, setup=setup)
+    native, enabled, ours = results["native"], results["enabled"], results["ours"]
+    assert len(native) >= 3, transcript
+    # GDB's bt is the same with the plugin's unwinder claiming frames...
+    assert _pcs(enabled) == _pcs(native)
+    assert [f["sp"] for f in enabled] == [f["sp"] for f in native]
+    # ...and the plugin really did claim them.
+    assert results["claimed"] >= len(native) - 2
+    # The plugin's own walk gives the same physical frames (GDB stops at main;
+    # the plugin goes on to _start, so compare GDB's frames as a prefix).
+    our_frames = ours["frames"]
+    assert _pcs(our_frames)[:len(native)] == _pcs(native)
+    assert [f["sp"] for f in our_frames][:len(native)] == [f["sp"] for f in native]
+    assert our_frames[0]["method"] == "context"
+    assert all(f["method"] == "cfi" for f in our_frames[1:])
+    assert ours["stop_reason"] == "outermost"
+    # `unwind compare` sees full agreement (it compares with past-main on).
+    assert results["compare"]["agree"], results["compare"]["summary"]
+
+
+def test_signal_frame_is_unwound_through_restore_rt():
+    binary = build("chain.c", FLAGS["O2"])
+    results, _ = run_gdb(binary, [("ours", "json", "unwind backtrace -json -sources cfi"),
+                                  ("explain", "json", "unwind explain -json all")],
+                         args=["signal"], setup=["handle SIGUSR1 nostop noprint pass"])
+    frames = results["ours"]["frames"]
+    names = [f["function"] for f in frames]
+    assert "__restore_rt" in names, names
+    trampoline = names.index("__restore_rt")
+    assert frames[trampoline]["signal_frame"]
+    # The frame above the trampoline is the interrupted one: its caller is
+    # found by looking up its exact pc, not pc-1.
+    interrupted = results["explain"]["frames"][trampoline + 1]
+    its_caller = results["explain"]["frames"][trampoline + 2]
+    assert its_caller["evidence"]["lookup_pc"] == interrupted["pc"]
+    # The innermost pc is exact; ordinary return addresses are looked up at pc-1.
+    assert results["explain"]["frames"][1]["evidence"]["lookup_pc"] == frames[0]["pc"]
+    assert results["explain"]["frames"][2]["evidence"]["lookup_pc"] == frames[1]["pc"] - 1
+    assert "raise_signal" in names[trampoline:]
+
+
+def test_deep_recursion_10000():
+    binary = build("chain.c", FLAGS["O0"])
+    results, _ = run_gdb(binary, [("ours", "json", "unwind backtrace -json -sources cfi"),
+                                  ("native", "frames", None)], args=["recurse", "10000"])
+    ours, native = results["ours"]["frames"], results["native"]
+    assert len(native) > 10000
+    assert _pcs(ours)[:len(native)] == _pcs(native)
+    assert results["ours"]["stop_reason"] == "outermost"
+
+
+def test_compare_reports_a_corrupted_return_address():
+    """Overwrite level2's saved return address: the two unwinders must now disagree."""
+    binary = build("chain.c", FLAGS["O0"])
+    corrupt = [
+        ("ok", "json", "unwind compare -json"),
+        # frame 2 is level2 (stop_here <- level3 <- level2); its return address
+        # sits just above the CFA-8 slot of level2's frame.
+        ("select", "cmd", "frame 2"),
+        ("poke", "cmd", "set var *(long *)($rbp + 8) = 0x1234"),
+        ("flush", "cmd", "maintenance flush register-cache"),
+        ("bad", "json", "unwind compare -json"),
+    ]
+    results, _ = run_gdb(binary, corrupt, args=["plain"])
+    assert results["ok"]["agree"]
+    bad = results["bad"]
+    assert not bad["agree"]
+    first = next(r for r in bad["frames"] if not r["agrees"])
+    assert first["level"] == 3
+    # GDB follows the bad address; the plugin refuses it (not executable) and stops.
+    assert first["native"]["pc"] == 0x1234
+    assert first["plugin"] is None
+    assert bad["stop_reason"] == "return-address-not-code"
+
+
+def test_unwinder_is_listed_and_can_be_disabled():
+    binary = build("chain.c", FLAGS["O2"])
+    results, _ = run_gdb(binary, [
+        ("info", "cmd", "info unwinder"),
+        ("off", "cmd", "disable unwinder global unwind-plugin"),
+        ("before", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+        ("bt", "cmd", "bt"),
+        ("after", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+        ("info2", "cmd", "info unwinder"),
+    ], args=["plain"])
+    assert "unwind-plugin" in results["info"]
+    assert "level1" in results["bt"]
+    assert results["after"] == results["before"]          # disabled: claims nothing
+    assert "[disabled]" in results["info2"]
