@@ -7,14 +7,16 @@ the site-packages of the python3 interpreters on PATH.
 """
 
 import glob
+import inspect
 import os
 import subprocess
 import sys
 
 import gdb
 
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__ if "__file__" in globals() else gdb.current_objfile().filename)))
+# GDB runs sourced scripts in __main__'s namespace, where __file__ may name
+# whichever script sourced this one; the code object knows the real file.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(inspect.currentframe().f_code.co_filename)))
 
 
 def _add_path(path):

@@ -23,6 +23,7 @@ class GdbState:
         self.claim_fallback = False      # may GDB's `bt` use frame-pointer / stack-scan frames?
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
         self.unwinder = None
+        self._unwinder_context = None
 
     def connect_events(self):
         gdb.events.new_objfile.connect(lambda event: self.modules_changed())
@@ -37,6 +38,8 @@ class GdbState:
 
     def resumed(self):
         self.target._mappings = None
+        if self._unwinder_context is not None:
+            self._unwinder_context._mappings = None
         self.after_signal.clear()
 
     def refresh_arch(self):
@@ -52,6 +55,13 @@ class GdbState:
 
     def context(self, sources=None):
         return UnwindContext(self.target, self.modules, sources or self.sources)
+
+    def unwinder_context(self):
+        """The context GDB's unwinder uses, rebuilt only when the settings change."""
+        sources = self.unwinder_sources()
+        if self._unwinder_context is None or self._unwinder_context.sources != sources:
+            self._unwinder_context = self.context(sources)
+        return self._unwinder_context
 
     def unwinder_sources(self):
         """The sources GDB's `bt` may use: table sources, plus fallbacks only when enabled."""

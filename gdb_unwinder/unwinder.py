@@ -35,10 +35,11 @@ class PendingRegisters:
     def __init__(self, pending_frame, arch):
         self._frame = pending_frame
         self._arch = arch
-        self._values = {}
+        self.known = {}         # DWARF number -> int, or None when unreadable
+        self.raw = {}           # DWARF number -> the gdb.Value read, to hand back unchanged
 
     def get(self, number, default=None):
-        if number not in self._values:
+        if number not in self.known:
             name = self._arch.registers.get(number)
             value = None
             if name is not None:
@@ -46,10 +47,11 @@ class PendingRegisters:
                     raw = self._frame.read_register(name)
                     if not raw.is_optimized_out:
                         value = int(raw) & self._arch.mask
+                        self.raw[number] = raw
                 except (gdb.error, ValueError):
                     value = None
-            self._values[number] = value
-        value = self._values[number]
+            self.known[number] = value
+        value = self.known[number]
         return default if value is None else value
 
     def __contains__(self, number):
@@ -93,7 +95,7 @@ class PluginUnwinder(Unwinder):
         level = pending_frame.level()
         frame = Frame(level=level, pc=pc, registers=registers, method="pending",
                       exact_pc=level == 0 or (pc, sp) in state.after_signal)
-        ctx = state.context(state.unwinder_sources())
+        ctx = state.unwinder_context()
         outcome, attempts = step_frame(frame, ctx)
         if outcome is None or outcome.outermost:
             reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
@@ -105,11 +107,16 @@ class PluginUnwinder(Unwinder):
             state.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
         start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
         info = pending_frame.create_unwind_info(FrameId(outcome.evidence.cfa, start))
+        names, known, raws = arch.registers, registers.known, registers.raw
+        skip = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
         for number, value in caller.items():
-            name = arch.registers.get(number)
-            if name is None or number == arch.ra and arch.ra != arch.pc:
+            name = names.get(number)
+            if name is None or number == skip:
                 continue
-            info.add_saved_register(name, self._value(pending_frame, name, value))
+            raw = raws.get(number)
+            if raw is None or known.get(number) != value:
+                raw = self._value(pending_frame, name, value)
+            info.add_saved_register(name, raw)
         self.claimed += 1
         return info
 

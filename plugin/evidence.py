@@ -47,12 +47,28 @@ class StepEvidence:
     section: str = None
     section_address: int = None
     entry: dict = field(default_factory=dict)     # FDE/CIE offsets, ranges, opcode...
-    row: str = None                     # readable rule, "CFA=rsp+16 => rip=[CFA-8]"
-    row_json: dict = None
+    rule: object = None                 # the plugin.rules.Row applied
+    arch: object = None
     cfa: int = None
     reads: list = field(default_factory=list)
-    recovered: dict = field(default_factory=dict)  # register name -> value
+    caller_registers: dict = field(default_factory=dict)   # DWARF number -> value
     notes: list = field(default_factory=list)
+
+    # Rendering is deferred: GDB's unwinder makes one of these per frame and
+    # most are never shown.
+    @property
+    def row(self):
+        """Readable rule, "CFA=rsp+16 => rip=[CFA-8]"."""
+        return None if self.rule is None else self.rule.text(self.arch)
+
+    @property
+    def row_json(self):
+        return None if self.rule is None else self.rule.to_json(self.arch)
+
+    @property
+    def recovered(self):
+        """Register name -> value of the caller, as recovered."""
+        return {self.arch.name_of(n): v for n, v in sorted(self.caller_registers.items())}
 
 
 @dataclass

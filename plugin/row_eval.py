@@ -69,7 +69,11 @@ def evaluate_row(row, arch, registers, read_memory):
         if cfa_rule.deref:
             cfa = read_word("CFA", cfa)
 
-    caller = {n: registers[n] for n in arch.callee_saved if n in registers}
+    caller = {}
+    for number in arch.callee_saved:
+        value = registers.get(number)
+        if value is not None:
+            caller[number] = value
     caller[arch.sp] = cfa
     undefined = set()
     for number, rule in row.registers.items():
@@ -79,15 +83,17 @@ def evaluate_row(row, arch, registers, read_memory):
             caller.pop(number, None)
             undefined.add(number)
         elif kind == rules.SAME:
-            if number in registers:
-                caller[number] = registers[number]
+            value = registers.get(number)
+            if value is not None:
+                caller[number] = value
         elif kind == rules.OFFSET:
             caller[number] = read_word(name, (cfa + rule.offset) & mask)
         elif kind == rules.VAL_OFFSET:
             caller[number] = (cfa + rule.offset) & mask
         elif kind == rules.REGISTER:
-            if rule.register in registers:
-                caller[number] = registers[rule.register]
+            value = registers.get(rule.register)
+            if value is not None:
+                caller[number] = value
             else:
                 caller.pop(number, None)
         elif kind == rules.EXPRESSION:

@@ -7,6 +7,7 @@ core takes these facts from here instead of assuming x86_64.
 """
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Arch:
             return self.aliases[name]
         raise KeyError(name)
 
-    @property
+    @cached_property
     def mask(self):
         return (1 << (8 * self.address_size)) - 1
 

@@ -26,6 +26,7 @@ class CfiTables:
         self.target = target
         self.problems = []
         self._loaded = {}
+        self._rows = {}         # lookup pc -> (section name, section, FDE, how, Row)
 
     @classmethod
     def of(cls, module, target):
@@ -126,6 +127,23 @@ class CfiTables:
         return None
 
 
+    def row_for(self, pc):
+        """lookup(pc) plus the row in force at pc, memoized: deep stacks repeat pcs."""
+        hit = self._rows.get(pc)
+        if hit is None:
+            found = self.lookup(pc)
+            if found is None:
+                return None
+            hit = found + (cfi.row_at(found[2], pc, self.module.arch),)
+            if len(self._rows) >= ROW_CACHE_SIZE:
+                self._rows.clear()
+            self._rows[pc] = hit
+        return hit
+
+
+ROW_CACHE_SIZE = 8192
+
+
 def step(frame, ctx):
     """Recover frame's caller from the CFI row covering its lookup pc."""
     pc = ctx.lookup_pc(frame)
@@ -134,14 +152,13 @@ def step(frame, ctx):
         return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc)
     tables = CfiTables.of(module, ctx.target)
     try:
-        hit = tables.lookup(pc)
+        hit = tables.row_for(pc)
         if hit is None:
             reason = "no FDE in %s covers 0x%x" % (module.name, pc)
             if tables.problems:
                 reason += " (%s)" % "; ".join(tables.problems)
             return Outcome.not_applicable(SOURCE, reason)
-        name, section, fde, how = hit
-        row = cfi.row_at(fde, pc, ctx.arch)
+        name, section, fde, how, row = hit
     except DecodeError as exc:
         return Outcome.failed(SOURCE, "bad CFI in %s: %s" % (module.name, exc))
     evidence = StepEvidence(

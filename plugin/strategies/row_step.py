@@ -11,8 +11,8 @@ from . import FAILED, RECOVERED, Outcome
 
 def step_with_row(row, frame, ctx, evidence, signal_frame=False):
     arch = ctx.arch
-    evidence.row = row.text(arch)
-    evidence.row_json = row.to_json(arch)
+    evidence.rule = row
+    evidence.arch = arch
     try:
         result = evaluate_row(row, arch, frame.registers, ctx.read_memory)
     except UnwindError as exc:
@@ -37,6 +37,6 @@ def step_with_row(row, frame, ctx, evidence, signal_frame=False):
                                   % (ra, stripped))
         ra = stripped
     caller[arch.pc] = ra
-    evidence.recovered = {arch.name_of(n): v for n, v in sorted(caller.items())}
+    evidence.caller_registers = caller
     return Outcome(RECOVERED, evidence.source, registers=caller, evidence=evidence,
                    signal_frame=signal_frame)
