@@ -3,7 +3,9 @@
 from . import Arch
 
 _NAMES = {n: "r%d" % n for n in range(16)}
-_NAMES.update({16 + n: "f%d" % n for n in range(16)})
+# DWARF 16-31 are the FPRs in the ABI's order f0 f2 f4 f6 f1 f3 f5 f7 f8 f10 ...
+_FPR_ORDER = (0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15)
+_NAMES.update({16 + i: "f%d" % n for i, n in enumerate(_FPR_ORDER)})
 _NAMES[65] = "pswa"
 
 ARCH = Arch(

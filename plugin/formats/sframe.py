@@ -1,0 +1,660 @@
+"""SFrame (.sframe) decoder: versions 1, 2 and 3.
+
+An SFrame section is a header, an array of function descriptor entries
+(FDEs) and a sub-section of frame row entries (FREs). Each FRE says, from
+its start address on, how to find the CFA (SP or FP plus an offset) and
+where the frame pointer and return address were saved. The layout, per
+the SFrame specification (version 3, with its history sections) and
+binutils' sframe.h:
+
+    header (28 bytes + auxiliary header, all versions)
+      u16 magic 0xdee2 (its byte order is the section's), u8 version,
+      u8 flags, u8 abi, s8 fixed FP offset, s8 fixed RA offset,
+      u8 aux header length, u32 num_fdes, num_fres, fre_len, fdeoff, freoff
+      (fdeoff and freoff count from the end of the header)
+    v1 FDE (17 bytes): s32 start, u32 size, u32 fre_off, u32 num_fres, u8 info
+    v2 FDE (20 bytes): the v1 fields, u8 rep_size, u16 padding
+    v3 FDE index (16 bytes): s64 start, u32 size, u32 fre_off; its attribute
+      (u16 num_fres, u8 info, u8 info2, u8 rep_size) opens the function's
+      FRE block, and the FREs follow it
+    FRE: u8/u16/u32 start offset, u8 info, N data words of 1/2/4 bytes
+
+Nothing here knows about unwinding policy: the decoder gives FDEs, FREs,
+the lookup of the FRE in force at a pc and the translation of an FRE into
+a plugin.rules.Row. Every byte is read through plugin.memory, every count
+is checked against the section before it drives a loop, and bad input
+raises plugin.errors.DecodeError only.
+"""
+
+import bisect
+from dataclasses import dataclass, field
+
+from .. import arch as arches
+from ..errors import DecodeError
+from ..memory import Region
+from ..rules import (CfaRule, EXPRESSION, OFFSET, REGISTER, Row, Rule, SAME,
+                     UNDEFINED, VAL_EXPRESSION, VAL_OFFSET)
+
+MAGIC = 0xDEE2
+HEADER_SIZE = 28
+# Every SFrame ABI is 64-bit; addresses wrap like readelf's %PRIx64.
+ADDRESS_MASK = (1 << 64) - 1
+
+VERSION_1, VERSION_2, VERSION_3 = 1, 2, 3
+
+F_FDE_SORTED = 0x1
+F_FRAME_POINTER = 0x2            # v1 and v2 only
+F_FDE_FUNC_START_PCREL = 0x4     # v2 (erratum 1) and v3
+
+ABI_AARCH64_ENDIAN_BIG = 1
+ABI_AARCH64_ENDIAN_LITTLE = 2
+ABI_AMD64_ENDIAN_LITTLE = 3
+ABI_S390X_ENDIAN_BIG = 4
+
+ABI_NAMES = {
+    ABI_AARCH64_ENDIAN_BIG: "AARCH64_ENDIAN_BIG",
+    ABI_AARCH64_ENDIAN_LITTLE: "AARCH64_ENDIAN_LITTLE",
+    ABI_AMD64_ENDIAN_LITTLE: "AMD64_ENDIAN_LITTLE",
+    ABI_S390X_ENDIAN_BIG: "S390X_ENDIAN_BIG",
+}
+ABI_ARCH_NAMES = {
+    ABI_AARCH64_ENDIAN_BIG: "aarch64",
+    ABI_AARCH64_ENDIAN_LITTLE: "aarch64",
+    ABI_AMD64_ENDIAN_LITTLE: "x86_64",
+    ABI_S390X_ENDIAN_BIG: "s390x",
+}
+
+FDE_SIZES = {VERSION_1: 17, VERSION_2: 20, VERSION_3: 16}
+V3_ATTR_SIZE = 5
+
+# FDE info byte: bits 0-3 FRE type (start-address size), bit 4 PC type,
+# bit 5 AArch64 pauth key, bit 7 signal frame (v3 only).
+FRE_TYPE_SIZES = {0: 1, 1: 2, 2: 4}
+PC_TYPE_INC, PC_TYPE_MASK = 0, 1
+FDE_TYPE_DEFAULT, FDE_TYPE_FLEX = 0, 1     # v3 info2 bits 0-4
+
+# FRE info byte: bit 0 CFA base (0 = FP, 1 = SP), bits 1-4 data-word count,
+# bits 5-6 data-word size, bit 7 mangled (signed) return address.
+DATA_WORD_SIZES = {0: 1, 1: 2, 2: 4}
+
+# s390x stores the CFA offset scaled down by 8 and shifted by -160 so that
+# common frames fit one signed byte; SP is CFA - 160.
+S390X_CFA_OFFSET_ADJUSTMENT = -160
+S390X_CFA_OFFSET_ALIGNMENT_FACTOR = 8
+S390X_SP_VAL_OFFSET = -160
+
+# The RA data word 0 is padding: s390x "FP saved, RA not saved"; flex
+# FDEs "RA has no explicit rule, the FP pair follows".
+RA_PADDING = 0
+
+# DWARF expression opcodes used to express flex rules that a Rule kind
+# cannot say directly (register + offset, optionally dereferenced).
+_DW_OP_BREG0 = 0x70
+_DW_OP_BREGX = 0x92
+
+
+@dataclass(frozen=True)
+class SFrameRule:
+    """One recovery rule of an FRE, in SFrame's own terms.
+
+    value = (register `register` if base == "register" else the CFA) + offset,
+    then read from memory when `deref` is set. A default-FDE "saved at
+    CFA+off" is base="cfa", deref=True; an s390x v2 "saved in register N"
+    is base="register", offset=0, deref=False.
+    """
+    base: str                  # "cfa" or "register"
+    offset: int = 0
+    register: int = None
+    deref: bool = True
+    control: int = None        # flex FDEs: the raw control word
+
+    def text(self, arch=None):
+        name = "c" if self.base == "cfa" else _register_text(self.register, arch)
+        core = "%s%+d" % (name, self.offset)
+        return "(%s)" % core if self.deref else core
+
+
+@dataclass
+class SFrameFDE:
+    index: int
+    offset: int                # section offset of the FDE (v3: of its index entry)
+    start: int                 # runtime address of the function
+    size: int
+    end: int
+    fre_offset: int            # section offset of the first FRE
+    num_fres: int
+    fre_type: int              # size in bytes of each FRE start offset: 1, 2 or 4
+    pc_type: str               # "inc" or "mask"
+    rep_size: int              # MASK: repetition block size (v1 has none: 0)
+    fde_type: str              # "default", "flex" or "type-N" (unknown v3 type)
+    signal_frame: bool
+    ra_mangled_key: str        # "A" / "B" on AArch64, None elsewhere
+    info: int                  # raw info byte
+    info2: int = None          # raw second info byte (v3)
+    attr_offset: int = None    # v3: section offset of the FDE attribute
+    start_field: int = 0       # the raw signed start value as stored
+    outermost: bool = False    # v3: a default FDE with no FREs marks an outermost frame
+
+    def contains(self, pc):
+        return self.start <= pc < self.end
+
+
+@dataclass
+class SFrameFRE:
+    index: int                 # position within its FDE
+    offset: int                # section offset of the FRE
+    start_offset: int          # from the function start (MASK: within the block)
+    start_address: int         # fde.start + start_offset
+    info: int                  # raw info byte
+    cfa_base: str              # "sp", "fp", or "rN" (flex FDEs on another register)
+    data_word_size: int        # 1, 2 or 4
+    words: list                # the data words, signed
+    ra_mangled: bool
+    outermost: bool            # no data words: RA undefined
+    cfa: SFrameRule = None     # base "register"; None when outermost
+    ra: SFrameRule = None      # None: the default rule (header fixed offset or the link register)
+    fp: SFrameRule = None      # None: FP not saved (unchanged)
+    ra_padding: bool = False   # a padding word stands in the RA position ('U' in dumps)
+    notes: list = field(default_factory=list)
+
+    @property
+    def cfa_offset(self):
+        return None if self.cfa is None else self.cfa.offset
+
+    @property
+    def cfa_register(self):
+        return None if self.cfa is None else self.cfa.register
+
+    @property
+    def cfa_deref(self):
+        return bool(self.cfa is not None and self.cfa.deref)
+
+    @property
+    def fp_offset(self):
+        """CFA offset FP is saved at, None when not saved on the stack at CFA+n."""
+        return _stack_slot(self.fp)
+
+    @property
+    def ra_offset(self):
+        """CFA offset RA is saved at; None when not tracked, fixed or elsewhere."""
+        return _stack_slot(self.ra)
+
+    @property
+    def fp_register(self):
+        return _register_slot(self.fp)
+
+    @property
+    def ra_register(self):
+        return _register_slot(self.ra)
+
+
+def _stack_slot(rule):
+    if rule is not None and rule.base == "cfa" and rule.deref:
+        return rule.offset
+    return None
+
+
+def _register_slot(rule):
+    if rule is not None and rule.base == "register" and not rule.deref and rule.offset == 0:
+        return rule.register
+    return None
+
+
+def _register_text(number, arch):
+    if arch is not None:
+        if number == arch.sp:
+            return "sp"
+        if number == arch.fp:
+            return "fp"
+    return "r%d" % number
+
+
+class SFrameSection:
+    """A decoded .sframe section.
+
+    region: a plugin.memory.Region over the section; region.address is its
+    runtime address, so function starts come out as runtime addresses.
+    arch: a plugin.arch Arch, or None to take it from the header's ABI.
+    The header is checked when the object is built; FDEs are decoded on
+    first use and FREs per FDE on first use, then kept.
+    """
+
+    def __init__(self, region, arch=None):
+        self.name = region.name
+        self.address = region.address
+        self.size = region.size
+        self.byteorder = self._byteorder_from_magic(region)
+        self.region = self._with_byteorder(region, self.byteorder)
+        self._read_header()
+        self.arch = arch if arch is not None else arches.BY_NAME[ABI_ARCH_NAMES[self.abi]]
+        self._fdes = None
+        self._fres = {}
+        self._starts = None
+        self._lookup = None
+
+    # -- header ------------------------------------------------------------
+
+    def _error(self, offset, cause):
+        return DecodeError(self.name, offset, cause)
+
+    def _byteorder_from_magic(self, region):
+        if region.size < 2:
+            raise self._error(0, "section of %d bytes is too short for an SFrame preamble" % region.size)
+        magic = region.read(0, 2)
+        if magic == b"\xe2\xde":
+            return "little"
+        if magic == b"\xde\xe2":
+            return "big"
+        raise self._error(0, "bad magic 0x%s (want 0xdee2 in either byte order)" % magic.hex())
+
+    @staticmethod
+    def _with_byteorder(region, byteorder):
+        """The region itself, or a view of it read in the section's byte order."""
+        if region.byteorder == byteorder:
+            return region
+        return Region(region.name, region.address, region.size,
+                      lambda address, size: region.read(address - region.address, size),
+                      byteorder)
+
+    def _read_header(self):
+        if self.size < HEADER_SIZE:
+            raise self._error(0, "section of %d bytes is shorter than the %d-byte header"
+                              % (self.size, HEADER_SIZE))
+        cur = self.region.cursor(2)
+        self.version = cur.u8()
+        self.flags = cur.u8()
+        self.abi = cur.u8()
+        self.fixed_fp_offset = cur.s8()
+        self.fixed_ra_offset = cur.s8()
+        self.aux_header_len = cur.u8()
+        self.num_fdes = cur.u32()
+        self.num_fres = cur.u32()
+        self.fre_len = cur.u32()
+        self.fde_sub_offset = cur.u32()
+        self.fre_sub_offset = cur.u32()
+        if self.version not in FDE_SIZES:
+            raise self._error(2, "unknown SFrame version %d" % self.version)
+        if self.abi not in ABI_NAMES:
+            raise self._error(4, "unknown ABI/arch identifier %d" % self.abi)
+        self.abi_name = ABI_NAMES[self.abi]
+        self.header_size = HEADER_SIZE + self.aux_header_len
+        if self.header_size > self.size:
+            raise self._error(7, "auxiliary header of %d bytes runs past the end"
+                              % self.aux_header_len)
+        self.fde_size = FDE_SIZES[self.version]
+        self.fdes_start = self.header_size + self.fde_sub_offset
+        fdes_end = self.fdes_start + self.num_fdes * self.fde_size
+        if fdes_end > self.size:
+            raise self._error(8, "%d FDEs of %d bytes from offset 0x%x run past the end (size 0x%x)"
+                              % (self.num_fdes, self.fde_size, self.fdes_start, self.size))
+        self.fres_start = self.header_size + self.fre_sub_offset
+        self.fres_end = self.fres_start + self.fre_len
+        if self.fres_end > self.size:
+            raise self._error(16, "FRE sub-section [0x%x, 0x%x) runs past the end (size 0x%x)"
+                              % (self.fres_start, self.fres_end, self.size))
+        # The smallest FRE is 2 bytes: a 1-byte start and the info byte.
+        if 2 * self.num_fres > self.fre_len:
+            raise self._error(12, "%d FREs cannot fit in an FRE sub-section of %d bytes"
+                              % (self.num_fres, self.fre_len))
+
+    @property
+    def sorted(self):
+        return bool(self.flags & F_FDE_SORTED)
+
+    @property
+    def pcrel(self):
+        """Function starts are relative to their own field (v2 erratum 1, v3)."""
+        return self.version >= VERSION_2 and bool(self.flags & F_FDE_FUNC_START_PCREL)
+
+    # -- FDEs --------------------------------------------------------------
+
+    @property
+    def fdes(self):
+        if self._fdes is None:
+            self._fdes = [self._read_fde(i) for i in range(self.num_fdes)]
+            starts = [fde.start for fde in self._fdes]
+            # Binary search only where the producer says the index is sorted
+            # and it really is: a lying flag must not hide functions.
+            if self.sorted and all(a <= b for a, b in zip(starts, starts[1:])):
+                self._lookup = "binary"
+                self._starts = starts
+            else:
+                self._lookup = "linear"
+        return self._fdes
+
+    @property
+    def lookup(self):
+        """How find_fde searches: "binary" (sorted flag set and true) or "linear"."""
+        if self._fdes is None:
+            self.fdes              # decoding the FDEs settles it
+        return self._lookup
+
+    def _read_fde(self, index):
+        offset = self.fdes_start + index * self.fde_size
+        cur = self.region.cursor(offset)
+        if self.version == VERSION_3:
+            start_field = cur.s64()
+            size = cur.u32()
+            fre_off = cur.u32()
+            attr_offset = self._fre_block_offset(offset, fre_off, V3_ATTR_SIZE)
+            attr = self.region.cursor(attr_offset)
+            num_fres = attr.u16()
+            info = attr.u8()
+            info2 = attr.u8()
+            rep_size = attr.u8()
+            first_fre = attr_offset + V3_ATTR_SIZE
+        else:
+            start_field = cur.s32()
+            size = cur.u32()
+            fre_off = cur.u32()
+            num_fres = cur.u32()
+            info = cur.u8()
+            rep_size = cur.u8() if self.version == VERSION_2 else 0
+            info2 = None
+            attr_offset = None
+            first_fre = self._fre_block_offset(offset, fre_off, 0)
+        fre_type = info & 0xF
+        if fre_type not in FRE_TYPE_SIZES:
+            raise self._error(offset, "FDE %d: unknown FRE type %d" % (index, fre_type))
+        if num_fres * 2 > self.fres_end - first_fre:
+            raise self._error(offset, "FDE %d: %d FREs cannot fit between 0x%x and the end of the "
+                              "FRE sub-section (0x%x)" % (index, num_fres, first_fre, self.fres_end))
+        base = self.address + offset if self.pcrel else self.address
+        start = (base + start_field) & ADDRESS_MASK
+        pc_type = "mask" if (info >> 4) & 1 == PC_TYPE_MASK else "inc"
+        if self.version == VERSION_3:
+            kind = info2 & 0x1F
+            fde_type = {FDE_TYPE_DEFAULT: "default", FDE_TYPE_FLEX: "flex"}.get(kind, "type-%d" % kind)
+            signal = bool(info >> 7 & 1)
+        else:
+            fde_type = "default"
+            signal = False
+        key = None
+        if self.abi in (ABI_AARCH64_ENDIAN_BIG, ABI_AARCH64_ENDIAN_LITTLE):
+            key = "B" if info >> 5 & 1 else "A"
+        return SFrameFDE(
+            index=index, offset=offset, start=start, size=size, end=start + size,
+            fre_offset=first_fre, num_fres=num_fres, fre_type=FRE_TYPE_SIZES[fre_type],
+            pc_type=pc_type, rep_size=rep_size, fde_type=fde_type, signal_frame=signal,
+            ra_mangled_key=key, info=info, info2=info2, attr_offset=attr_offset,
+            start_field=start_field,
+            outermost=(self.version == VERSION_3 and fde_type == "default" and num_fres == 0))
+
+    def _fre_block_offset(self, fde_offset, fre_off, need):
+        """Section offset of a function's FRE block, checked to lie in the FRE sub-section."""
+        offset = self.fres_start + fre_off
+        if offset + need > self.fres_end:
+            raise self._error(fde_offset, "FRE offset 0x%x points past the FRE sub-section "
+                              "(length 0x%x)" % (fre_off, self.fre_len))
+        return offset
+
+    # -- FREs --------------------------------------------------------------
+
+    def fres(self, fde):
+        """The FREs of `fde`, decoded once."""
+        cached = self._fres.get(fde.index)
+        if cached is None:
+            cached = self._read_fres(fde)
+            self._fres[fde.index] = cached
+        return cached
+
+    def _read_fres(self, fde):
+        cur = self.region.cursor(fde.fre_offset)
+        out = []
+        for index in range(fde.num_fres):
+            offset = cur.pos
+            start_offset = cur.uint(fde.fre_type)
+            info = cur.u8()
+            count = info >> 1 & 0xF
+            size_code = info >> 5 & 0x3
+            if size_code not in DATA_WORD_SIZES:
+                raise self._error(offset, "FRE %d of FDE %d: unknown data-word size code %d"
+                                  % (index, fde.index, size_code))
+            size = DATA_WORD_SIZES[size_code]
+            if cur.pos + count * size > self.fres_end:
+                raise self._error(offset, "FRE %d of FDE %d runs past the FRE sub-section"
+                                  % (index, fde.index))
+            words = [cur.sint(size) for _ in range(count)]
+            fre = SFrameFRE(
+                index=index, offset=offset, start_offset=start_offset,
+                start_address=(fde.start + start_offset) & ADDRESS_MASK,
+                info=info, cfa_base="sp" if info & 1 else "fp", data_word_size=size,
+                words=words, ra_mangled=bool(info >> 7 & 1), outermost=(count == 0))
+            self._interpret(fde, fre)
+            out.append(fre)
+        return out
+
+    def _interpret(self, fde, fre):
+        """Fill in the FRE's CFA / RA / FP rules from its data words."""
+        if fre.ra_mangled:
+            fre.notes.append("the return address is signed (AArch64 PAC, key %s): strip the "
+                             "pointer-authentication bits before using it"
+                             % (fde.ra_mangled_key or "A"))
+        if fre.outermost:
+            fre.notes.append("no data words: the return address is undefined (outermost frame)")
+            return
+        if fde.fde_type == "default":
+            self._interpret_default(fde, fre)
+        elif fde.fde_type == "flex":
+            self._interpret_flex(fde, fre)
+        else:
+            raise self._error(fde.offset, "FDE %d has FDE type %d, which this decoder does not know"
+                              % (fde.index, fde.info2 & 0x1F))
+
+    def _cfa_offset(self, stored):
+        if self.abi == ABI_S390X_ENDIAN_BIG:
+            return stored * S390X_CFA_OFFSET_ALIGNMENT_FACTOR - S390X_CFA_OFFSET_ADJUSTMENT
+        return stored
+
+    def _interpret_default(self, fde, fre):
+        words = fre.words
+        base_register = self.arch.sp if fre.cfa_base == "sp" else self.arch.fp
+        fre.cfa = SFrameRule("register", self._cfa_offset(words[0]), base_register, deref=False)
+        index = 1
+        # RA has a data word only when the header gives no fixed RA offset
+        # (AMD64 fixes it at CFA-8); FP likewise. Then RA comes before FP.
+        if self.fixed_ra_offset == 0:
+            if len(words) > index:
+                fre.ra = self._default_slot(words[index])
+                if words[index] == RA_PADDING:
+                    fre.ra = None
+                    fre.ra_padding = True
+            index += 1
+        if self.fixed_fp_offset == 0 and len(words) > index:
+            fre.fp = self._default_slot(words[index])
+
+    def _default_slot(self, value):
+        # s390x v2 only: an odd value is a DWARF register number times 2
+        # plus 1 (saved in that register); stack offsets are even.
+        if self.abi == ABI_S390X_ENDIAN_BIG and self.version == VERSION_2 and value & 1:
+            return SFrameRule("register", 0, value >> 1, deref=False)
+        return SFrameRule("cfa", value, None, deref=True)
+
+    def _interpret_flex(self, fde, fre):
+        words = fre.words
+        mask = (1 << (8 * fre.data_word_size)) - 1
+        if len(words) < 2:
+            raise self._error(fre.offset, "flex FRE %d of FDE %d has %d data word(s); the CFA "
+                              "needs a control word and an offset" % (fre.index, fde.index, len(words)))
+        cfa = _flex_rule(words[0] & mask, words[1])
+        if cfa.base != "register":
+            raise self._error(fre.offset, "flex FRE %d of FDE %d: the CFA rule names no base "
+                              "register (control word 0x%x)" % (fre.index, fde.index, words[0] & mask))
+        fre.cfa = SFrameRule("register", self._cfa_offset(cfa.offset), cfa.register,
+                             deref=cfa.deref, control=cfa.control)
+        fre.cfa_base = _register_text(cfa.register, self.arch)
+        fp_index = 4
+        if len(words) > 2:
+            ra_control = words[2] & mask
+            if ra_control == RA_PADDING:
+                # One padding word instead of the RA pair: RA keeps its
+                # default rule and the FP pair starts one word earlier.
+                fre.ra_padding = True
+                fp_index = 3
+            elif len(words) > 3:
+                fre.ra = _flex_rule(ra_control, words[3])
+        if len(words) > fp_index + 1:
+            fre.fp = _flex_rule(words[fp_index] & mask, words[fp_index + 1])
+
+    # -- lookup ------------------------------------------------------------
+
+    def find_fde(self, pc):
+        """(index, fde) of the function covering `pc`, or None."""
+        fdes = self.fdes
+        if self._lookup == "binary":
+            last = bisect.bisect_right(self._starts, pc) - 1
+            # Several functions may share a start (an empty one beside a real
+            # one): try each of them, nearest first.
+            i = last
+            while i >= 0 and self._starts[i] == self._starts[last]:
+                if fdes[i].contains(pc):
+                    return i, fdes[i]
+                i -= 1
+            return None
+        for fde in fdes:
+            if fde.contains(pc):
+                return fde.index, fde
+        return None
+
+    def find(self, pc):
+        """(index, fde, fre) in force at `pc`, or None.
+
+        For an outermost v3 FDE (no FREs) the answer is (index, fde, None):
+        row(fde, None) then says the return address is undefined.
+        """
+        found = self.find_fde(pc)
+        if found is None:
+            return None
+        index, fde = found
+        fres = self.fres(fde)
+        if not fres:
+            return (index, fde, None) if fde.outermost else None
+        fre = self._fre_at(fde, fres, pc)
+        return None if fre is None else (index, fde, fre)
+
+    def repetition_size(self, fde):
+        """Block size a MASK FDE's FREs repeat with.
+
+        v1 has no rep_size field. Its only producer (ld 2.40) wrote MASK FDEs
+        for the x86-64 .plt, whose entries are 16 bytes: the value v2 then
+        stored, and the size libsframe 2.40's lookup comment assumes.
+        """
+        if fde.rep_size:
+            return fde.rep_size
+        if self.version == VERSION_1 and self.abi == ABI_AMD64_ENDIAN_LITTLE:
+            return 16
+        raise self._error(fde.offset, "FDE %d has PC type MASK but a repetition size of 0"
+                          % fde.index)
+
+    def _fre_at(self, fde, fres, pc):
+        offset = pc - fde.start
+        if fde.pc_type == "mask":
+            # PLT-like stubs: one FRE list repeats every rep_size bytes.
+            offset %= self.repetition_size(fde)
+        best = None
+        for fre in fres:
+            if fre.start_offset <= offset and (best is None or fre.start_offset >= best.start_offset):
+                best = fre
+        return best
+
+    # -- rows --------------------------------------------------------------
+
+    def row(self, fde, fre, pc=None):
+        """The FRE as a plugin.rules.Row.
+
+        Row.address is the FRE's start and Row.end the next FRE's start or
+        the function's end. For a MASK FDE give `pc` to get the range of the
+        repetition block pc is in.
+        """
+        arch = self.arch
+        start, end = self._row_range(fde, fre, pc)
+        if fre is None or fre.outermost:
+            if fre is None and not fde.outermost:
+                raise ValueError("row() needs an FRE unless the FDE marks an outermost frame")
+            # Nothing locates the CFA here; sp+0 stands in so the Row is
+            # well formed, and the undefined RA ends the unwind.
+            return Row(address=start, end=end, cfa=CfaRule("register", register=arch.sp, offset=0),
+                       registers={arch.ra: Rule(UNDEFINED)},
+                       ra_signed=bool(fre is not None and fre.ra_mangled))
+        cfa = fre.cfa
+        registers = {}
+        if fre.ra is not None:
+            registers[arch.ra] = _row_rule(fre.ra)
+        elif self.fixed_ra_offset != 0:
+            registers[arch.ra] = Rule(OFFSET, offset=self.fixed_ra_offset)
+        else:
+            # AArch64 and s390x: an untracked RA is still in the link register.
+            registers[arch.ra] = Rule(SAME)
+        if fre.fp is not None:
+            registers[arch.fp] = _row_rule(fre.fp)
+        elif self.fixed_fp_offset != 0:
+            registers[arch.fp] = Rule(OFFSET, offset=self.fixed_fp_offset)
+        if self.abi == ABI_S390X_ENDIAN_BIG:
+            registers[arch.sp] = Rule(VAL_OFFSET, offset=S390X_SP_VAL_OFFSET)
+        return Row(address=start, end=end,
+                   cfa=CfaRule("register", register=cfa.register, offset=cfa.offset, deref=cfa.deref),
+                   registers=registers, ra_signed=fre.ra_mangled)
+
+    def _row_range(self, fde, fre, pc):
+        if fre is None:
+            return fde.start, fde.end
+        fres = self.fres(fde)
+        following = [f.start_offset for f in fres if f.start_offset > fre.start_offset]
+        next_offset = min(following) if following else None
+        if fde.pc_type == "mask" and pc is not None:
+            rep = self.repetition_size(fde)
+            block = fde.start + (pc - fde.start) // rep * rep
+            block_end = min(block + rep, fde.end)
+            end = block_end if next_offset is None else min(block + next_offset, block_end)
+            return block + fre.start_offset, end
+        end = fde.end if next_offset is None else fde.start + next_offset
+        return fre.start_address, end
+
+
+def _flex_rule(control, offset):
+    """A flex (control word, offset) pair as an SFrameRule.
+
+    Control word: bit 0 reg_p (base is register `control >> 3`, else the
+    CFA), bit 1 deref_p (the value is read from base + offset).
+    """
+    if control & 1:
+        return SFrameRule("register", offset, control >> 3, deref=bool(control & 2), control=control)
+    return SFrameRule("cfa", offset, None, deref=bool(control & 2), control=control)
+
+
+def _row_rule(rule):
+    """An SFrameRule for RA or FP as a plugin.rules.Rule."""
+    if rule.base == "cfa":
+        return Rule(OFFSET if rule.deref else VAL_OFFSET, offset=rule.offset)
+    if not rule.deref and rule.offset == 0:
+        return Rule(REGISTER, register=rule.register)
+    return Rule(EXPRESSION if rule.deref else VAL_EXPRESSION,
+                expression=_breg(rule.register, rule.offset))
+
+
+def _breg(register, offset):
+    """DW_OP_breg<register> <offset>: the value register + offset."""
+    if register < 32:
+        return bytes([_DW_OP_BREG0 + register]) + _sleb(offset)
+    return bytes([_DW_OP_BREGX]) + _uleb(register) + _sleb(offset)
+
+
+def _uleb(value):
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _sleb(value):
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        done = (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40)
+        out.append(byte | (0 if done else 0x80))
+        if done:
+            return bytes(out)
