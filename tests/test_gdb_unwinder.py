@@ -15,6 +15,7 @@ FLAGS = {
     "O0": ["-O0"],
     "O2": ["-O2"],
     "O2-nofp": ["-O2", "-fomit-frame-pointer"],
+    "O2-debug-frame": ["-O2", "-fno-asynchronous-unwind-tables"],   # the program's CFI only in .debug_frame
 }
 
 # (mode, argv, breakpoint, extra setup commands, extra commands after the stop)
@@ -139,3 +140,39 @@ def test_unwinder_is_listed_and_can_be_disabled():
     assert "level1" in results["bt"]
     assert results["after"] == results["before"]          # disabled: claims nothing
     assert "[disabled]" in results["info2"]
+
+
+def test_modules_tables_and_debug_frame_from_disk():
+    """`unwind modules` finds every module's tables in memory (the vdso too); `unwind tables`
+    in GDB gives the offline command's rows, moved by the load bias."""
+    import json
+    import subprocess
+    import sys
+
+    from support import ROOT
+    binary = build("chain.c", FLAGS["O2-debug-frame"])
+    results, _ = run_gdb(binary, [("modules", "json", "unwind modules -json"),
+                                  ("tables", "json", "unwind tables -json level2"),
+                                  ("addr", "py", "int(gdb.parse_and_eval('level2').address)")],
+                         args=["plain"])
+    modules = {m["name"]: m for m in results["modules"]["modules"]}
+    assert "[vdso]" in modules and modules["[vdso]"]["path"] is None
+    assert modules["[vdso]"]["tables"][".eh_frame_hdr"]["found_by"] == "PT_GNU_EH_FRAME"
+    libc = next(m for name, m in modules.items() if name.startswith("libc.so"))
+    assert libc["tables"][".eh_frame"]["in_memory"]
+    ours = modules[binary.name]
+    assert ours["tables"][".debug_frame"]["in_memory"] is False
+    bias = ours["load_bias"]
+
+    offline = json.loads(subprocess.run(
+        [sys.executable, "-m", "plugin", "tables", str(binary), "--json",
+         "--address", hex(results["addr"] - bias)], cwd=ROOT, capture_output=True, text=True,
+        check=True).stdout)
+    live = results["tables"]
+    assert [s["section"] for s in live["sources"]] == [s["section"] for s in offline["sources"]] \
+        == [".debug_frame"]
+    live_entry, offline_entry = live["sources"][0]["entries"][0], offline["sources"][0]["entries"][0]
+    assert live_entry["start"] - bias == offline_entry["start"]
+    assert live_entry["end"] - bias == offline_entry["end"]
+    assert [r["address"] - bias for r in live_entry["rows"]] == [r["address"] for r in offline_entry["rows"]]
+    assert [r["cfa"] for r in live_entry["rows"]] == [r["cfa"] for r in offline_entry["rows"]]
