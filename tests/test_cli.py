@@ -1,0 +1,84 @@
+"""`python -m plugin tables`: shape of its output and its errors, checked against readelf."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from support import ROOT, build, need_tool, run, system_library
+
+
+def plugin(*args):
+    return subprocess.run([sys.executable, "-m", "plugin", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def readelf_fde_ranges(path, section=".eh_frame"):
+    out = run([need_tool("readelf"), "--debug-dump=frames", str(path)]).stdout
+    ranges, current = [], None
+    for line in out.splitlines():
+        header = re.match(r"Contents of the (\S+) section", line)
+        if header:
+            current = header.group(1).rstrip(":")
+        match = re.search(r"FDE cie=\w+ pc=([0-9a-f]+)\.\.([0-9a-f]+)", line)
+        if match and current == section:
+            ranges.append((int(match.group(1), 16), int(match.group(2), 16)))
+    return sorted(ranges)
+
+
+@pytest.mark.parametrize("target", ["fixture", "libc"])
+def test_every_fde_is_listed_with_readelfs_ranges(target):
+    path = build("chain.c", ["-O2"]) if target == "fixture" else system_library("libc.so.6")
+    result = plugin("tables", path, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    eh = [s for s in data["sources"] if s["section"] == ".eh_frame"]
+    assert len(eh) == 1 and eh[0]["kind"] == "cfi"
+    ours = sorted((e["start"], e["end"]) for e in eh[0]["entries"])
+    assert ours == readelf_fde_ranges(path)
+    for entry in eh[0]["entries"]:
+        assert entry["rows"], entry
+        for row in entry["rows"]:
+            assert entry["start"] <= row["address"] < entry["end"]
+            assert row["cfa"]["kind"] in ("register", "expression")
+            for rule in row["registers"].values():
+                assert rule["kind"] in ("undefined", "same", "offset", "val_offset", "register",
+                                        "expression", "val_expression")
+
+
+def test_address_filter_gives_the_covering_entry_and_row():
+    path = build("chain.c", ["-O0"])
+    nm = run([need_tool("nm"), str(path)]).stdout
+    level2 = int(next(l.split()[0] for l in nm.splitlines() if l.endswith(" level2")), 16)
+    data = json.loads(plugin("tables", path, "--address", hex(level2 + 4), "--json").stdout)
+    entries = [e for s in data["sources"] for e in s["entries"]]
+    assert len(entries) == 1
+    entry = entries[0]
+    assert entry["start"] == level2
+    assert len(entry["rows"]) == 1
+    row = entry["rows"][0]
+    # -O0 x86_64: push rbp (1 byte) then mov rbp,rsp (3 bytes): from +4 the CFA is rbp+16.
+    assert row["address"] == level2 + 4
+    assert row["cfa"] == {"kind": "register", "register": "rbp", "offset": 16}
+    assert row["registers"]["rip"] == {"kind": "offset", "offset": -8}
+    assert row["registers"]["rbp"] == {"kind": "offset", "offset": -16}
+    text = plugin("tables", path, "--address", hex(level2 + 4)).stdout
+    assert "CFA=rbp+16 => rbp=[CFA-16] rip=[CFA-8]" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "no command given"),
+    (["tables"], "the following arguments are required: FILE"),
+    (["tables", "/nonexistent/file"], "cannot open /nonexistent/file"),
+    (["tables", __file__], "cannot open"),
+    (["tables", "/bin/true", "--address", "zzz"], "not an address"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = plugin(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
