@@ -1,0 +1,193 @@
+"""The core's Target over LLDB: memory, modules, mappings and symbols.
+
+Two shapes, because LLDB can hold a target with no process:
+
+- live: a stopped process. Memory comes from SBProcess.ReadMemory, modules
+  are every SBModule with a load address (the vdso included: LLDB lists it
+  and its header is only in memory), mappings from SBProcess.GetMemoryRegions.
+- static: `lldb-16 some.so` before `run`. There is no address space, only
+  file addresses, and every module's start at its own link address (0 for
+  each PIE and shared library), so two modules could claim the same address.
+  A static LldbTarget therefore shows exactly one module, at its file
+  addresses, and reads through SBTarget.ReadMemory on addresses resolved in
+  that module: the same addresses `python -m plugin tables FILE` prints.
+"""
+
+import os
+
+import lldb
+
+from plugin import arch as arches
+from plugin.errors import MemoryReadError
+from plugin.target import Mapping, ModuleRef, Target
+
+# Process states in which memory and registers can be read.
+_STOPPED = (lldb.eStateStopped, lldb.eStateCrashed, lldb.eStateSuspended)
+
+
+def live_process(sbtarget):
+    """The target's process if it is stopped (readable), else None."""
+    process = sbtarget.GetProcess() if sbtarget and sbtarget.IsValid() else None
+    if process is None or not process.IsValid() or process.GetState() not in _STOPPED:
+        return None
+    return process
+
+
+def arch_of(sbtarget):
+    """The core's Arch for an LLDB target triple; KeyError if unsupported."""
+    return arches.by_name(sbtarget.GetTriple() or "")
+
+
+class LldbTarget(Target):
+    def __init__(self, sbtarget, sbmodule=None):
+        self.sbtarget = sbtarget
+        self.sbmodule = sbmodule          # static targets only: the one module shown
+        self.arch = arch_of(sbtarget)
+        self.generation = 0
+        self.reads = 0
+        self._signature = None
+        self._refs = []
+        self._mappings = None
+        self._stop_id = None
+        self.refresh()
+
+    @property
+    def static(self):
+        return self.sbmodule is not None
+
+    @property
+    def process(self):
+        return None if self.static else live_process(self.sbtarget)
+
+    # -- lifecycle ---------------------------------------------------------------
+    def refresh(self):
+        """Called at every command: notice module loads/unloads and resumes.
+
+        LLDB gives Python no cheap module-change event, so the module list is
+        compared with the last one seen (with the process id, so a re-run
+        counts as a change) and the generation bumps when it differs; the
+        ModuleMap then rediscovers. Mappings are dropped whenever the stop id
+        moves, so nothing about the stack outlives a resume.
+        """
+        refs = self._module_refs()
+        process = self.process
+        signature = (process.GetUniqueID() if process else None,
+                     tuple((r.name, r.header_address, r.path) for r in refs))
+        if signature != self._signature:
+            self._signature = signature
+            self._refs = refs
+            self.generation += 1
+            self._mappings = None
+        stop_id = process.GetStopID() if process else None
+        if stop_id != self._stop_id:
+            self._stop_id = stop_id
+            self._mappings = None
+
+    # -- memory --------------------------------------------------------------------
+    def read_memory(self, address, size):
+        self.reads += 1
+        if size <= 0:
+            return b""
+        if address < 0 or address + size > self.arch.mask + 1:
+            raise MemoryReadError(address, size, "outside the address space")
+        if self.static:
+            return self._read_file(address, size)
+        process = self.process
+        if process is None:
+            raise MemoryReadError(address, size, "the process is not stopped")
+        error = lldb.SBError()
+        data = process.ReadMemory(address, size, error)
+        if not error.Success() or data is None or len(data) != size:
+            raise MemoryReadError(address, size, error.GetCString() or "short read")
+        return bytes(data)
+
+    def _read_file(self, address, size):
+        """Read file addresses of the static module, one segment at a time.
+
+        SBTarget.ReadMemory on a file address reads only up to the end of
+        the section the address resolves to (the innermost one, say
+        .eh_frame_hdr), so the read goes through the enclosing top-level
+        section (the PT_LOAD segment) and continues across segments.
+        """
+        out = b""
+        while len(out) < size:
+            here = address + len(out)
+            section = self.sbmodule.ResolveFileAddress(here).GetSection()
+            if not section.IsValid():
+                raise MemoryReadError(here, size - len(out), "not in any section of %s" % self._module_name())
+            while section.GetParent().IsValid():
+                section = section.GetParent()
+            where = lldb.SBAddress(section, here - section.GetFileAddress())
+            error = lldb.SBError()
+            data = self.sbtarget.ReadMemory(where, size - len(out), error)
+            if not error.Success() or not data:
+                raise MemoryReadError(here, size - len(out),
+                                      error.GetCString() or "no file data in %s" % section.GetName())
+            out += bytes(data)
+        return out
+
+    # -- modules and mappings ------------------------------------------------------
+    def modules(self):
+        return list(self._refs)
+
+    def _module_refs(self):
+        sbmodules = [self.sbmodule] if self.static else list(self.sbtarget.module_iter())
+        refs = []
+        for sbmodule in sbmodules:
+            header = sbmodule.GetObjectFileHeaderAddress()
+            if not header.IsValid():
+                continue
+            address = header.GetFileAddress() if self.static else header.GetLoadAddress(self.sbtarget)
+            if address == lldb.LLDB_INVALID_ADDRESS:
+                continue               # listed but not loaded (yet)
+            spec = sbmodule.GetFileSpec()
+            path = spec.fullpath
+            on_disk = path if path and os.path.isfile(path) else None     # None: the vdso, JIT code
+            refs.append(ModuleRef(spec.GetFilename() or path or "0x%x" % address, address, on_disk))
+        return refs
+
+    def _module_name(self):
+        return self.sbmodule.GetFileSpec().GetFilename() if self.static else "the target"
+
+    def mappings(self):
+        if self._mappings is None:
+            self._mappings = self._regions()
+        return self._mappings
+
+    def _regions(self):
+        process = self.process
+        if process is None:
+            return []       # static: modules' PT_LOAD segments already say what is code
+        regions = process.GetMemoryRegions()
+        info = lldb.SBMemoryRegionInfo()
+        out = []
+        for i in range(regions.GetSize()):
+            if not regions.GetMemoryRegionAtIndex(i, info) or not info.IsMapped():
+                continue
+            out.append(Mapping(info.GetRegionBase(), info.GetRegionEnd(), info.IsReadable(),
+                               info.IsWritable(), info.IsExecutable(), info.GetName() or ""))
+        return out
+
+    # -- symbols -------------------------------------------------------------------
+    def address(self, number):
+        """An SBAddress for a number in this target's address space."""
+        if self.static:
+            return self.sbmodule.ResolveFileAddress(number)
+        return self.sbtarget.ResolveLoadAddress(number)
+
+    def number(self, sbaddress):
+        """The inverse of address(): a number in this target's address space, or None."""
+        value = sbaddress.GetFileAddress() if self.static else sbaddress.GetLoadAddress(self.sbtarget)
+        return None if value == lldb.LLDB_INVALID_ADDRESS else value
+
+    def symbol(self, address):
+        scope = lldb.eSymbolContextFunction | lldb.eSymbolContextSymbol
+        where = self.address(address)
+        context = (self.sbmodule if self.static else self.sbtarget).ResolveSymbolContextForAddress(where, scope)
+        for owner in (context.GetFunction(), context.GetSymbol()):
+            if owner.IsValid():
+                start = self.number(owner.GetStartAddress())
+                name = owner.GetDisplayName() or owner.GetName()
+                if name and start is not None:
+                    return name, start
+        return None
