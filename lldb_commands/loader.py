@@ -2,15 +2,12 @@
 
 LLDB embeds the system Python, which may not be the interpreter that ran
 pip. So, as gdb_unwinder/gdbinit.py does for GDB, this puts the checkout on
-sys.path and, if pyelftools is not importable, looks for it in the
-checkout's .venv and in the site-packages of the python3 interpreters on
-PATH. If it is still missing the plugin says so in one line and registers
-nothing: half a plugin would fail later with a less useful message.
+sys.path and lets plugin/bootstrap.py find pyelftools. If it is still
+missing the plugin says so in one line and registers nothing: half a plugin
+would fail later with a less useful message.
 """
 
-import glob
 import os
-import subprocess
 import sys
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,45 +23,6 @@ SYNTAX = "unwind <subcommand> [<options>]   (subcommands: %s; try: help unwind b
     ", ".join(name for name, _ in SUBCOMMANDS))
 
 
-def _add_path(path):
-    if path and os.path.isdir(path) and path not in sys.path:
-        sys.path.append(path)
-
-
-def _find_pyelftools():
-    version = "python%d.%d" % sys.version_info[:2]
-    for pattern in (os.path.join(CHECKOUT, ".venv", "lib", version, "site-packages"),
-                    os.path.join(CHECKOUT, ".venv", "lib", "python3*", "site-packages")):
-        for path in sorted(glob.glob(pattern)):
-            if os.path.isdir(os.path.join(path, "elftools")):
-                return path
-    for interpreter in ("python3", "python"):
-        try:
-            out = subprocess.run([interpreter, "-c", "import elftools, os; "
-                                  "print(os.path.dirname(os.path.dirname(elftools.__file__)))"],
-                                 capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        path = out.stdout.strip()
-        if out.returncode == 0 and os.path.isdir(os.path.join(path, "elftools")):
-            return path
-    return None
-
-
-def _have_pyelftools():
-    try:
-        import elftools  # noqa: F401
-        return True
-    except ImportError:
-        pass
-    _add_path(_find_pyelftools())
-    try:
-        import elftools  # noqa: F401,F811
-        return True
-    except ImportError:
-        return False
-
-
 def _say(message):
     # Inside LLDB, sys.stderr is the debugger's error stream while a script runs.
     sys.stderr.write(message + "\n")
@@ -75,10 +33,9 @@ def load(debugger):
     """Register the commands in `debugger`; never raises (a broken plugin must not break LLDB)."""
     if CHECKOUT not in sys.path:
         sys.path.insert(0, CHECKOUT)
-    if not _have_pyelftools():
-        _say("unwind plugin: not loaded: pyelftools is missing for LLDB's Python %s; "
-             "run: /usr/bin/python3 -m pip install pyelftools (or the README's set-up command)"
-             % sys.version.split()[0])
+    from plugin.bootstrap import ensure_pyelftools, missing_message
+    if not ensure_pyelftools(CHECKOUT):
+        _say(missing_message("LLDB"))
         return False
     try:
         _register(debugger)
