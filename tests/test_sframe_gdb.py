@@ -1,0 +1,180 @@
+"""The `sframe` source inside the real GDB (x86_64, natively).
+
+Oracle: GDB's own physical frames with the plugin's unwinder disabled, on
+the corpus demo (SFrame v3, `../shared/oracles/sframe-v3-demo/`) and on the
+fixture built with `gcc -Wa,--gsframe` (SFrame v1).
+
+What "the same pcs as GDB's bt" means with `-sources sframe` alone: the
+demo's own functions have SFrame, libc has none (Debian builds it without),
+so a walk on SFrame alone can only cover the runs of frames whose callees
+are the program's functions. It is checked on both runs: from `stop_here`
+up to the signal trampoline `__restore_rt` (which it reaches, then stops:
+libc has no .sframe), and from `realign` down through `recurse` to `main`
+and its return address in `__libc_start_call_main`. The whole stack is
+then checked with `-sources sframe,cfi`: every pc equals GDB's, and every
+frame whose callee is a program function was recovered by sframe (the rest
+by cfi).
+"""
+
+import shutil
+import subprocess
+
+import pytest
+
+from gdbrun import run_gdb
+from support import build, need_tool, oracle_dir
+
+DEMO = "sframe-v3-demo"
+SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
+STRIP = ["--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr"]
+
+
+def _pcs(frames):
+    return [f["pc"] for f in frames]
+
+
+def _demo_copy(tmp_path, stripped):
+    """The x86_64 demo copied to tmp (never written in the corpus), maybe without CFI.
+
+    Both copies sit at paths of the same length, so the two processes get
+    the same stack layout and their sp values can be compared too.
+    """
+    folder = tmp_path / ("strip" if stripped else "plain")
+    folder.mkdir()
+    path = folder / "demo"
+    shutil.copy(oracle_dir() / DEMO / "sframe_demo_x86_64", path)
+    path.chmod(0o755)
+    if stripped:
+        subprocess.run([need_tool("objcopy"), *STRIP, str(path)], check=True)
+    return path
+
+
+def test_demo_sframe_only_walks_match_gdb(tmp_path):
+    demo = _demo_copy(tmp_path, stripped=False)
+    results, transcript = run_gdb(demo, [
+        ("from_stop", "json", "unwind backtrace -json -sources sframe"),
+        ("both", "json", "unwind backtrace -json -sources sframe,cfi"),
+        ("select", "cmd", "frame function realign"),
+        ("from_realign", "json", "unwind backtrace -json -sources sframe"),
+        ("select0", "cmd", "frame 0"),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], args=["2"], setup=SIGNAL)
+    native = results["native"]
+    names = [f["name"] for f in native]
+    assert names[0] == "stop_here" and "realign" in names and names[-1] == "main", transcript
+
+    # stop_here -> the signal trampoline: both frames, then libc has no SFrame.
+    ours = results["from_stop"]
+    assert _pcs(ours["frames"]) == _pcs(native[:2])
+    assert [f["sp"] for f in ours["frames"]] == [f["sp"] for f in native[:2]]
+    assert ours["frames"][1]["method"] == "sframe"
+    assert ours["frames"][1]["module"] == "libc.so.6"
+    assert ours["stop_reason"] == "no-unwind-info"
+    assert "libc.so.6 has no .sframe" in ours["stop_detail"]
+
+    # realign -> recurse... -> main -> its return address in libc, all by SFrame.
+    ours = results["from_realign"]["frames"]
+    start = names.index("realign")
+    expected = native[start:]
+    assert _pcs(ours)[:len(expected)] == _pcs(expected)
+    assert [f["sp"] for f in ours][:len(expected)] == [f["sp"] for f in expected]
+    assert all(f["method"] == "sframe" for f in ours[1:])
+    assert len(ours) == len(expected) + 1 and ours[-1]["function"] == "__libc_start_call_main"
+    assert results["from_realign"]["stop_reason"] == "no-unwind-info"
+
+    # The whole stack with SFrame first and CFI for libc.
+    both = results["both"]["frames"]
+    assert _pcs(both)[:len(native)] == _pcs(native)
+    assert results["both"]["stop_reason"] == "outermost"
+    for callee, frame in zip(both, both[1:]):
+        expected_source = "sframe" if callee["module"] == "demo" else "cfi"
+        assert frame["method"] == expected_source, (callee, frame)
+    # Callees stop_here, realign, recurse x2, main (recurse(0) tail-calls realign: no frame).
+    assert sum(f["method"] == "sframe" for f in both) == 5
+
+
+def test_demo_explain_shows_the_flex_drap_rule(tmp_path):
+    demo = _demo_copy(tmp_path, stripped=False)
+    results, _ = run_gdb(demo, [
+        ("explain", "json", "unwind explain -json -sources sframe,cfi all"),
+        ("text", "cmd", "unwind explain -sources sframe,cfi 5"),
+    ], args=["2"], setup=SIGNAL)
+    frames = results["explain"]["frames"]
+    names = [f["function"] for f in frames]
+    assert names.index("realign") == 4
+    realign_caller = frames[5]          # recovered from realign's registers
+    ev = realign_caller["evidence"]
+    assert ev["source"] == "sframe" and ev["section"] == ".sframe"
+    entry = ev["entry"]
+    assert entry["fde_type"] == "flex" and entry["fde_index"] == 6
+    assert entry["rules"]["cfa"] == "CFA = *(rbp-16)"
+    assert entry["rules"]["fp"] == "rbp = *(rbp+0)"
+    assert entry["fre_index"] == 3 and entry["cfa_base"] == "rbp"
+    assert [w["value"] for w in entry["data_words"]] == [51, -16, 0, 51, 0]
+    assert ev["row"].startswith("CFA=*(rbp-16)")
+    assert [r["what"] for r in ev["reads"]][0] == "CFA"
+    assert realign_caller["native"]["agrees"]
+    assert "rule: CFA = *(rbp-16)" in results["text"]
+
+
+def test_stripped_demo_gdb_loses_the_chain_and_sframe_recovers_it(tmp_path):
+    plain = _demo_copy(tmp_path, stripped=False)
+    stripped = _demo_copy(tmp_path, stripped=True)
+    right, _ = run_gdb(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
+                               ("frames", "frames", None)], args=["2"], setup=SIGNAL)
+    right = right["frames"]
+    results, transcript = run_gdb(stripped, [
+        ("enabled", "frames", None),
+        ("ours", "json", "unwind backtrace -json"),
+        ("compare", "json", "unwind compare -json"),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("alone", "frames", None),
+    ], args=["2"], setup=SIGNAL)
+    alone, enabled = results["alone"], results["enabled"]
+    realign = [f["name"] for f in right].index("realign")
+    # GDB alone: right up to realign, then lost (0x1818... is the VLA's fill).
+    assert _pcs(alone[:realign + 1]) == _pcs(right[:realign + 1])
+    assert alone[realign + 1]["pc"] != right[realign + 1]["pc"]
+    assert alone[realign + 1]["name"] is None
+    # With the plugin's unwinder: every frame right, down to main.
+    assert _pcs(enabled) == _pcs(right), transcript
+    # The plugin's own walk agrees, and says SFrame found the program's frames.
+    ours = results["ours"]["frames"]
+    assert _pcs(ours)[:len(right)] == _pcs(right)
+    assert [f["method"] for f in ours[realign + 1:len(right)]] == ["sframe"] * (len(right) - realign - 1)
+    first = next(r for r in results["compare"]["frames"] if not r["agrees"])
+    assert first["level"] == realign + 1 and "plugin looks right" in first["verdict"]
+
+
+@pytest.mark.parametrize("mode", [["plain"], ["recurse", "6"]])
+def test_v1_fixture_without_cfi_gives_the_right_bt(mode):
+    """gcc -Wa,--gsframe (SFrame v1), .eh_frame removed: GDB's bt through the plugin is right."""
+    flags = ["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"]
+    plain = build("chain.c", flags)
+    stripped = build("chain.c", flags, post=[["objcopy", *STRIP, "{out}"]])
+    right, _ = run_gdb(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
+                               ("frames", "frames", None)], args=mode)
+    right = right["frames"]
+    results, transcript = run_gdb(stripped, [("enabled", "frames", None),
+                                             ("ours", "json", "unwind backtrace -json -sources sframe")],
+                                  args=mode)
+    assert len(right) >= 4
+    assert _pcs(results["enabled"]) == _pcs(right), transcript
+    ours = results["ours"]["frames"]
+    assert _pcs(ours)[:len(right)] == _pcs(right)
+    assert all(f["method"] == "sframe" for f in ours[1:len(right)])
+
+
+def test_v1_deep_recursion_by_sframe_alone():
+    binary = build("chain.c", ["-O0", "-Wa,--gsframe"])
+    results, _ = run_gdb(binary, [("ours", "json", "unwind backtrace -json -sources sframe"),
+                                  ("disable", "cmd", "disable unwinder global unwind-plugin"),
+                                  ("native", "frames", None)], args=["recurse", "10000"])
+    ours, native = results["ours"]["frames"], results["native"]
+    assert len(native) > 10000
+    # Down to main by SFrame, then main's return address in libc, which has none.
+    assert _pcs(ours)[:len(native)] == _pcs(native)
+    assert len(ours) == len(native) + 1
+    assert all(f["method"] == "sframe" for f in ours[1:])
+    assert results["ours"]["stop_reason"] == "no-unwind-info"
