@@ -1,0 +1,188 @@
+"""A Target made of a Mach-O file laid out in memory as dyld would map it.
+
+Each segment's file bytes are placed at vmaddr + slide and zero-filled up
+to vmsize (__PAGEZERO, which maps nothing, is left out), so module
+discovery (plugin/macho_modules.py, from the header in "memory"), the
+__unwind_info lookups and STACK_IND's reads of code all go through the
+same memory path as in a live debugger. The default slide is 0: addresses
+are the file's link-time addresses, which is what `--address` takes.
+
+Universal ("fat") files hold one image per architecture. The slice is
+chosen by `arch` ("x86_64", "arm64"/"aarch64", "i386") when given, else the
+first slice in the fat header is used (the CLI's `--arch` option).
+
+Object files (MH_OBJECT) map no header: like the ELF FileTarget for
+relocatable objects, they list no modules and section_module() builds one
+from the load commands read from the file.
+
+Function names come from LC_SYMTAB (symbols are not needed to unwind, and
+the table lives in __LINKEDIT, which a debugger has its own way to read).
+"""
+
+import bisect
+import os
+import struct
+
+from .errors import DecodeError, MemoryReadError
+from .formats import macho as mf
+from .macho_modules import module_from_macho
+from .memory import Region
+from .target import Mapping, ModuleRef, Target
+
+LC_SYMTAB = 0x2
+N_STAB = 0xE0
+N_TYPE = 0x0E
+N_SECT = 0x0E
+
+# --arch names -> cputype
+CPUTYPES = {"x86_64": mf.CPU_TYPE_X86_64, "arm64": mf.CPU_TYPE_ARM64, "aarch64": mf.CPU_TYPE_ARM64,
+            "i386": mf.CPU_TYPE_X86}
+
+
+def cputype_of(name):
+    try:
+        return CPUTYPES[name.lower()]
+    except KeyError:
+        raise ValueError("unknown architecture %r; choose from: %s"
+                         % (name, ", ".join(sorted(CPUTYPES)))) from None
+
+
+class MachOFileTarget(Target):
+    """A thin Mach-O file, or one slice of a universal one, mapped at base
+    (the run-time address of __TEXT; None: the file's own vmaddr)."""
+
+    def __init__(self, path, base=None, arch=None):
+        self.path = path
+        with open(path, "rb") as handle:
+            data = handle.read()
+        region = Region.from_bytes(os.path.basename(path), 0, data)
+        slices = mf.fat_slices(region)
+        wanted = cputype_of(arch) if arch else None
+        if slices:
+            chosen = slices[0] if wanted is None else next(
+                (s for s in slices if s.cputype == wanted), None)
+            if chosen is None:
+                raise ValueError("%s has no %s slice (it has cputypes %s)" % (
+                    os.path.basename(path), arch, ", ".join("0x%x" % s.cputype for s in slices)))
+            self.image = mf.open_slice(region, chosen)
+        else:
+            self.image = mf.MachO(region)
+            if wanted is not None and self.image.cputype != wanted:
+                raise ValueError("%s is a thin file for cputype 0x%x, not %s"
+                                 % (os.path.basename(path), self.image.cputype, arch))
+        image = self.image
+        self.arch = image.arch
+        if self.arch is None:
+            raise ValueError("unsupported Mach-O cputype 0x%x" % image.cputype)
+        self.slide = 0 if base is None else base - image.text_vmaddr
+        self._pieces = []            # (start, end, file offset in the image, filesize, executable)
+        for seg in image.segments:
+            if seg.vmsize == 0 or seg.initprot == 0:
+                continue
+            if seg.fileoff + seg.filesize > image.region.size:
+                raise DecodeError(image.region.name, seg.fileoff,
+                                  "segment %s (0x%x bytes at file offset 0x%x) runs past the end "
+                                  "of the file (0x%x bytes): truncated?"
+                                  % (seg.name or "''", seg.filesize, seg.fileoff, image.region.size))
+            start = seg.vmaddr + self.slide
+            self._pieces.append((start, start + seg.vmsize, seg.fileoff, min(seg.filesize, seg.vmsize),
+                                 bool(seg.initprot & 4)))
+        self._pieces.sort()
+        self._starts = [p[0] for p in self._pieces]
+        # The header is in memory when a mapped segment starts at file offset 0.
+        maps_header = image.filetype != mf.MH_OBJECT and any(
+            seg.fileoff == 0 and seg.filesize and seg.initprot for seg in image.segments)
+        self.header_address = image.text_vmaddr + self.slide if maps_header else None
+        self._symbols = None
+
+    def read_memory(self, address, size):
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0:
+            start, end, offset, filesz, _ = self._pieces[i]
+            if address + size <= end:
+                rel = address - start
+                data = self.image.region.read(offset + rel, min(size, filesz - rel)) if rel < filesz else b""
+                return data + bytes(size - len(data))
+        raise MemoryReadError(address, size, "not mapped by %s" % os.path.basename(self.path))
+
+    def modules(self):
+        if self.header_address is None:
+            return []
+        return [ModuleRef(os.path.basename(self.path), self.header_address, self.path)]
+
+    def section_module(self):
+        """The Module of an object file, from the load commands in the file
+        (its header is not in any segment, so it cannot be read from memory)."""
+        image = mf.MachO(self.image.region, load_address=self.image.text_vmaddr + self.slide)
+        return module_from_macho(image, os.path.basename(self.path), self.path,
+                                 self._starts[0] if self._starts else self.slide)
+
+    def mappings(self):
+        return [Mapping(s, e, True, False, x, self.path) for s, e, _, _, x in self._pieces]
+
+    def symbol(self, address):
+        if self._symbols is None:
+            try:
+                self._symbols = _function_symbols(self.image, self.slide)
+            except DecodeError:
+                self._symbols = ([], [])        # names are cosmetic: no symbols, no error
+        starts, entries = self._symbols
+        i = bisect.bisect_right(starts, address) - 1
+        if i >= 0:
+            start, end, name = entries[i]
+            if start <= address < end:
+                return name, start
+        return None
+
+
+def _load_commands(image):
+    """(cmd, offset) of every load command (the MachO decoder has bounded them already)."""
+    offset = image.header_size
+    order = "<" if image.byteorder == "little" else ">"
+    for _ in range(image.ncmds):
+        cmd, size = struct.unpack(order + "2I", image.region.read(offset, 8))
+        yield cmd, offset
+        offset += size
+
+
+def _function_symbols(image, slide):
+    """([start], [(start, end, name)]) of the symbols defined in executable
+    sections; a symbol ends where the next one (or its section) does. The
+    leading underscore C names get in Mach-O is dropped, as LLDB does."""
+    order = "<" if image.byteorder == "little" else ">"
+    symtab = next((off for cmd, off in _load_commands(image) if cmd == LC_SYMTAB), None)
+    if symtab is None:
+        return [], []
+    symoff, nsyms, stroff, strsize = struct.unpack(order + "4I", image.region.read(symtab + 8, 16))
+    entry_size = 16 if image.is_64 else 12
+    table = image.region.read(symoff, nsyms * entry_size)
+    strings = image.region.read(stroff, strsize)
+    executable = {}
+    index = 0
+    for seg in image.segments:
+        for section in seg.sections:
+            index += 1
+            if seg.initprot & 4:
+                executable[index] = section
+    found = {}
+    for i in range(nsyms):
+        if image.is_64:
+            strx, kind, sect, _desc, value = struct.unpack_from(order + "IBBHQ", table, i * entry_size)
+        else:
+            strx, kind, sect, _desc, value = struct.unpack_from(order + "IBBHI", table, i * entry_size)
+        if kind & N_STAB or kind & N_TYPE != N_SECT or sect not in executable or strx >= strsize:
+            continue
+        end = strings.find(b"\0", strx)
+        name = strings[strx:end if end >= 0 else strsize].decode("latin-1")
+        if name.startswith("_"):
+            name = name[1:]
+        found.setdefault(value, (name, executable[sect]))
+    starts = sorted(found)
+    entries = []
+    for n, start in enumerate(starts):
+        name, section = found[start]
+        end = section.addr + section.size
+        if n + 1 < len(starts) and starts[n + 1] < end:
+            end = starts[n + 1]
+        entries.append((start + slide, end + slide, name))
+    return [e[0] for e in entries], entries

@@ -1,0 +1,332 @@
+"""The `compact` source: Apple compact unwind (__TEXT,__unwind_info).
+
+Mach-O modules only; for any other module this source is not applicable
+(the engine tries it before `cfi` for Mach-O modules, see
+engine._sources_for). Per module, the __unwind_info found by
+plugin/macho_modules.py is decoded from memory on first use and cached in
+module.cache["compact"].
+
+One 32-bit opcode covers a whole function and describes its body: after
+the prologue has built the frame and before the epilogue tears it down.
+Callers are always stopped at a call site, inside the body, so for them it
+is exact. For the innermost frame (a breakpoint, a signal) it may be wrong
+in the prologue or epilogue, and the evidence says so. Two places are
+exact by the ABI whatever the opcode says, and are used instead:
+  * the function's first instruction: the return address was just pushed
+    (x86: CFA = sp + word, RA = [CFA - word]) or is in the link register
+    (arm64: CFA = sp, RA in x30);
+  * a return instruction (x86 `ret`, arm64 `ret`): the frame is gone and
+    the same holds. This one is also used over a DWARF escape's FDE, whose
+    rows miss the epilogue where the compiler wrote no epilogue CFI (clang
+    for Darwin arm64).
+
+A DWARF-mode opcode names an FDE in __TEXT,__eh_frame by its offset; that
+FDE is decoded directly (no search) and its row at the pc is used: a row
+per instruction range, as exact as the CFI the compiler wrote. STACK_IND opcodes give the offset of the
+prologue's `sub $imm32, %rsp` immediate; it is read from the function's code
+through the Target.
+"""
+
+from ..errors import DecodeError, MemoryReadError
+from ..evidence import StepEvidence
+from ..formats import cfi
+from ..formats import compact_unwind as cu
+from ..modules import region_of
+from ..rules import OFFSET, SAME, CfaRule, Row, Rule
+from . import Outcome
+from .cfi import CfiTables
+from .row_step import step_with_row
+
+SOURCE = "compact"
+SECTION = "__unwind_info"
+_UNSET = object()
+
+X86_RET = (0xC3, 0xC2)                   # ret, ret imm16
+ARM64_RET = bytes.fromhex("c0035fd6")    # ret (x30), little-endian
+
+
+class CompactTables:
+    """A Mach-O module's __unwind_info (and, for DWARF escapes, its __eh_frame)."""
+
+    def __init__(self, module, target):
+        self.module = module
+        self.target = target
+        self.problems = []
+        self._info = _UNSET
+
+    @classmethod
+    def of(cls, module, target):
+        tables = module.cache.get(SOURCE)
+        if tables is None:
+            tables = module.cache[SOURCE] = cls(module, target)
+        return tables
+
+    def unwind_info(self):
+        """The decoded UnwindInfo, or None when the module has none or it is unreadable."""
+        if self._info is _UNSET:
+            self._info = None
+            location = self.module.tables.get(SECTION)
+            if location is not None:
+                try:
+                    # Function offsets count from the image base, the run-time
+                    # address of __TEXT, where the header is.
+                    self._info = cu.UnwindInfo(region_of(self.target, location), self.module.arch,
+                                               self.module.header_address)
+                except DecodeError as exc:
+                    self.problems.append("%s: %s" % (SECTION, exc))
+        return self._info
+
+    def eh_frame(self):
+        """The module's __eh_frame as a CfiSection, shared with the `cfi` source."""
+        return CfiTables.of(self.module, self.target).eh_frame()
+
+    def read_code(self, address, size):
+        """Code bytes for STACK_IND, only from this module's executable segments."""
+        if not (self.module.is_executable(address) and self.module.is_executable(address + size - 1)):
+            raise MemoryReadError(address, size, "not in an executable segment of %s" % self.module.name)
+        return self.target.read_memory(address, size)
+
+    def entries(self):
+        """Every cu.Entry in address order (zero-length ones dropped, as lookup() does)."""
+        ui = self.unwind_info()
+        if ui is None:
+            return []
+        out = []
+        for page in ui.pages():
+            items = page.entries
+            for n, raw in enumerate(items):
+                end = items[n + 1].function_offset if n + 1 < len(items) else page.end_offset
+                if end > raw.function_offset:
+                    out.append(cu.Entry(ui.image_base + raw.function_offset, ui.image_base + end,
+                                        raw.encoding, page_index=page.index, entry_index=n))
+        return out
+
+    def dwarf_fde(self, decoded):
+        """The __eh_frame FDE a DWARF-mode opcode points at; DecodeError if there is none."""
+        section = self.eh_frame()
+        if section is None:
+            why = "; ".join(CfiTables.of(self.module, self.target).problems)
+            raise DecodeError(SECTION, None, "opcode 0x%08x escapes to __eh_frame+0x%x, but the module "
+                              "has no readable __eh_frame%s" % (decoded.encoding, decoded.dwarf_offset,
+                                                                " (%s)" % why if why else ""))
+        return section, section.fde_at(decoded.dwarf_offset)
+
+
+def entry_row(arch, pc):
+    """The rule that holds at a function's first instruction and at a return
+    instruction: nothing of the frame is on the stack but the return address."""
+    if arch.name == "aarch64":
+        return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=0),
+                   registers={arch.ra: Rule(SAME)}, end=pc + 4)
+    word = arch.address_size
+    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=word),
+               registers={arch.ra: Rule(OFFSET, -word)}, end=pc + 1)
+
+
+def _at_return(ctx, arch, pc):
+    try:
+        if arch.name == "aarch64":
+            return bytes(ctx.read_memory(pc, 4)) == ARM64_RET
+        if arch.name in ("x86_64", "i386"):
+            return ctx.read_memory(pc, 1)[0] in X86_RET
+    except MemoryReadError:
+        pass
+    return False
+
+
+def _function_start(ctx, pc, entry, decoded):
+    """Is pc the first instruction of a function? The entry's start, unless
+    the opcode says it is not a function start; the linker folds neighbours
+    with one opcode into one entry, so a symbol's start counts too."""
+    if pc == entry.function_start and decoded.function_start:
+        return True
+    lookup = getattr(ctx, "symbol", None) or ctx.target.symbol     # the context caches lookups
+    try:
+        found = lookup(pc)
+    except Exception:           # symbols only help; a failed lookup means "not known"
+        found = None
+    return bool(found) and found[1] == pc
+
+
+def step(frame, ctx):
+    """Recover frame's caller from the compact opcode covering its lookup pc."""
+    pc = ctx.lookup_pc(frame)
+    module = ctx.modules.find(pc)
+    if module is None:
+        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc)
+    if module.format != "macho":
+        return Outcome.not_applicable(SOURCE, "%s is not a Mach-O module: compact unwind is Mach-O only"
+                                      % module.name)
+    tables = CompactTables.of(module, ctx.target)
+    try:
+        ui = tables.unwind_info()
+        if ui is None:
+            reason = "%s has no %s" % (module.name, SECTION)
+            if tables.problems:
+                reason += " (%s)" % "; ".join(tables.problems)
+            return Outcome.not_applicable(SOURCE, reason)
+        entry = ui.lookup(pc)
+        if entry is None:
+            return Outcome.not_applicable(SOURCE, "no %s entry of %s covers 0x%x"
+                                          % (SECTION, module.name, pc))
+        decoded = ui.decode(entry)
+    except DecodeError as exc:
+        return Outcome.failed(SOURCE, "bad compact unwind in %s: %s" % (module.name, exc))
+    arch = ctx.arch
+    evidence = StepEvidence(
+        source=SOURCE, found_by="%s compact unwind" % SECTION, lookup_pc=pc, module=module.name,
+        section=SECTION, section_address=ui.region.address,
+        entry={"start": entry.function_start, "end": entry.function_end, "encoding": entry.encoding,
+               "mode": decoded.mode, "decoded": decoded.text, "page": entry.page_index,
+               "page_entry": entry.entry_index})
+    opcode = "compact unwind opcode 0x%08x (%s) for [0x%x, 0x%x)" % (
+        entry.encoding, decoded.text, entry.function_start, entry.function_end)
+    if decoded.mode == "NONE":
+        return Outcome.not_applicable(SOURCE, "%s: no unwind information" % opcode)
+    if decoded.mode == "UNKNOWN":
+        return Outcome.failed(SOURCE, "%s: mode not known for %s" % (opcode, arch.name), evidence)
+    where = None
+    if frame.exact_pc:
+        # A DWARF escape's FDE is exact at the entry; at a return it is not
+        # always (clang on Darwin arm64 writes no epilogue CFI).
+        if decoded.mode != "DWARF" and _function_start(ctx, pc, entry, decoded):
+            where = "entry"
+        elif _at_return(ctx, arch, pc):
+            where = "return"
+    if decoded.mode == "DWARF" and not where:
+        return _dwarf_escape(frame, ctx, tables, entry, decoded, evidence, opcode)
+    if where:
+        evidence.found_by = "%s compact unwind, ABI rule at %s" % (SECTION, where)
+        evidence.notes.append("%s; pc 0x%x is %s: only the return address is on the stack there, so the "
+                              "ABI's rule is used instead of the opcode, which describes the function's body"
+                              % (opcode, pc, "the function's first instruction" if where == "entry"
+                                 else "a return instruction"))
+        return step_with_row(entry_row(arch, pc), frame, ctx, evidence)
+    try:
+        row = ui.row(entry, read_code=tables.read_code)
+    except DecodeError as exc:
+        return Outcome.failed(SOURCE, "%s: %s" % (opcode, exc), evidence)
+    if decoded.mode == "STACK_IND":
+        size = row.cfa.offset
+        evidence.entry["stack_size"] = size
+        evidence.notes.append("STACK_IND: the stack size %d is the `sub $0x%x, %%%s` immediate read from the "
+                              "code at 0x%x, plus %d" % (size, size - decoded.stack_adjust,
+                                                         arch.name_of(arch.sp),
+                                                         entry.function_start + decoded.sub_offset,
+                                                         decoded.stack_adjust))
+    if frame.exact_pc:
+        where = ("this frame was stopped at 0x%x, which may be in the prologue or epilogue, where the "
+                 "opcode is not exact" % pc)
+    else:
+        where = ("this frame's pc is a return address, so 0x%x is a call site, in the body, where it is "
+                 "exact" % pc)
+    evidence.notes.append("%s; one opcode covers the whole function from 0x%x and describes its body "
+                          "(prologue and epilogue are not exact): %s" % (opcode, entry.function_start, where))
+    return step_with_row(row, frame, ctx, evidence)
+
+
+def _dwarf_escape(frame, ctx, tables, entry, decoded, evidence, opcode):
+    pc = evidence.lookup_pc
+    try:
+        section, fde = tables.dwarf_fde(decoded)
+        if not fde.start <= pc < fde.end:
+            raise DecodeError(section.name, decoded.dwarf_offset,
+                              "the FDE covers [0x%x, 0x%x), not 0x%x" % (fde.start, fde.end, pc))
+        row = cfi.row_at(fde, pc, ctx.arch)
+    except DecodeError as exc:
+        return Outcome.failed(SOURCE, "%s: %s" % (opcode, exc), evidence)
+    evidence.found_by = "%s DWARF escape -> __eh_frame CFI" % SECTION
+    evidence.entry.update({"fde_offset": fde.offset, "cie_offset": fde.cie.offset, "fde_start": fde.start,
+                           "fde_end": fde.end, "eh_frame_address": section.region.address,
+                           "row_start": row.address, "row_end": row.end})
+    evidence.notes.append("compact unwind DWARF escape -> __eh_frame FDE at +0x%x (CIE at +0x%x), "
+                          "covering [0x%x, 0x%x); its row in force at 0x%x is [0x%x, 0x%x)"
+                          % (fde.offset, fde.cie.offset, fde.start, fde.end, pc, row.address,
+                             row.end if row.end is not None else fde.end))
+    return step_with_row(row, frame, ctx, evidence, signal_frame=fde.cie.signal_frame)
+
+
+# ---------------------------------------------------------------------------
+# Table dumps (plugin/tables.py: `python -m plugin tables`, `unwind tables`)
+# ---------------------------------------------------------------------------
+
+def table_sources(target, module, address, problems):
+    """[{"kind": "compact", ...}] for a Mach-O module's __unwind_info: every
+    entry, or the one covering address. Problems are appended to `problems`."""
+    if module.format != "macho":
+        return []
+    tables = CompactTables.of(module, target)
+    out = []
+    try:
+        ui = tables.unwind_info()
+        if ui is not None:
+            if address is None:
+                entries = tables.entries()
+            else:
+                found = ui.lookup(address)
+                entries = [found] if found else []
+            items = [_entry_json(tables, ui, entry, address, problems) for entry in entries]
+            problems.extend("%s %s: %s" % (module.name, SECTION, w) for w in ui.warnings)
+            if items or address is None:
+                out.append({"kind": "compact", "module": module.name, "section": SECTION,
+                            "address": ui.region.address, "image_base": ui.image_base,
+                            "entries": items})
+    except DecodeError as exc:
+        problems.append("%s %s: %s" % (module.name, SECTION, exc))
+    problems.extend("%s %s" % (module.name, p) for p in tables.problems)
+    return out
+
+
+def _entry_json(tables, ui, entry, address, problems):
+    """One entry: its range, opcode, decoded meaning and the rows it gives.
+
+    "row" is the opcode's own row (null for DWARF, NONE and unknown modes);
+    "rows" is that row, or for a DWARF-mode opcode the rows of the FDE it
+    points at ("dwarf" says which), filtered to address when one is given.
+    """
+    arch = ui.arch
+    out = {"start": entry.function_start, "end": entry.function_end, "encoding": entry.encoding,
+           "encoding_hex": "0x%08x" % entry.encoding, "mode": None, "text": None,
+           "page": entry.page_index, "row": None, "rows": [], "rows_text": []}
+    try:
+        decoded = ui.decode(entry)
+        out["mode"], out["text"] = decoded.mode, decoded.text
+        if decoded.mode == "DWARF":
+            section, fde = tables.dwarf_fde(decoded)
+            out["dwarf"] = {"fde_offset": fde.offset, "cie_offset": fde.cie.offset, "start": fde.start,
+                            "end": fde.end, "eh_frame_address": section.region.address}
+            rows = cfi.execute(fde, arch)
+        else:
+            row = ui.row(entry, read_code=tables.read_code)
+            rows = [row] if row is not None else []
+            if row is not None:
+                out["row"] = row.to_json(arch)
+                if decoded.mode == "STACK_IND":
+                    out["stack_size"] = row.cfa.offset
+    except DecodeError as exc:
+        out["error"] = str(exc)
+        problems.append("%s %s entry [0x%x, 0x%x): %s" % (tables.module.name, SECTION, entry.function_start,
+                                                          entry.function_end, exc))
+        return out
+    if address is not None:
+        rows = [r for r in rows
+                if r.address <= address < (r.end if r.end is not None else entry.function_end)]
+    out["rows"] = [r.to_json(arch) for r in rows]
+    out["rows_text"] = [r.text(arch) for r in rows]
+    return out
+
+
+def entry_text(entry):
+    """Lines of `tables.text` for one compact entry."""
+    head = "  [0x%x, 0x%x) compact %s (page %s): %s" % (
+        entry["start"], entry["end"], entry["encoding_hex"], entry["page"], entry["text"] or "?")
+    lines = [head]
+    if "dwarf" in entry:
+        lines.append("    -> __eh_frame FDE at +0x%x, CIE at +0x%x, [0x%x, 0x%x)" % (
+            entry["dwarf"]["fde_offset"], entry["dwarf"]["cie_offset"], entry["dwarf"]["start"],
+            entry["dwarf"]["end"]))
+    if "error" in entry:
+        lines.append("    error: %s" % entry["error"])
+    for row, row_text in zip(entry["rows"], entry["rows_text"]):
+        lines.append("    0x%x: %s" % (row["address"], row_text))
+    return lines
