@@ -1,0 +1,385 @@
+"""The `frame-pointer` source: follow the chain of saved frame pointers.
+
+Code built with frame pointers keeps a *frame record* on the stack and a
+register pointing at it:
+
+    x86_64  push rbp; mov rbp, rsp     [rbp] = caller's rbp, [rbp+8] = return address
+    i386    push ebp; mov ebp, esp     [ebp] = caller's ebp, [ebp+4] = return address
+    aarch64 stp x29, x30, [sp, #-N]!; mov x29, sp
+                                       [x29] = caller's x29, [x29+8] = return address (x30)
+
+so the caller's frame is: CFA = fp + 2 words, fp = [CFA - 2 words],
+return address = [CFA - 1 word]. That is written as a plugin.rules.Row and
+evaluated by row_step.step_with_row, like every table source, so the
+evidence (row, reads, CFA) looks the same.
+
+The chain is only as good as the frame pointer, so before using it the
+strategy checks that it is not 0, is aligned, lies at or above the stack
+pointer (which, one frame up, means above the previous frame pointer), and
+points into readable stack memory; and after, that the return address follows
+a call instruction. The engine then checks the return address is code and
+the CFA grows.
+
+At the first instruction of a function the record does not exist yet. For
+the innermost frame (and a frame interrupted by a signal), whose pc is the
+exact instruction, the code bytes at pc and the function start (from
+symbols, where known) tell where the return address is:
+
+    function entry (x86: `push rbp` not executed)  return address at [sp]
+    x86 after `push rbp`, before `mov rbp, rsp`    saved rbp at [sp], return address at [sp+8]
+    x86 at `ret` (after `pop rbp` / `leave`)       return address at [sp]
+    aarch64 at entry or at `ret`                   return address in x30, CFA = sp
+    aarch64 after `stp x29, x30, [sp, #-N]!`       record at [sp], CFA = sp + N
+
+A frame-pointer step knows only pc, sp and the frame pointer of the caller;
+other callee-saved registers may have been saved anywhere in the frame, so
+they are left unknown rather than guessed.
+"""
+
+from .. import rules
+from ..arch.calls import call_before
+from ..evidence import StepEvidence
+from ..rules import CfaRule, Row, Rule
+from . import FAILED, RECOVERED, Outcome
+from .row_step import step_with_row
+
+SOURCE = "frame-pointer"
+
+# Fallback sources stop at these functions: the process entry point and the
+# thread-creation wrappers are the outermost frame of every stack (they zero
+# the frame pointer for that reason), but the stack above them is not a frame.
+OUTERMOST_FUNCTIONS = ("_start", "__start", "clone", "__clone", "clone3", "__clone3")
+
+# How far into a function to look for the instruction that sets up its frame
+# pointer (compilers may "shrink-wrap" it behind an early-exit test). The
+# look never goes past the frame's own pc: the set-up must have run by then,
+# and bytes past it may belong to the next function.
+PROLOGUE_WINDOW = 256
+
+ENDBR64 = b"\xf3\x0f\x1e\xfa"
+ENDBR32 = b"\xf3\x0f\x1e\xfb"
+PUSH_BP = 0x55
+MOV_BP_SP = {"x86_64": (b"\x48\x89\xe5", b"\x48\x8b\xec"), "i386": (b"\x89\xe5", b"\x8b\xec")}
+X86_RET = (0xC3, 0xC2)
+
+A64_MOV_X29_SP = 0x910003FD          # add x29, sp, #0
+A64_ADD_X29_SP_MASK = 0xFFC003FF     # add x29, sp, #imm (any imm12)
+A64_STP_PRE_MASK = 0xFFC07FFF        # stp x29, x30, [sp, #imm7*8]!  (imm7 masked out)
+A64_STP_PRE = 0xA9807BFD
+A64_RET = (0xD65F03C0, 0xD65F0BFF, 0xD65F0FFF)      # ret, retaa, retab
+A64_PAC_SP = (0xD503233F, 0xD503237F)                        # paciasp, pacibsp: only ever at an entry
+A64_PAC_OR_BTI = A64_PAC_SP + (0xD503245F, 0xD50324DF)        # ... and bti c, bti jc (landing pads)
+
+
+# -- helpers shared with the scan source -------------------------------------------
+
+def function_of(frame, ctx):
+    """(name, start) of the function the frame is in, or None."""
+    return ctx.symbol(ctx.lookup_pc(frame))
+
+
+def outermost_by_convention(frame, ctx, source):
+    """An outermost Outcome when the frame is _start or clone, else None."""
+    found = function_of(frame, ctx)
+    if found is None:
+        return None
+    name = found[0]
+    bare = name[len("__GI_"):] if name.startswith("__GI_") else name
+    if bare not in OUTERMOST_FUNCTIONS:
+        return None
+    fp = frame.registers.get(ctx.arch.fp)
+    reason = "%s starts the stack: outermost frame by convention" % name
+    if fp == 0:
+        reason += " (%s is 0, as it zeroes it to mark the end)" % ctx.arch.name_of(ctx.arch.fp)
+    evidence = StepEvidence(source=source, found_by="%s convention: %s is outermost" % (source, name),
+                            lookup_pc=ctx.lookup_pc(frame), module=_module_name(ctx, frame),
+                            section="symbols", section_address=found[1],
+                            entry={"function": name, "function_start": found[1]})
+    evidence.notes.append(reason)
+    return Outcome(RECOVERED, source, reason, evidence=evidence, outermost=True)
+
+
+def keep_only_known(outcome, arch, what):
+    """Drop every caller register but pc, sp and the frame pointer: nothing else is known."""
+    if outcome.status != RECOVERED or outcome.registers is None:
+        return outcome
+    known = (arch.pc, arch.sp, arch.fp)
+    dropped = sorted(n for n in outcome.registers if n not in known)
+    outcome.registers = {n: v for n, v in outcome.registers.items() if n in known}
+    evidence = outcome.evidence
+    evidence.caller_registers = outcome.registers
+    if dropped:
+        evidence.notes.append("%s recovers only %s; %s are unknown in the caller" % (
+            what, ", ".join(arch.name_of(n) for n in known), ", ".join(arch.name_of(n) for n in dropped)))
+    return outcome
+
+
+def _module_name(ctx, frame):
+    module = ctx.modules.find(ctx.lookup_pc(frame))
+    return module.name if module else None
+
+
+def _read(ctx, address, size):
+    try:
+        return ctx.read_memory(address, size)
+    except Exception:       # unreadable code just means "no pattern here"
+        return None
+
+
+def _word(data, arch, offset=0):
+    return int.from_bytes(data[offset:offset + 4], arch.byteorder)
+
+
+# -- rows -------------------------------------------------------------------------
+
+def chain_row(arch, pc):
+    """CFA = fp + 2 words; fp = [CFA - 2 words]; return address = [CFA - 1 word]."""
+    w = arch.address_size
+    return Row(address=pc, cfa=CfaRule("register", register=arch.fp, offset=2 * w),
+               registers={arch.fp: Rule(rules.OFFSET, offset=-2 * w),
+                          arch.ra: Rule(rules.OFFSET, offset=-w)},
+               ra_signed=arch.name == "aarch64")
+
+
+def _ra_on_stack_row(arch, pc):
+    """Return address at [sp], frame pointer untouched (x86 entry or `ret`)."""
+    w = arch.address_size
+    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=w),
+               registers={arch.fp: Rule(rules.SAME), arch.ra: Rule(rules.OFFSET, offset=-w)})
+
+
+def _record_at_sp_row(arch, pc, size):
+    """A frame record just stored at sp, `size` bytes below the CFA."""
+    w = arch.address_size
+    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=size),
+               registers={arch.fp: Rule(rules.OFFSET, offset=-size),
+                          arch.ra: Rule(rules.OFFSET, offset=-size + w)},
+               ra_signed=arch.name == "aarch64")
+
+
+def _ra_in_link_register_row(arch, pc):
+    """aarch64 entry or `ret`: the return address is still in x30 and sp is the CFA.
+
+    x30 may carry a pointer-auth signature (after paciasp, before autiasp,
+    or at retaa): stripping is harmless when it does not.
+    """
+    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=0),
+               registers={arch.fp: Rule(rules.SAME), arch.ra: Rule(rules.SAME)}, ra_signed=True)
+
+
+# -- the first and last instructions of a function ----------------------------------
+
+def prologue_row(frame, ctx, function):
+    """(row, kind, description) when the exact pc is where the frame record is not (yet/any more) set up."""
+    if not frame.exact_pc:
+        return None     # a return address is after a call: the prologue has run
+    arch = ctx.arch
+    start = function[1] if function else None
+    if arch.name in ("x86_64", "i386"):
+        return _x86_prologue_row(ctx, arch, frame.pc, start)
+    if arch.name == "aarch64":
+        return _aarch64_prologue_row(ctx, arch, frame.pc, start)
+    return None
+
+
+def _at_entry(ctx, pc, start, landing_pads):
+    """pc is the function's first instruction, or follows only a landing pad (endbr64, bti, pac)."""
+    if start is None:
+        return False
+    if pc == start:
+        return True
+    first = _read(ctx, start, 4)
+    return pc == start + 4 and first is not None and first in landing_pads
+
+
+ENTRY = "function entry"
+AFTER_PUSH = "frame record being built"
+AT_RET = "function exit"
+
+
+def _x86_prologue_row(ctx, arch, pc, start):
+    code = _read(ctx, pc, 4)
+    if code is None:
+        return None
+    mov_bp_sp = MOV_BP_SP[arch.name]
+    bp, sp = arch.name_of(arch.fp), arch.name_of(arch.sp)
+    if _at_entry(ctx, pc, start, (ENDBR64, ENDBR32)):
+        return (_ra_on_stack_row(arch, pc), ENTRY,
+                "pc is at the function's entry (start 0x%x, from symbols): the return address is at [%s]"
+                % (start, sp))
+    after_push = _read(ctx, pc + 1, 3) or b""
+    if start is None and code[0] == PUSH_BP and after_push.startswith(mov_bp_sp):
+        return (_ra_on_stack_row(arch, pc), ENTRY,
+                "the code at pc is `push %s; mov %s, %s`, a function entry (no symbol here): "
+                "the return address is at [%s]" % (bp, bp, sp, sp))
+    if code.startswith(mov_bp_sp) and _read(ctx, pc - 1, 1) == bytes([PUSH_BP]):
+        return (_record_at_sp_row(arch, pc, 2 * arch.address_size), AFTER_PUSH,
+                "the code at pc is `mov %s, %s` right after `push %s`: the saved %s is at [%s] and "
+                "the return address above it" % (bp, sp, bp, bp, sp))
+    if code[0] in X86_RET or code[:2] == b"\xf3\xc3":
+        return (_ra_on_stack_row(arch, pc), AT_RET,
+                "the code at pc is `ret`: the frame is already taken down and the return address is at [%s]"
+                % sp)
+    return None
+
+
+def _aarch64_prologue_row(ctx, arch, pc, start):
+    code = _read(ctx, pc, 4)
+    if code is None:
+        return None
+    insn = _word(code, arch)
+    pads = tuple(i.to_bytes(4, arch.byteorder) for i in A64_PAC_OR_BTI)
+    if _at_entry(ctx, pc, start, pads):
+        return (_ra_in_link_register_row(arch, pc), ENTRY,
+                "pc is at the function's entry (start 0x%x, from symbols): the return address is in x30"
+                % start)
+    stores_record = insn & A64_STP_PRE_MASK == A64_STP_PRE
+    if start is None and (stores_record or insn in A64_PAC_SP):
+        return (_ra_in_link_register_row(arch, pc), ENTRY,
+                "the code at pc is a function entry (`%s`, no symbol here): the return address is in x30"
+                % ("stp x29, x30, [sp, #-N]!" if stores_record else "paciasp"))
+    if insn in A64_RET:
+        return (_ra_in_link_register_row(arch, pc), AT_RET,
+                "the code at pc is `ret`: the return address is in x30")
+    previous = _read(ctx, pc - 4, 4)
+    if insn == A64_MOV_X29_SP and previous is not None:
+        stp = _word(previous, arch)
+        if stp & A64_STP_PRE_MASK == A64_STP_PRE:
+            imm7 = (stp >> 15) & 0x7F
+            size = (128 - imm7) * 8 if imm7 & 0x40 else 0     # the pre-index moved sp down by `size`
+            if size:
+                return (_record_at_sp_row(arch, pc, size), AFTER_PUSH,
+                        "the code at pc is `mov x29, sp` right after `stp x29, x30, [sp, #-%d]!`: "
+                        "the frame record is at [sp]" % size)
+    return None
+
+
+def sets_up_frame_pointer(ctx, start, pc):
+    """Does the code from the function start up to pc set up a frame pointer? True, False or None.
+
+    None means it cannot tell: no symbol, a pc outside the function, or unreadable code.
+    """
+    if start is None or not start < pc <= start + (1 << 20):
+        return None
+    code = _read(ctx, start, min(pc - start, PROLOGUE_WINDOW))
+    if code is None:
+        return None
+    arch = ctx.arch
+    if arch.name in MOV_BP_SP:
+        return any(pattern in code for pattern in MOV_BP_SP[arch.name])
+    if arch.name == "aarch64":
+        words = (_word(code, arch, i) for i in range(0, len(code) - 3, 4))
+        return any(w & A64_ADD_X29_SP_MASK == A64_MOV_X29_SP for w in words)
+    return None
+
+
+def may_save_frame_pointer(ctx, start, pc):
+    """Could the code from the function start up to pc have saved (and so reused) the frame pointer?
+
+    x86 code saves a callee-saved register with `push` in its prologue, so
+    with no 0x55 byte (`push rbp`) before pc the register still holds the
+    caller's value. True (or unknown) is the cautious answer elsewhere.
+    """
+    if ctx.arch.name not in MOV_BP_SP or start is None or not start < pc <= start + (1 << 20):
+        return True
+    code = _read(ctx, start, min(pc - start, PROLOGUE_WINDOW))
+    return code is None or PUSH_BP in code
+
+
+# -- checks on the frame pointer --------------------------------------------------
+
+def frame_pointer_problem(fp, sp, ctx):
+    """Why the frame pointer cannot be followed, or None."""
+    arch = ctx.arch
+    name = arch.name_of(arch.fp)
+    if fp is None:
+        return "the value of %s is unknown" % name
+    if fp == 0:
+        return "%s is 0: there is no frame-pointer chain here (it ends, or this code does not keep one)" % name
+    if fp % arch.address_size:
+        return "frame pointer %s=0x%x is not aligned to %d bytes" % (name, fp, arch.address_size)
+    if ctx.knows_mappings():
+        mapping = ctx.mapping_at(fp)
+        if mapping is None or not mapping.readable:
+            return "cannot read the frame record at %s=0x%x: no readable mapping holds it" % (name, fp)
+        if not mapping.writable or mapping.executable:
+            return "frame pointer %s=0x%x points into %s, which is not stack memory" % (
+                name, fp, mapping.name or "a read-only or executable mapping")
+    if sp is not None and fp < sp:
+        return ("frame pointer %s=0x%x is not above the stack pointer 0x%x: it belongs to no frame "
+                "of this stack (the chain does not increase)" % (name, fp, sp))
+    return None
+
+
+# -- the step -----------------------------------------------------------------------
+
+def step(frame, ctx):
+    """Recover frame's caller from its frame record (or, at a function's edge, from sp)."""
+    arch = ctx.arch
+    if arch.name not in MOV_BP_SP and arch.name != "aarch64":
+        return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name)
+    marker = outermost_by_convention(frame, ctx, SOURCE)
+    if marker is not None:
+        return marker
+    function = function_of(frame, ctx)
+    fp = frame.registers.get(arch.fp)
+    sp = frame.registers.get(arch.sp)
+    evidence = StepEvidence(source=SOURCE, found_by="frame pointer", lookup_pc=ctx.lookup_pc(frame),
+                            module=_module_name(ctx, frame),
+                            entry={"function": function[0] if function else None,
+                                   "function_start": function[1] if function else None,
+                                   "start": function[1] if function else ctx.lookup_pc(frame),
+                                   "frame_pointer": fp})
+    edge = prologue_row(frame, ctx, function)
+    if edge is not None:
+        row, kind, why = edge
+        evidence.section, evidence.section_address = "stack at sp", sp
+        evidence.found_by = "frame pointer: %s" % kind
+        evidence.entry["kind"] = kind
+        evidence.notes.append(why)
+    else:
+        pc = ctx.lookup_pc(frame)
+        if function is not None and sets_up_frame_pointer(ctx, function[1], pc) is False:
+            return Outcome.not_applicable(SOURCE, "%s does not set up a frame pointer (no `mov %s, %s` "
+                                          "between its start 0x%x and 0x%x)" % (
+                                              function[0], arch.name_of(arch.fp), arch.name_of(arch.sp),
+                                              function[1], min(pc, function[1] + PROLOGUE_WINDOW)))
+        problem = frame_pointer_problem(fp, sp, ctx)
+        if problem:
+            return Outcome.failed(SOURCE, problem)
+        row = chain_row(arch, ctx.lookup_pc(frame))
+        evidence.section, evidence.section_address = "frame record", fp
+        evidence.found_by = "frame pointer (%s chain)" % arch.name_of(arch.fp)
+        evidence.entry["kind"] = "chain"
+    outcome = step_with_row(row, frame, ctx, evidence)
+    if outcome.status != RECOVERED:
+        return outcome
+    problem = _return_address_problem(outcome, ctx)
+    if problem:
+        return Outcome(FAILED, SOURCE, problem, evidence=outcome.evidence)
+    _note_saved_frame_pointer(outcome, fp, ctx, chained=edge is None)
+    return keep_only_known(outcome, arch, "a frame-pointer step")
+
+
+def _return_address_problem(outcome, ctx):
+    """A return address that is code but follows no call: fp did not point at a frame record."""
+    ra = outcome.registers.get(ctx.arch.pc)
+    if not ra or not ctx.is_code(ra):
+        return None     # 0 and non-code addresses are the engine's to judge (pc-zero, not-code)
+    if call_before(ctx.read_memory, ctx.arch, ra) is None:
+        return ("return address 0x%x does not follow a call instruction: %s does not point at a "
+                "frame record" % (ra, ctx.arch.name_of(ctx.arch.fp)))
+    return None
+
+
+def _note_saved_frame_pointer(outcome, fp, ctx, chained):
+    arch = ctx.arch
+    saved = outcome.registers.get(arch.fp)
+    if not chained or saved is None:
+        return
+    if saved == 0:
+        outcome.evidence.notes.append("the saved frame pointer is 0: the chain ends with the caller")
+    elif saved <= fp:
+        outcome.evidence.notes.append(
+            "the saved frame pointer 0x%x is not above this one (0x%x): the caller's frame pointer "
+            "will not be usable" % (saved, fp))
