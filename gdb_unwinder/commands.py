@@ -338,6 +338,29 @@ Off by default, so GDB's own heuristics keep their place unless asked."""
         return "GDB's backtrace %s the plugin's fallback sources." % ("uses" if value == "on" else "does not use")
 
 
+class ScanWordsParameter(gdb.Parameter):
+    """How many stack words the "scan" source reads above sp, per frame, looking for a return address."""
+
+    set_doc = "Set how many stack words the scan source reads per frame."
+    show_doc = "Show how many stack words the scan source reads per frame."
+
+    def __init__(self, state):
+        super().__init__("unwind scan-words", gdb.COMMAND_STACK, gdb.PARAM_ZUINTEGER)
+        self.state = state
+        self.value = state.target.scan_words
+
+    def get_set_string(self):
+        if not 1 <= self.value <= 1 << 20:
+            self.value = self.state.target.scan_words
+            raise gdb.GdbError("unwind scan-words: must be between 1 and 1048576")
+        self.state.target.scan_words = self.value      # every UnwindContext reads it from the target
+        gdb.invalidate_cached_frames()
+        return "unwind scan-words: %d" % self.value
+
+    def get_show_string(self, value):
+        return "The scan source reads %s stack words per frame." % value
+
+
 def register(state):
     UnwindPrefix()
     for name, cls in (("backtrace", BacktraceCommand), ("explain", ExplainCommand),
@@ -350,3 +373,5 @@ def register(state):
     MaxFramesParameter(state)
     if any(s in STRATEGIES for s in ("frame-pointer", "scan")):
         FallbackParameter(state)
+    if "scan" in STRATEGIES:
+        ScanWordsParameter(state)

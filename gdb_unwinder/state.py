@@ -7,7 +7,7 @@ dropped at every stop, so nothing about the stack outlives a resume.
 
 import gdb
 
-from plugin.engine import DEFAULT_MAX_FRAMES, STRATEGIES, UnwindContext
+from plugin.engine import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, STRATEGIES, UnwindContext
 from plugin.modules import ModuleMap
 
 from .target import GdbTarget
@@ -20,6 +20,7 @@ class GdbState:
         self.sources = tuple(s for s in ("cfi", "sframe", "compact", "exidx", "frame-pointer", "scan")
                              if s in STRATEGIES)
         self.max_frames = DEFAULT_MAX_FRAMES
+        self.target.scan_words = DEFAULT_SCAN_WORDS     # `set unwind scan-words`; read by UnwindContext
         self.claim_fallback = False      # may GDB's `bt` use frame-pointer / stack-scan frames?
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
         self.unwinder = None
@@ -34,12 +35,14 @@ class GdbState:
 
     def modules_changed(self):
         self.target.invalidate()
+        if self._unwinder_context is not None:
+            self._unwinder_context.forget_process_state()
         self.after_signal.clear()
 
     def resumed(self):
         self.target._mappings = None
         if self._unwinder_context is not None:
-            self._unwinder_context._mappings = None
+            self._unwinder_context.forget_process_state()
         self.after_signal.clear()
 
     def refresh_arch(self):

@@ -50,8 +50,16 @@ class GdbTarget(Target):
     # -- modules and mappings --------------------------------------------------
     def mappings(self):
         if self._mappings is None:
-            self._mappings = _proc_maps(gdb.selected_inferior().pid)
+            # /proc/PID is this machine's process PID only on a native
+            # target: qemu's gdbstub calls its process 1, which here is
+            # another program entirely.
+            self._mappings = _proc_maps(gdb.selected_inferior().pid) if _is_native() else []
         return self._mappings
+
+    @property
+    def mappings_known(self):
+        """False where no mapping list can be had (remote stubs, cores without /proc)."""
+        return bool(self.mappings())
 
     def modules(self):
         if self._modules is None:
@@ -124,6 +132,12 @@ class GdbTarget(Target):
         if not match:
             return None
         return match.group(1), address - int(match.group(2) or 0)
+
+
+def _is_native():
+    """Is the selected inferior a process on this machine (not a remote stub or a core)?"""
+    connection = getattr(gdb.selected_inferior(), "connection", None)   # GDB 12 and later
+    return connection is None or connection.type == "native"
 
 
 def _proc_maps(pid):

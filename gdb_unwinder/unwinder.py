@@ -104,7 +104,13 @@ class PluginUnwinder(Unwinder):
             return None
         caller = outcome.registers
         if outcome.signal_frame:
+            # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
+            # same registers and marks the frame "<signal handler called>", which
+            # a Python unwinder cannot. The interrupted frame above it is ours
+            # again, looked up at its exact pc.
             state.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
+            self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
+            return None
         start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
         info = pending_frame.create_unwind_info(FrameId(outcome.evidence.cfa, start))
         names, known, raws = arch.registers, registers.known, registers.raw

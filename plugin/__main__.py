@@ -1,4 +1,4 @@
-"""Offline command line: `python -m plugin tables FILE [--address ADDR] [--json]`.
+"""Offline command line: `python -m plugin tables FILE [--address ADDR] [--json] [--arch ARCH]`.
 
 The file is laid out in memory as the loader would (FileTarget), so the
 tables printed here come through the same discovery and decoders as in a
@@ -37,26 +37,57 @@ def build_parser():
     t.add_argument("--address", type=parse_address, metavar="ADDR",
                    help="only the entries and rows covering this link-time address")
     t.add_argument("--json", action="store_true", help="print JSON instead of text")
+    t.add_argument("--arch", metavar="ARCH",
+                   help="the slice of a universal (fat) Mach-O file to read: x86_64, arm64 or i386 "
+                        "(default: the first slice)")
+    t.add_argument("--sources", type=parse_source_list, metavar="LIST",
+                   help="only these sources' tables, e.g. cfi,sframe (frame-pointer and scan "
+                        "read a live stack and have no tables)")
     return parser
+
+
+def parse_source_list(text):
+    from .engine import parse_sources
+    try:
+        return parse_sources(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_tables(args):
     from elftools.common.exceptions import ELFError
-    from .file_target import FileTarget
+    from .errors import DecodeError
     try:
-        target = FileTarget(args.file)
-    except (OSError, ELFError, ValueError) as exc:
+        target = _open_file(args.file, args.arch)
+    except (OSError, ELFError, ValueError, DecodeError) as exc:
         raise SystemExit(_fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc)))
     modules = ModuleMap(target)
     if target.header_address is None:       # no program headers: an object file
         modules.add(target.section_module())
     result = tables.collect(target, modules, args.address)
+    if args.sources is not None:
+        result["sources"] = [entry for entry in result["sources"] if entry["kind"] in args.sources]
     if args.json:
         json.dump(result, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(tables.text(result))
     return 0
+
+
+def _open_file(path, arch):
+    """FileTarget for an ELF file, MachOFileTarget for a Mach-O (thin or universal) one."""
+    from .file_target import FileTarget
+    from .formats.macho import FAT_MAGIC, FAT_MAGIC_64
+    from .macho_file_target import MachOFileTarget
+    from .macho_modules import is_macho_magic
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if is_macho_magic(head) or int.from_bytes(head, "big") in (FAT_MAGIC, FAT_MAGIC_64):
+        return MachOFileTarget(path, arch=arch)
+    if arch is not None:
+        raise ValueError("--arch selects a slice of a universal Mach-O file; this is not a Mach-O file")
+    return FileTarget(path)
 
 
 def _fail(message):

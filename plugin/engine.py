@@ -4,21 +4,51 @@ Strategies only answer "here is the caller" or "not me, because...". The
 engine orders them, checks every answer (the CFA must grow, the return
 address must be code), falls back to the next source when a check fails and
 records why, and ends the walk with a named stop reason.
+
+The fallback sources (frame-pointer, scan) read the stack itself. They
+answer for frames no table covers; once a table that covers the frame has
+failed a check, the stack is damaged there and the walk stops with the
+table's reason rather than guessing past it (their attempts say "skipped").
 """
 
-from .evidence import Attempt, Backtrace, Frame
+import bisect
+
+from .errors import MemoryReadError
+from .evidence import SOURCES, Attempt, Backtrace, Frame
 from .modules import ModuleMap
 from .strategies import FAILED, NOT_APPLICABLE, RECOVERED
 from .strategies import cfi as cfi_strategy
+from .strategies import compact as compact_strategy
+from .strategies import frame_pointer as frame_pointer_strategy
+from .strategies import scan as scan_strategy
+from .strategies import sframe as sframe_strategy
 
 STRATEGIES = {
     "cfi": cfi_strategy.step,
+    "sframe": sframe_strategy.step,
+    "compact": compact_strategy.step,
+    "frame-pointer": frame_pointer_strategy.step,
+    "scan": scan_strategy.step,
 }
-DEFAULT_SOURCES = ("cfi",)
+
+# Sources that read the stack itself rather than a table. They answer only
+# for frames no table covers (see step_frame).
+FALLBACK_SOURCES = ("frame-pointer", "scan")
+
+
+def default_sources():
+    """Every registered source in the canonical order: tables first, then the fallbacks."""
+    return tuple(s for s in SOURCES if s in STRATEGIES)
+
+
+DEFAULT_SOURCES = default_sources()
 DEFAULT_MAX_FRAMES = 20000
+DEFAULT_SCAN_WORDS = 1024      # stack words the `scan` source reads above sp, per frame
+
+SKIPPED = "skipped"            # an Attempt outcome: the source was not asked (see step_frame)
 
 # Stop reasons (the names scripts see in JSON).
-OUTERMOST = "outermost"                     # a table marks the frame as the last one
+OUTERMOST = "outermost"                     # a table marks the frame as the last one, _start/clone, top of stack
 PC_ZERO = "pc-zero"                         # return address 0: the convention for "no caller"
 CFA_NOT_INCREASING = "cfa-not-increasing"
 REPEATED_FRAME = "repeated-frame"
@@ -26,9 +56,11 @@ UNREADABLE_MEMORY = "unreadable-memory"
 DEPTH_LIMIT = "depth-limit"
 NO_UNWIND_INFO = "no-unwind-info"           # nothing could recover the frame
 NOT_CODE = "return-address-not-code"
+MISALIGNED = "misaligned-stack"              # the stack or frame pointer breaks the ABI's alignment
 
 STOP_WORDS = {
-    OUTERMOST: "outermost frame (the unwind table marks it so)",
+    OUTERMOST: "outermost frame (a table marks it so, it is _start or clone, or the stack above it "
+               "holds no return address)",
     PC_ZERO: "return address is 0: outermost frame",
     CFA_NOT_INCREASING: "the caller's CFA does not increase",
     REPEATED_FRAME: "a frame repeats: the stack loops",
@@ -36,6 +68,7 @@ STOP_WORDS = {
     DEPTH_LIMIT: "depth limit reached",
     NO_UNWIND_INFO: "no source could recover the caller",
     NOT_CODE: "the recovered return address is not in executable memory",
+    MISALIGNED: "the stack pointer or frame pointer is misaligned: the registers or the stack are damaged",
 }
 
 
@@ -54,12 +87,26 @@ def parse_sources(text, available=None):
 class UnwindContext:
     """What strategies may use: the target, its modules, and the lookup-pc rule."""
 
-    def __init__(self, target, modules=None, sources=DEFAULT_SOURCES):
+    def __init__(self, target, modules=None, sources=DEFAULT_SOURCES, scan_words=None):
         self.target = target
         self.arch = target.arch
         self.modules = modules or ModuleMap(target)
         self.sources = tuple(sources)
+        self._scan_words = scan_words
         self._mappings = None
+        self._all_mappings = None
+        self._symbols = {}
+
+    @property
+    def scan_words(self):
+        """Stack words the scan source reads: as given, else the adapter's setting on its target."""
+        return self._scan_words or getattr(self.target, "scan_words", None) or DEFAULT_SCAN_WORDS
+
+    def forget_process_state(self):
+        """Drop what the process may change while it runs: mappings (stacks, JIT code), symbols."""
+        self._mappings = None
+        self._all_mappings = None
+        self._symbols = {}
 
     def read_memory(self, address, size):
         return self.target.read_memory(address, size)
@@ -72,9 +119,45 @@ class UnwindContext:
         module = self.modules.find(address)
         if module is not None:
             return module.is_executable(address)
+        if not getattr(self.target, "mappings_known", True):
+            # A remote stub without /proc (qemu's gdbstub) cannot say what is
+            # executable outside the modules, e.g. qemu's signal trampoline
+            # page: readable memory is the most that can be checked there.
+            try:
+                self.target.read_memory(address, 1)
+                return True
+            except MemoryReadError:
+                return False
         if self._mappings is None:
             self._mappings = [m for m in self.target.mappings() if m.executable]
         return any(m.contains(address) for m in self._mappings)
+
+    def _load_mappings(self):
+        if self._all_mappings is None:
+            self._all_mappings = sorted(self.target.mappings(), key=lambda m: m.start)
+            self._mapping_starts = [m.start for m in self._all_mappings]
+        return self._all_mappings
+
+    def knows_mappings(self):
+        """Can the debugger list the process's mappings (not on every remote target)?"""
+        return getattr(self.target, "mappings_known", True) and bool(self._load_mappings())
+
+    def mapping_at(self, address):
+        """The process mapping holding address, or None (also when mappings are not known)."""
+        mappings = self._load_mappings()
+        i = bisect.bisect_right(self._mapping_starts, address) - 1
+        if i >= 0 and mappings[i].contains(address):
+            return mappings[i]
+        return None
+
+    def symbol(self, address):
+        """(name, start) of the function holding address, or None; cached for this walk."""
+        if address not in self._symbols:
+            try:
+                self._symbols[address] = self.target.symbol(address)
+            except Exception:       # symbols only help; a failed lookup is "unknown"
+                self._symbols[address] = None
+        return self._symbols[address]
 
 
 def step_frame(frame, ctx, previous_cfa=None):
@@ -87,9 +170,18 @@ def step_frame(frame, ctx, previous_cfa=None):
     attempts = []
     arch = ctx.arch
     sp = frame.registers.get(arch.sp)
-    for source in ctx.sources:
+    covered_by = None       # a table source that had a row for this pc but whose answer failed
+    for source in _sources_for(frame, ctx):
         strategy = STRATEGIES.get(source)
         if strategy is None:
+            continue
+        if covered_by is not None and source in FALLBACK_SOURCES:
+            # A table describes this frame, and following it hit damage (a bad
+            # return address, a CFA that does not grow, unreadable memory).
+            # Guessing past that would report invented frames as real ones, so
+            # the walk stops here with the table's reason instead.
+            attempts.append(Attempt(source, SKIPPED, "%s covers this pc and its answer failed a check: "
+                                    "the stack is damaged here, so it is not guessed past" % covered_by))
             continue
         try:
             outcome = strategy(frame, ctx)
@@ -98,15 +190,40 @@ def step_frame(frame, ctx, previous_cfa=None):
             continue
         if outcome.status != RECOVERED:
             attempts.append(Attempt(source, outcome.status, outcome.reason))
+            if _had_a_row(source, outcome):
+                covered_by = source
             continue
         if outcome.outermost:
             return outcome, attempts
         problem = _implausible(outcome, frame, ctx, sp, previous_cfa)
         if problem:
             attempts.append(Attempt(source, "rejected", problem))
+            if _had_a_row(source, outcome):
+                covered_by = source
             continue
         return outcome, attempts
     return None, attempts
+
+
+def _sources_for(frame, ctx):
+    """ctx.sources, except that a Mach-O module tries `compact` just before
+    `cfi` when both are on: Apple's own unwinders consult __unwind_info
+    first, and its DWARF-mode opcodes lead to the __eh_frame FDE themselves.
+    Other modules keep the configured order, where `compact` (not
+    applicable to them) comes after the other table sources."""
+    sources = ctx.sources
+    if "compact" in sources and "cfi" in sources and sources.index("compact") > sources.index("cfi"):
+        module = ctx.modules.find(ctx.lookup_pc(frame))
+        if module is not None and module.format == "macho":
+            rest = [s for s in sources if s != "compact"]
+            at = rest.index("cfi")
+            return tuple(rest[:at] + ["compact"] + rest[at:])
+    return sources
+
+
+def _had_a_row(source, outcome):
+    """Did a table source find an entry for the pc (as opposed to having no usable table)?"""
+    return source not in FALLBACK_SOURCES and getattr(outcome.evidence, "rule", None) is not None
 
 
 def _implausible(outcome, frame, ctx, sp, previous_cfa):
@@ -125,25 +242,34 @@ def _implausible(outcome, frame, ctx, sp, previous_cfa):
 
 
 def _stop_for(attempts):
-    if any("cannot read" in a.reason for a in attempts):
+    """The stop reason for a frame no source recovered, from what each source said.
+
+    Strategies and _implausible word their reasons so this can classify them:
+    "cannot read", "not aligned", "does not increase" / "not above",
+    "executable". Keep those phrases when rewording a reason.
+    """
+    tried = [a for a in attempts if a.outcome != SKIPPED]
+    if any("cannot read" in a.reason for a in tried):
         return UNREADABLE_MEMORY
-    rejected = [a for a in attempts if a.outcome == "rejected"]
-    if rejected and all("does not increase" in a.reason or "not above" in a.reason for a in rejected):
+    answered = [a for a in tried if a.outcome in ("rejected", FAILED)]
+    if answered and all("not aligned" in a.reason for a in answered):
+        return MISALIGNED
+    if answered and all("does not increase" in a.reason or "not above" in a.reason for a in answered):
         return CFA_NOT_INCREASING
-    if rejected and all("executable" in a.reason for a in rejected):
+    if answered and all("executable" in a.reason for a in answered):
         return NOT_CODE
     return NO_UNWIND_INFO
 
 
 def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FRAMES,
-           modules=None, symbolize=True, exact_pc=True, first_level=0):
+           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None):
     """Walk the stack from `registers`; returns a Backtrace.
 
     The walk starts at the frame the registers belong to (the innermost one
     unless first_level says otherwise); exact_pc says whether its pc is the
     instruction itself rather than a return address.
     """
-    ctx = UnwindContext(target, modules, sources)
+    ctx = UnwindContext(target, modules, sources, scan_words)
     arch = ctx.arch
     frame = Frame(level=first_level, pc=registers.get(arch.pc, 0), registers=dict(registers),
                   method="context", exact_pc=exact_pc)
@@ -191,15 +317,25 @@ def name_frames(frames, ctx):
     """Fill function and module names (lookup at pc-1 for return addresses).
 
     A signal trampoline is entered by "returning" to its first instruction,
-    so it is named at its pc itself.
+    so it is named at its pc itself. Code outside every module (JIT code)
+    has module None and is named after its mapping:
+    "<jit code in anonymous mapping 0x7f...000>" (the mapping's start), or
+    "<jit code in NAME 0x...>" when the mapping has a name.
     """
     for frame in frames:
         pc = frame.pc if frame.signal_frame else ctx.lookup_pc(frame)
         module = ctx.modules.find(pc)
         frame.module = module.name if module else None
-        try:
-            found = ctx.target.symbol(pc)
-        except Exception:           # symbol lookup is cosmetic; never let it end a backtrace
-            found = None
+        found = ctx.symbol(pc)
         if found:
             frame.function, frame.function_start = found
+        elif module is None:
+            frame.function = jit_name(ctx, pc)
+
+
+def jit_name(ctx, pc):
+    """"<jit code in anonymous mapping 0x...>" for executable memory outside every module, else None."""
+    mapping = ctx.mapping_at(pc)
+    if mapping is None or not mapping.executable:
+        return None
+    return "<jit code in %s 0x%x>" % (mapping.name or "anonymous mapping", mapping.start)

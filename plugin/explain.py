@@ -145,6 +145,8 @@ def _entry_text(entry):
     for key, value in entry.items():
         if isinstance(value, int) and not isinstance(value, bool):
             parts.append("%s=0x%x" % (key, value))
+        elif isinstance(value, (list, dict)):
+            continue        # structured detail (SFrame data words, rules): the strategy adds notes for it
         elif value not in (None, ""):
             parts.append("%s=%s" % (key, value))
     return " ".join(parts)

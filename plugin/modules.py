@@ -4,8 +4,9 @@ For an ELF module the ELF header and program headers are read through the
 Target: PT_LOAD gives the mapped (and executable) ranges and the load bias,
 PT_GNU_EH_FRAME the `.eh_frame_hdr` (whose eh_frame_ptr leads to
 `.eh_frame`), PT_GNU_SFRAME the `.sframe`, PT_ARM_EXIDX the `.ARM.exidx`,
-PT_NOTE the build id. Nothing here reads the file on disk except where the
-table is not loaded at all (`.debug_frame`) or memory has no pointer to it
+PT_NOTE the build id. Mach-O images (load commands: LC_SEGMENT(_64),
+LC_UUID) are read by plugin/macho_modules.py. Nothing here reads the file
+on disk except where the table is not loaded at all (`.debug_frame`) or memory has no pointer to it
 (`.eh_frame` without a header): those are marked with where they came from.
 """
 
@@ -167,11 +168,15 @@ def _build_id(target, address, size, order):
 
 
 def discover(target, ref):
-    """Module for ref (ELF); DecodeError/MemoryReadError if unreadable."""
+    """Module for ref (ELF or Mach-O); DecodeError/MemoryReadError if unreadable."""
     magic = target.read_memory(ref.header_address, 4)
     if magic == ELF_MAGIC:
         return discover_elf(target, ref)
-    raise DecodeError("module header", 0, "no ELF magic at 0x%x" % ref.header_address)
+    # Imported here: macho_modules builds on this module's Module and Segment.
+    from .macho_modules import discover_macho, is_macho_magic
+    if is_macho_magic(magic):
+        return discover_macho(target, ref)
+    raise DecodeError("module header", 0, "no ELF or Mach-O magic at 0x%x" % ref.header_address)
 
 
 def region_of(target, location):

@@ -76,7 +76,7 @@ def modules_report(modules):
         CfiTables.of(module, modules.target).sections()    # locate .eh_frame/.debug_frame too
         entry = {"name": module.name, "path": module.path, "base": module.header_address,
                  "load_bias": module.load_bias, "arch": module.arch.name, "format": module.format,
-                 "build_id": module.build_id,
+                 "build_id": module.build_id, "uuid": module.uuid,
                  "segments": [{"start": s.start, "end": s.end, "executable": s.executable}
                               for s in module.segments],
                  "tables": {name: {"address": t.address, "size": t.size, "found_by": t.found_by,

@@ -4,13 +4,21 @@ Shared by `python -m plugin tables`, GDB's `unwind tables` and LLDB's, so
 all three print the same entries in the same JSON shape.
 """
 
+from . import row_agreement
 from .errors import DecodeError
 from .formats import cfi
+from .strategies import compact as compact_strategy
+from .strategies import sframe as sframe_strategy
 from .strategies.cfi import CfiTables
 
 
 def collect(target, modules, address=None):
-    """{"sources": [...], "problems": [...]} for every module (or the one holding address)."""
+    """{"sources": [...], "problems": [...]} for every module (or the one holding address).
+
+    With an address there is also "agreement": the CFI row and the SFrame
+    row in force there compared (plugin.row_agreement), or null unless both
+    sources cover the address.
+    """
     sources, problems = [], []
     if address is None:
         chosen = modules.all()
@@ -19,11 +27,62 @@ def collect(target, modules, address=None):
         chosen = [module] if module else []
         if module is None:
             problems.append("no module contains 0x%x" % address)
+    agreement = None
     for module in chosen:
+        sources.extend(compact_strategy.table_sources(target, module, address, problems))
         sources.extend(_cfi_sources(target, module, address, problems))
+        sources.extend(_sframe_sources(target, module, address, problems))
+        if address is not None:
+            agreement = _agreement(target, module, address, problems)
     for ref, reason in modules.failed:
         problems.append("%s: %s" % (ref.name, reason))
-    return {"sources": sources, "problems": problems}
+    result = {"sources": sources, "problems": problems}
+    if address is not None:
+        result["agreement"] = agreement
+    return result
+
+
+def _sframe_sources(target, module, address, problems):
+    tables = sframe_strategy.SFrameTables.of(module, target)
+    section = tables.section()
+    problems.extend("%s %s" % (module.name, p) for p in tables.problems)
+    if section is None:
+        return []
+    try:
+        if address is None:
+            found = list(enumerate(section.fdes))
+        else:
+            hit = section.find_fde(address)
+            found = [hit] if hit else []
+        entries = [sframe_strategy.fde_table_json(section, index, fde, module.arch, address)
+                   for index, fde in found]
+    except DecodeError as exc:
+        problems.append("%s .sframe: %s" % (module.name, exc))
+        return []
+    if address is not None and not entries:
+        return []
+    return [sframe_strategy.source_json(module, section, entries)]
+
+
+def _agreement(target, module, address, problems):
+    """The CFI and SFrame rows in force at address, compared; None unless both exist."""
+    try:
+        cfi_hit = CfiTables.of(module, target).row_for(address)
+        sframe_hit = sframe_strategy.SFrameTables.of(module, target).row_for(address)
+    except DecodeError as exc:
+        problems.append("%s: rows at 0x%x: %s" % (module.name, address, exc))
+        return None
+    if cfi_hit is None or sframe_hit is None:
+        return None
+    name, section, fde, _, cfi_row = cfi_hit
+    index, sfde, fre, sframe_row = sframe_hit
+    out = row_agreement.compare(cfi_row, sframe_row, module.arch, address)
+    out["module"] = module.name
+    out["cfi_row"] = {"section": name, "fde_offset": fde.offset, "row": cfi_row.to_json(module.arch),
+                      "row_text": cfi_row.text(module.arch)}
+    out["sframe_row"] = {"fde_index": index, "fre_index": None if fre is None else fre.index,
+                         "row": sframe_row.to_json(module.arch), "row_text": sframe_row.text(module.arch)}
+    return out
 
 
 def _cfi_sources(target, module, address, problems):
@@ -68,6 +127,12 @@ def text(result):
             source["module"], source["section"], source["kind"].upper(), source["address"],
             len(source["entries"])))
         for entry in source["entries"]:
+            if source["kind"] == "sframe":
+                lines.extend(_sframe_entry_text(entry))
+                continue
+            if source["kind"] == "compact":
+                lines.extend(compact_strategy.entry_text(entry))
+                continue
             head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"])
             if "fde_offset" in entry:
                 head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
@@ -76,8 +141,33 @@ def text(result):
             lines.append(head)
             for row, row_text in zip(entry["rows"], entry["rows_text"]):
                 lines.append("    0x%x: %s" % (row["address"], row_text))
+    if result.get("agreement"):
+        lines.append(row_agreement.text(result["agreement"]))
     for problem in result["problems"]:
         lines.append("problem: %s" % problem)
     if not result["sources"] and not result["problems"]:
         lines.append("no unwind tables found")
     return "\n".join(lines)
+
+
+def _sframe_entry_text(entry):
+    head = "  [0x%x, 0x%x) SFrame FDE %d at +0x%x, %s" % (
+        entry["start"], entry["end"], entry["fde_index"], entry["fde_offset"], entry["fde_type"])
+    if entry["pc_type"] == "mask":
+        head += ", pc type mask (repeats every %d bytes)" % entry["rep_size"]
+    if entry["signal_frame"]:
+        head += ", signal frame"
+    if entry.get("pauth_key"):
+        head += ", pauth key %s" % entry["pauth_key"]
+    lines = [head]
+    if entry["outermost"]:
+        lines.append("    no FREs: outermost frame")
+    for row, row_text, fre in zip(entry["rows"], entry["rows_text"], entry["fres"]):
+        lines.append("    0x%x: %s" % (row["address"], row_text))
+        if fre["fre_index"] is not None:
+            words = ", ".join("%d" % w["value"] for w in fre["data_words"])
+            lines.append("      FRE %d at +0x%x, base %s, %d-byte data words [%s]%s" % (
+                fre["fre_index"], fre["fre_offset"], fre["cfa_base"], fre["data_word_size"], words,
+                ", RA signed" if fre["ra_mangled"] else ""))
+        lines.append("      %s; %s; %s" % (fre["rules"]["cfa"], fre["rules"]["fp"], fre["rules"]["ra"]))
+    return lines

@@ -45,6 +45,7 @@ class Target:
     """
     arch = None
     generation = 0
+    mappings_known = True       # False: mappings() cannot be had (a remote stub without /proc)
 
     def read_memory(self, address, size):
         raise NotImplementedError

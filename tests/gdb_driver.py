@@ -1,7 +1,8 @@
 """Runs inside GDB (sourced by tests/gdbrun.py): load the plugin, stop, act, write JSON.
 
 The plan comes in the UNWIND_TEST_PLAN environment variable:
-{"checkout", "binary", "args", "breakpoint", "setup": [cmd...], "actions": [[name, kind, payload]...], "out"}
+{"checkout", "binary", "args", "breakpoint", "setup": [cmd...], "actions": [[name, kind, payload]...], "out",
+ "remote": "HOST:PORT" or null (connect to a gdbstub and continue instead of run)}
 kinds: "cmd" (output text), "json" (command output parsed as JSON), "frames" (GDB's
 physical frames as [{pc, sp, type}]), "py" (a Python expression evaluated here).
 """
@@ -33,11 +34,16 @@ try:
     gdb.execute("set confirm off")
     gdb.execute("source %s/gdb_unwinder/gdbinit.py" % plan["checkout"])
     gdb.execute("file %s" % plan["binary"])
+    if plan.get("remote"):
+        gdb.execute("target remote %s" % plan["remote"])
     for command in plan.get("setup", []):
         gdb.execute(command)
     if plan.get("breakpoint"):
         gdb.execute("break %s" % plan["breakpoint"])
-    gdb.execute("run %s" % " ".join(plan.get("args", [])))
+    if plan.get("remote"):
+        gdb.execute("continue")
+    else:
+        gdb.execute("run %s" % " ".join(plan.get("args", [])))
     for name, kind, payload in plan["actions"]:
         try:
             if kind == "cmd":

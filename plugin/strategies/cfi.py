@@ -64,6 +64,16 @@ class CfiTables:
                 if end is None:
                     raise DecodeError(".eh_frame_hdr", 4, "eh_frame_ptr 0x%x is outside the module" % address)
                 size = end - address
+            elif self.module.format == "macho":
+                # The section header gives __TEXT,__eh_frame itself; there is no
+                # header index, so lookup() builds the sorted one.
+                location = self.module.tables.get("__eh_frame")
+                if location is None:
+                    return None
+                region = Region("__eh_frame", location.address, location.size, self.target.read_memory,
+                                self.module.arch.byteorder)
+                return cfi.CfiSection(region, "eh_frame", self.module.arch, bases=self._bases(),
+                                      deref=self._deref)
             else:
                 info = elf_file.sections(self.module.path).get(".eh_frame")
                 if info is None:
@@ -79,7 +89,8 @@ class CfiTables:
 
     def debug_frame(self):
         def load():
-            found = elf_file.section_bytes(self.module.path, ".debug_frame") if self.module.path else None
+            found = elf_file.section_bytes(self.module.path, ".debug_frame") \
+                if self.module.path and self.module.format == "elf" else None
             if found is None:
                 return None
             address, data = found
@@ -101,8 +112,7 @@ class CfiTables:
 
     def sections(self):
         """[(name, CfiSection)] for every CFI section this module has."""
-        return [(name, sec) for name, sec in ((".eh_frame", self.eh_frame()),
-                                               (".debug_frame", self.debug_frame())) if sec is not None]
+        return [(sec.name, sec) for sec in (self.eh_frame(), self.debug_frame()) if sec is not None]
 
     def lookup(self, pc):
         """(section name, CfiSection, FDE, how it was found) covering pc, or None."""
@@ -118,7 +128,8 @@ class CfiTables:
             else:
                 fde = eh_frame.find_fde(pc)
                 if fde is not None:
-                    return ".eh_frame", eh_frame, fde, "sorted index of .eh_frame (no usable .eh_frame_hdr)"
+                    how = "sorted index of %s (no usable .eh_frame_hdr)" % eh_frame.name
+                    return eh_frame.name, eh_frame, fde, how
         debug_frame = self.debug_frame()
         if debug_frame is not None:
             fde = debug_frame.find_fde(pc)
