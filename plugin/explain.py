@@ -89,9 +89,9 @@ def frame_line(frame, width=16):
 def backtrace_text(bt, arch):
     width = 2 * arch.address_size
     lines = [frame_line(f, width) for f in bt.frames]
-    lines.append("Backtrace stopped: %s (%s)%s" % (
-        bt.stop_reason, STOP_WORDS.get(bt.stop_reason, bt.stop_reason),
-        (": " + bt.stop_detail) if bt.stop_detail else ""))
+    # The reason's name first (scripts match it), then what happened in words.
+    lines.append("Backtrace stopped: %s (%s)" % (
+        bt.stop_reason, bt.stop_detail or STOP_WORDS.get(bt.stop_reason, bt.stop_reason)))
     return "\n".join(lines)
 
 

@@ -22,7 +22,9 @@ def step_with_row(row, frame, ctx, evidence, signal_frame=False):
     evidence.reads = result.reads
     if arch.ra in result.undefined:
         evidence.notes.append("the return address rule is 'undefined': this is the outermost frame")
-        return Outcome(RECOVERED, evidence.source, "outermost frame", registers=None,
+        return Outcome(RECOVERED, evidence.source,
+                       "%s marks the return address undefined at 0x%x" % (evidence.found_by, evidence.lookup_pc),
+                       registers=None,
                        evidence=evidence, outermost=True, signal_frame=signal_frame)
     caller = result.registers
     ra = caller.get(arch.ra)
