@@ -8,7 +8,7 @@ def install():
 
     from .commands import register
     from .state import GdbState
-    from .unwinder import NAME, PluginUnwinder
+    from .unwinder import PluginUnwinder
 
     if getattr(gdb, "_unwind_plugin_state", None) is not None:
         return gdb._unwind_plugin_state

@@ -16,7 +16,7 @@ import bisect
 from .errors import MemoryReadError
 from .evidence import SOURCES, Attempt, Backtrace, Frame
 from .modules import ModuleMap
-from .strategies import FAILED, NOT_APPLICABLE, RECOVERED
+from .strategies import FAILED, RECOVERED
 from .strategies import cfi as cfi_strategy
 from .strategies import compact as compact_strategy
 from .strategies import frame_pointer as frame_pointer_strategy

@@ -19,7 +19,57 @@ from .errors import MemoryReadError
 from .target import Mapping, ModuleRef, Target
 
 
-class FileTarget(Target):
+class LaidOutFile(Target):
+    """A file's pieces placed in memory: (start, end, file offset, file size, executable).
+
+    Bytes past a piece's file size read as zero (like .bss); subclasses say
+    how to read the file (`_file_bytes`) and set path, header_address and
+    the pieces with `_lay_out`.
+    """
+
+    path = None
+    header_address = None
+
+    def _lay_out(self, pieces):
+        self._pieces = sorted(pieces)
+        self._starts = [p[0] for p in self._pieces]
+
+    def _file_bytes(self, offset, size):
+        raise NotImplementedError
+
+    def read_memory(self, address, size):
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0:
+            start, end, offset, filesz, _ = self._pieces[i]
+            if address + size <= end:
+                rel = address - start
+                data = self._file_bytes(offset + rel, min(size, filesz - rel)) if rel < filesz else b""
+                return data + bytes(size - len(data))
+        raise MemoryReadError(address, size, "not mapped by %s" % os.path.basename(self.path))
+
+    def modules(self):
+        if self.header_address is None:
+            return []
+        return [ModuleRef(os.path.basename(self.path), self.header_address, self.path)]
+
+    def mappings(self):
+        return [Mapping(s, e, True, False, x, self.path) for s, e, _, _, x in self._pieces]
+
+
+def symbol_in(table, address):
+    """(name, start) from a ([starts], [(start, end, name)]) table, or None."""
+    starts, entries = table
+    i = bisect.bisect_right(starts, address) - 1
+    if i >= 0:
+        start, end, name = entries[i]
+        if start <= address < max(end, start + 1):
+            return name, start
+    return None
+
+
+class FileTarget(LaidOutFile):
+    """An ELF file: PT_LOAD segments at their link address plus a bias."""
+
     def __init__(self, path, base=None):
         self.path = path
         with open(path, "rb") as handle:
@@ -30,41 +80,28 @@ class FileTarget(Target):
         if self.arch is None:
             raise ValueError("unsupported ELF machine %s" % elf["e_machine"])
         loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-        self._pieces = []           # (start, end, file_offset, filesz, executable)
+        pieces = []
         if loads:
             low = min(s["p_vaddr"] - s["p_offset"] for s in loads if s["p_offset"] == 0) \
                 if any(s["p_offset"] == 0 for s in loads) else min(s["p_vaddr"] for s in loads)
             self.bias = 0 if base is None else base - low
             for s in loads:
                 start = self.bias + s["p_vaddr"]
-                self._pieces.append((start, start + s["p_memsz"], s["p_offset"], s["p_filesz"],
-                                     bool(s["p_flags"] & 1)))
+                pieces.append((start, start + s["p_memsz"], s["p_offset"], s["p_filesz"],
+                               bool(s["p_flags"] & 1)))
             self.header_address = self.bias + low
         else:
             self.bias = 0 if base is None else base
             for sec in elf.iter_sections():
                 if sec["sh_flags"] & 2 and sec["sh_type"] != "SHT_NOBITS" and sec["sh_size"]:
                     start = self.bias + sec["sh_addr"]
-                    self._pieces.append((start, start + sec["sh_size"], sec["sh_offset"],
-                                         sec["sh_size"], bool(sec["sh_flags"] & 4)))
+                    pieces.append((start, start + sec["sh_size"], sec["sh_offset"],
+                                   sec["sh_size"], bool(sec["sh_flags"] & 4)))
             self.header_address = None
-        self._pieces.sort()
-        self._starts = [p[0] for p in self._pieces]
+        self._lay_out(pieces)
 
-    def read_memory(self, address, size):
-        i = bisect.bisect_right(self._starts, address) - 1
-        if i >= 0:
-            start, end, offset, filesz, _ = self._pieces[i]
-            if address + size <= end:
-                rel = address - start
-                data = self._data[offset + rel:offset + min(rel + size, filesz)] if rel < filesz else b""
-                return data + bytes(size - len(data))
-        raise MemoryReadError(address, size, "not mapped by %s" % os.path.basename(self.path))
-
-    def modules(self):
-        if self.header_address is None:
-            return []
-        return [ModuleRef(os.path.basename(self.path), self.header_address, self.path)]
+    def _file_bytes(self, offset, size):
+        return self._data[offset:offset + size]
 
     def section_module(self):
         """A Module for a file without program headers (an object file), built from its sections."""
@@ -74,19 +111,11 @@ class FileTarget(Target):
         module.segments = [Segment(s, e, x, off) for s, e, off, _, x in self._pieces]
         return module
 
-    def mappings(self):
-        return [Mapping(s, e, True, False, x, self.path) for s, e, _, _, x in self._pieces]
-
     def symbol(self, address):
         table = getattr(self, "_symbols", None)
         if table is None:
             table = self._symbols = _function_symbols(self.elf, self.bias)
-        i = bisect.bisect_right(table[0], address) - 1
-        if i >= 0:
-            start, end, name = table[1][i]
-            if start <= address < max(end, start + 1):
-                return name, start
-        return None
+        return symbol_in(table, address)
 
 
 def _machine_number(elf):

@@ -19,15 +19,14 @@ Function names come from LC_SYMTAB (symbols are not needed to unwind, and
 the table lives in __LINKEDIT, which a debugger has its own way to read).
 """
 
-import bisect
 import os
 import struct
 
-from .errors import DecodeError, MemoryReadError
+from .errors import DecodeError
+from .file_target import LaidOutFile, symbol_in
 from .formats import macho as mf
 from .macho_modules import module_from_macho
 from .memory import Region
-from .target import Mapping, ModuleRef, Target
 
 LC_SYMTAB = 0x2
 N_STAB = 0xE0
@@ -47,7 +46,7 @@ def cputype_of(name):
                          % (name, ", ".join(sorted(CPUTYPES)))) from None
 
 
-class MachOFileTarget(Target):
+class MachOFileTarget(LaidOutFile):
     """A thin Mach-O file, or one slice of a universal one, mapped at base
     (the run-time address of __TEXT; None: the file's own vmaddr)."""
 
@@ -75,7 +74,7 @@ class MachOFileTarget(Target):
         if self.arch is None:
             raise ValueError("unsupported Mach-O cputype 0x%x" % image.cputype)
         self.slide = 0 if base is None else base - image.text_vmaddr
-        self._pieces = []            # (start, end, file offset in the image, filesize, executable)
+        pieces = []                  # (start, end, file offset in the image, filesize, executable)
         for seg in image.segments:
             if seg.vmsize == 0 or seg.initprot == 0:
                 continue
@@ -85,30 +84,17 @@ class MachOFileTarget(Target):
                                   "of the file (0x%x bytes): truncated?"
                                   % (seg.name or "''", seg.filesize, seg.fileoff, image.region.size))
             start = seg.vmaddr + self.slide
-            self._pieces.append((start, start + seg.vmsize, seg.fileoff, min(seg.filesize, seg.vmsize),
-                                 bool(seg.initprot & 4)))
-        self._pieces.sort()
-        self._starts = [p[0] for p in self._pieces]
+            pieces.append((start, start + seg.vmsize, seg.fileoff, min(seg.filesize, seg.vmsize),
+                           bool(seg.initprot & 4)))
+        self._lay_out(pieces)
         # The header is in memory when a mapped segment starts at file offset 0.
         maps_header = image.filetype != mf.MH_OBJECT and any(
             seg.fileoff == 0 and seg.filesize and seg.initprot for seg in image.segments)
         self.header_address = image.text_vmaddr + self.slide if maps_header else None
         self._symbols = None
 
-    def read_memory(self, address, size):
-        i = bisect.bisect_right(self._starts, address) - 1
-        if i >= 0:
-            start, end, offset, filesz, _ = self._pieces[i]
-            if address + size <= end:
-                rel = address - start
-                data = self.image.region.read(offset + rel, min(size, filesz - rel)) if rel < filesz else b""
-                return data + bytes(size - len(data))
-        raise MemoryReadError(address, size, "not mapped by %s" % os.path.basename(self.path))
-
-    def modules(self):
-        if self.header_address is None:
-            return []
-        return [ModuleRef(os.path.basename(self.path), self.header_address, self.path)]
+    def _file_bytes(self, offset, size):
+        return self.image.region.read(offset, size)
 
     def section_module(self):
         """The Module of an object file, from the load commands in the file
@@ -117,22 +103,13 @@ class MachOFileTarget(Target):
         return module_from_macho(image, os.path.basename(self.path), self.path,
                                  self._starts[0] if self._starts else self.slide)
 
-    def mappings(self):
-        return [Mapping(s, e, True, False, x, self.path) for s, e, _, _, x in self._pieces]
-
     def symbol(self, address):
         if self._symbols is None:
             try:
                 self._symbols = _function_symbols(self.image, self.slide)
             except DecodeError:
                 self._symbols = ([], [])        # names are cosmetic: no symbols, no error
-        starts, entries = self._symbols
-        i = bisect.bisect_right(starts, address) - 1
-        if i >= 0:
-            start, end, name = entries[i]
-            if start <= address < end:
-                return name, start
-        return None
+        return symbol_in(self._symbols, address)
 
 
 def _load_commands(image):

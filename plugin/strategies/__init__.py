@@ -3,7 +3,7 @@ stack itself) plus the current registers into the caller's registers and
 evidence. A strategy never raises: it answers with an Outcome.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 RECOVERED = "recovered"
 NOT_APPLICABLE = "not applicable"
@@ -27,3 +27,25 @@ class Outcome:
     @classmethod
     def failed(cls, source, reason, evidence=None):
         return cls(FAILED, source, reason, evidence=evidence)
+
+
+class ModuleTables:
+    """One source's tables for one module, decoded on first use.
+
+    Kept in module.cache under the source's name, so they live exactly as
+    long as the module does (dropped when the debugger's modules change).
+    Subclasses set SOURCE and extend __init__.
+    """
+    SOURCE = None
+
+    def __init__(self, module, target):
+        self.module = module
+        self.target = target
+        self.problems = []          # what could not be read, for explanations
+
+    @classmethod
+    def of(cls, module, target):
+        tables = module.cache.get(cls.SOURCE)
+        if tables is None:
+            tables = module.cache[cls.SOURCE] = cls(module, target)
+        return tables

@@ -12,28 +12,20 @@ from ..evidence import StepEvidence
 from ..formats import cfi
 from ..memory import Region
 from ..modules import TableLocation, region_of
-from . import Outcome
+from . import ModuleTables, Outcome
 from .row_step import step_with_row
 
 SOURCE = "cfi"
 
 
-class CfiTables:
+class CfiTables(ModuleTables):
     """The CFI sections of one module, decoded on first use and cached in module.cache."""
+    SOURCE = SOURCE
 
     def __init__(self, module, target):
-        self.module = module
-        self.target = target
-        self.problems = []
+        super().__init__(module, target)
         self._loaded = {}
         self._rows = {}         # lookup pc -> (section name, section, FDE, how, Row)
-
-    @classmethod
-    def of(cls, module, target):
-        tables = module.cache.get(SOURCE)
-        if tables is None:
-            tables = module.cache[SOURCE] = cls(module, target)
-        return tables
 
     def _once(self, name, load):
         if name not in self._loaded:
@@ -136,7 +128,6 @@ class CfiTables:
             if fde is not None:
                 return ".debug_frame", debug_frame, fde, "sorted index of .debug_frame"
         return None
-
 
     def row_for(self, pc):
         """lookup(pc) plus the row in force at pc, memoized: deep stacks repeat pcs."""

@@ -33,7 +33,7 @@ from ..formats import cfi
 from ..formats import compact_unwind as cu
 from ..modules import region_of
 from ..rules import OFFSET, SAME, CfaRule, Row, Rule
-from . import Outcome
+from . import ModuleTables, Outcome
 from .cfi import CfiTables
 from .row_step import step_with_row
 
@@ -45,21 +45,13 @@ X86_RET = (0xC3, 0xC2)                   # ret, ret imm16
 ARM64_RET = bytes.fromhex("c0035fd6")    # ret (x30), little-endian
 
 
-class CompactTables:
+class CompactTables(ModuleTables):
     """A Mach-O module's __unwind_info (and, for DWARF escapes, its __eh_frame)."""
+    SOURCE = SOURCE
 
     def __init__(self, module, target):
-        self.module = module
-        self.target = target
-        self.problems = []
+        super().__init__(module, target)
         self._info = _UNSET
-
-    @classmethod
-    def of(cls, module, target):
-        tables = module.cache.get(SOURCE)
-        if tables is None:
-            tables = module.cache[SOURCE] = cls(module, target)
-        return tables
 
     def unwind_info(self):
         """The decoded UnwindInfo, or None when the module has none or it is unreadable."""

@@ -16,7 +16,7 @@ from ..errors import DecodeError, MemoryReadError
 from ..evidence import StepEvidence
 from ..formats import sframe
 from ..modules import region_of
-from . import RECOVERED, Outcome
+from . import RECOVERED, ModuleTables, Outcome
 from .row_step import step_with_row
 
 SOURCE = "sframe"
@@ -24,24 +24,16 @@ SECTION = ".sframe"
 ROW_CACHE_SIZE = 8192
 
 
-class SFrameTables:
+class SFrameTables(ModuleTables):
     """One module's .sframe, decoded on first use and cached in module.cache."""
+    SOURCE = SOURCE
 
     def __init__(self, module, target):
-        self.module = module
-        self.target = target
-        self.problems = []
+        super().__init__(module, target)
         self._section = None
         self._loaded = False
         self._rows = {}         # lookup pc -> (index, fde, fre, Row) or None
         self._described = {}    # (FDE index, FRE index) -> (entry, notes): the evidence that never changes
-
-    @classmethod
-    def of(cls, module, target):
-        tables = module.cache.get(SOURCE)
-        if tables is None:
-            tables = module.cache[SOURCE] = cls(module, target)
-        return tables
 
     @property
     def location(self):
