@@ -7,6 +7,7 @@ one LLDB error line via result.SetError: a user never sees a traceback.
 """
 
 import json
+import textwrap
 
 import lldb
 
@@ -17,7 +18,7 @@ from plugin.strategies.cfi import CfiTables
 from . import native
 from .options import UsageError, option_help, parse, usage
 from .resolve import resolve
-from .state import state_for
+from .state import SETTINGS, state_for
 from .target import live_process
 
 SOURCES_HELP = "Sources: " + ", ".join(STRATEGIES) + "."
@@ -234,6 +235,55 @@ module's file addresses, as "python -m plugin tables FILE" prints them."""
         else:
             target, modules = self.state.static(sbtarget, sbmodule)
         return reports.tables_report(target, modules, address)
+
+
+class SettingsCommand(_Command):
+    name = "settings"
+    options = ("json",)
+    positional = "[NAME [VALUE]]"
+    short = "Show or change the plugin's settings: sources, max-frames, scan-words."
+    details = """With no NAME, shows every setting; with a NAME, that one; with a NAME and a
+VALUE, changes it (and shows it). Settings last for the debugger session,
+across targets and re-runs (put them in ~/.lldbinit after the import to keep
+them). --json prints all settings as {"sources": [...], "max_frames": N,
+"scan_words": N}.
+
+Settings:
+""" + "\n".join(textwrap.fill(meaning, 79, initial_indent="  %-17s" % ("%s %s" % (name, syntax)),
+                              subsequent_indent=" " * 19)
+                for name, (_, syntax, meaning) in SETTINGS.items()) + """
+
+Examples:
+  unwind settings sources cfi,frame-pointer   tables, then frame records
+  unwind settings sources scan                stack scanning only
+  unwind settings max-frames 200000
+The --sources option of a command overrides the sources for one walk.
+LLDB 16's Python API cannot add entries to LLDB's own `settings set`,
+hence this command."""
+
+    def run(self, args, exe_ctx):
+        words = args.words
+        if words:
+            name = words[0]
+            self.state.setting(name)         # an unknown NAME is an error even without a VALUE
+            if len(words) > 1:
+                # "cfi, scan" arrives as two words: a source list may be spaced.
+                if name != "sources" and len(words) > 2:
+                    raise UsageError("%s takes one value, got %r" % (name, " ".join(words[1:])))
+                self.state.change(name, " ".join(words[1:]))
+            shown = [name]
+        else:
+            shown = list(SETTINGS)
+        return self.state.settings_json(), "\n".join(self._line(name) for name in shown)
+
+    def _line(self, name):
+        """`NAME (TYPE) = VALUE`, as LLDB's own `settings show` prints a setting."""
+        kind = SETTINGS[name][0]
+        line = "%s (%s) = %s" % (name, kind, self.state.setting(name))
+        if name == "sources":
+            off = [s for s in STRATEGIES if s not in self.state.sources]
+            line += "   (off: %s)" % (", ".join(off) or "none")
+        return line
 
 
 def _need_target(exe_ctx):
