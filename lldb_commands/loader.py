@@ -15,7 +15,7 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (subcommand, class in lldb_commands.commands), in the order `help unwind` lists them.
 SUBCOMMANDS = (("backtrace", "BacktraceCommand"), ("explain", "ExplainCommand"),
                ("tables", "TablesCommand"), ("compare", "CompareCommand"),
-               ("modules", "ModulesCommand"))
+               ("modules", "ModulesCommand"), ("settings", "SettingsCommand"))
 
 SHORT_HELP = "Recover the stack from unwind tables and explain every frame."
 # LLDB 16 shows a container's --long-help as its "Syntax:" line, so that is what it holds.
@@ -48,6 +48,10 @@ def load(debugger):
 def _register(debugger):
     import lldb
     from . import commands  # noqa: F401  (fail here, not at first use, if the core is broken)
+    try:        # so `process launch -C lldb_commands.scripted_process.SnapshotProcess` resolves
+        from . import scripted_process  # noqa: F401
+    except ImportError:     # an LLDB without lldb.plugins.scripted_process: commands still work
+        pass
     interpreter = debugger.GetCommandInterpreter()
     # -o replaces what an earlier import registered, so re-importing reloads cleanly.
     # LLDB's own quoting: the help texts must not contain double quotes.

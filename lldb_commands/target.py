@@ -4,13 +4,20 @@ Two shapes, because LLDB can hold a target with no process:
 
 - live: a stopped process. Memory comes from SBProcess.ReadMemory, modules
   are every SBModule with a load address (the vdso included: LLDB lists it
-  and its header is only in memory), mappings from SBProcess.GetMemoryRegions.
+  and its header is only in memory), mappings from SBProcess.GetMemoryRegions
+  (walked region by region for a scripted process, whose GetMemoryRegions
+  LLDB 16 gets wrong: see lldb_commands/scripted_process.py).
 - static: `lldb-16 some.so` before `run`. There is no address space, only
   file addresses, and every module's start at its own link address (0 for
   each PIE and shared library), so two modules could claim the same address.
   A static LldbTarget therefore shows exactly one module, at its file
   addresses, and reads through SBTarget.ReadMemory on addresses resolved in
   that module: the same addresses `python -m plugin tables FILE` prints.
+  Mach-O files work the same way (`lldb-16 libfoo.dylib`, an executable):
+  LLDB 16 on Linux loads them as static targets, the header is the start of
+  __TEXT (file offset 0), and plugin.modules.discover reads the load
+  commands from there (plugin/macho_modules.py); __PAGEZERO holds no file
+  data, so nothing is read from it.
 """
 
 import os
@@ -23,6 +30,10 @@ from plugin.target import Mapping, ModuleRef, Target
 
 # Process states in which memory and registers can be read.
 _STOPPED = (lldb.eStateStopped, lldb.eStateCrashed, lldb.eStateSuspended)
+# SBProcess.GetPluginName() of a scripted process (lldb_commands/scripted_process.py).
+_SCRIPTED = "ScriptedProcess"
+# A walk of the memory regions ends after this many (a process has a few thousand at most).
+_MAX_REGIONS = 1 << 16
 
 
 def live_process(sbtarget):
@@ -158,14 +169,15 @@ class LldbTarget(Target):
         process = self.process
         if process is None:
             return []       # static: modules' PT_LOAD segments already say what is code
+        if process.GetPluginName() == _SCRIPTED:
+            return _walk_regions(process)
         regions = process.GetMemoryRegions()
         info = lldb.SBMemoryRegionInfo()
         out = []
         for i in range(regions.GetSize()):
             if not regions.GetMemoryRegionAtIndex(i, info) or not info.IsMapped():
                 continue
-            out.append(Mapping(info.GetRegionBase(), info.GetRegionEnd(), info.IsReadable(),
-                               info.IsWritable(), info.IsExecutable(), info.GetName() or ""))
+            out.append(_mapping(info))
         return out
 
     # -- symbols -------------------------------------------------------------------
@@ -191,3 +203,31 @@ class LldbTarget(Target):
                 if name and start is not None:
                     return name, start
         return None
+
+
+def _mapping(info):
+    return Mapping(info.GetRegionBase(), info.GetRegionEnd(), info.IsReadable(),
+                   info.IsWritable(), info.IsExecutable(), info.GetName() or "")
+
+
+def _walk_regions(process):
+    """The mapped regions, asked one at a time with SBProcess.GetMemoryRegionInfo.
+
+    For a scripted process LLDB 16's SBProcess.GetMemoryRegions is wrong: it
+    steps from one region to the next with `address += base + size` (see
+    scripted_process.py), so it skips regions. The walk stops where no region
+    is given, where one does not advance, or after _MAX_REGIONS.
+    """
+    out = []
+    address = 0
+    for _ in range(_MAX_REGIONS):
+        info = lldb.SBMemoryRegionInfo()
+        if not process.GetMemoryRegionInfo(address, info).Success():
+            break
+        end = info.GetRegionEnd()
+        if info.IsMapped():
+            out.append(_mapping(info))
+        if end <= address or end == lldb.LLDB_INVALID_ADDRESS:
+            break
+        address = end
+    return out
