@@ -261,3 +261,26 @@ def encoded_size(encoding, address_size):
     if fmt in _FIXED_FORMATS:
         return _FIXED_FORMATS[fmt][1]
     return None
+
+
+def encode_uleb(value):
+    """LEB128 bytes of a non-negative integer (for building DWARF expressions)."""
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def encode_sleb(value):
+    """Signed LEB128 bytes of an integer."""
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        done = (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40)
+        out.append(byte | (0 if done else 0x80))
+        if done:
+            return bytes(out)

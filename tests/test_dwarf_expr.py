@@ -76,27 +76,7 @@ for _n in range(32):
 
 # --- encoders
 
-def uleb(value):
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def sleb(value):
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        done = (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40)
-        out.append(byte if done else byte | 0x80)
-        if done:
-            return bytes(out)
+from plugin.memory import encode_sleb as sleb, encode_uleb as uleb  # noqa: E402
 
 
 def code(*parts):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from .. import arch as arches
 from ..errors import DecodeError
-from ..memory import Region
+from ..memory import Region, encode_sleb, encode_uleb
 from ..rules import (CfaRule, EXPRESSION, OFFSET, REGISTER, Row, Rule, SAME,
                      UNDEFINED, VAL_EXPRESSION, VAL_OFFSET)
 
@@ -635,26 +635,5 @@ def _row_rule(rule):
 def _breg(register, offset):
     """DW_OP_breg<register> <offset>: the value register + offset."""
     if register < 32:
-        return bytes([_DW_OP_BREG0 + register]) + _sleb(offset)
-    return bytes([_DW_OP_BREGX]) + _uleb(register) + _sleb(offset)
-
-
-def _uleb(value):
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _sleb(value):
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        done = (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40)
-        out.append(byte | (0 if done else 0x80))
-        if done:
-            return bytes(out)
+        return bytes([_DW_OP_BREG0 + register]) + encode_sleb(offset)
+    return bytes([_DW_OP_BREGX]) + encode_uleb(register) + encode_sleb(offset)
