@@ -1,15 +1,16 @@
 """The `unwind ...` commands and `set/show unwind ...` settings for GDB.
 
 Every command turns any failure into a one-line gdb.GdbError, so a user
-never sees a Python traceback; the work itself is done by plugin.reports.
+never sees a Python traceback; the work itself is done by plugin.commands.reports.
 """
 
 import json
 
 import gdb
 
-from plugin import reports
+from plugin.commands import reports
 from plugin.engine import STRATEGIES, parse_sources
+from plugin.settings import MAX_SCAN_WORDS
 
 from . import native
 
@@ -350,7 +351,7 @@ class ScanWordsParameter(gdb.Parameter):
         self.value = state.target.scan_words
 
     def get_set_string(self):
-        if not 1 <= self.value <= 1 << 20:
+        if not 1 <= self.value <= MAX_SCAN_WORDS:
             self.value = self.state.target.scan_words
             raise gdb.GdbError("unwind scan-words: must be between 1 and 1048576")
         self.state.target.scan_words = self.value      # every UnwindContext reads it from the target

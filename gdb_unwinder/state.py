@@ -7,7 +7,8 @@ dropped at every stop, so nothing about the stack outlives a resume.
 
 import gdb
 
-from plugin.engine import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, STRATEGIES, UnwindContext
+from plugin.engine import DEFAULT_SOURCES, UnwindContext
+from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, is_fallback
 from plugin.modules import ModuleMap
 
 from .target import GdbTarget
@@ -17,8 +18,7 @@ class GdbState:
     def __init__(self):
         self.target = GdbTarget()
         self.modules = ModuleMap(self.target)
-        self.sources = tuple(s for s in ("cfi", "sframe", "compact", "exidx", "frame-pointer", "scan")
-                             if s in STRATEGIES)
+        self.sources = DEFAULT_SOURCES
         self.max_frames = DEFAULT_MAX_FRAMES
         self.target.scan_words = DEFAULT_SCAN_WORDS     # `set unwind scan-words`; read by UnwindContext
         self.claim_fallback = False      # may GDB's `bt` use frame-pointer / stack-scan frames?
@@ -68,7 +68,6 @@ class GdbState:
 
     def unwinder_sources(self):
         """The sources GDB's `bt` may use: table sources, plus fallbacks only when enabled."""
-        from .unwinder import TABLE_SOURCES
         if self.claim_fallback:
             return self.sources
-        return tuple(s for s in self.sources if s in TABLE_SOURCES)
+        return tuple(s for s in self.sources if not is_fallback(s))

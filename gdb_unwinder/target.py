@@ -87,7 +87,7 @@ class GdbTarget(Target):
 
     def _modules_from_gdb(self):
         """Remote targets: header addresses from GDB's own solib list and entry point."""
-        from plugin import elf_file
+        from plugin.modules import on_disk as elf_file
         refs = []
         try:
             text = gdb.execute("info sharedlibrary", to_string=True)

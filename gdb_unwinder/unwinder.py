@@ -15,10 +15,9 @@ import gdb
 from gdb.unwinder import Unwinder
 
 from plugin.engine import step_frame
-from plugin.evidence import Frame
+from plugin.model.evidence import Frame
 
 NAME = "unwind-plugin"
-TABLE_SOURCES = ("cfi", "sframe", "compact", "exidx")
 
 
 class FrameId:

@@ -1,7 +1,7 @@
 """The `unwind ...` subcommands for LLDB (classes for `command script add -c`).
 
 Each command parses LLDB-style options, gathers registers and LLDB's own
-frames, lets plugin.reports compute and render the result (the same JSON and
+frames, lets plugin.commands.reports compute and render the result (the same JSON and
 text as GDB's commands), and prints one of the two. Every failure becomes
 one LLDB error line via result.SetError: a user never sees a traceback.
 """
@@ -11,7 +11,7 @@ import textwrap
 
 import lldb
 
-from plugin import reports
+from plugin.commands import reports
 from plugin.engine import STRATEGIES
 from plugin.strategies.cfi import CfiTables
 

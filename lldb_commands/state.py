@@ -10,8 +10,8 @@ The settings (`unwind settings`, see SETTINGS) live here too, so they last
 as long as the debugger, across targets and re-runs.
 """
 
-from plugin.engine import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, STRATEGIES, UnwindContext, parse_sources
-from plugin.evidence import SOURCES
+from plugin.engine import DEFAULT_SOURCES, STRATEGIES, UnwindContext, parse_sources
+from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, MAX_SCAN_WORDS
 from plugin.modules import ModuleMap
 
 from .target import LldbTarget, arch_of
@@ -29,7 +29,6 @@ SETTINGS = {
     "scan-words": ("unsigned", "N", "how many stack words above sp the scan source reads per frame "
                                     "(1 to 1048576)"),
 }
-MAX_SCAN_WORDS = 1 << 20
 
 
 def state_for(debugger):
@@ -43,7 +42,7 @@ def state_for(debugger):
 
 class LldbState:
     def __init__(self):
-        self.sources = tuple(s for s in SOURCES if s in STRATEGIES)
+        self.sources = DEFAULT_SOURCES
         self.max_frames = DEFAULT_MAX_FRAMES
         self.scan_words = DEFAULT_SCAN_WORDS     # given to every LldbTarget; UnwindContext reads it there
         self._live = None           # (LldbTarget, ModuleMap)

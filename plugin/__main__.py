@@ -9,8 +9,8 @@ import argparse
 import json
 import sys
 
-from . import tables
-from .modules import ModuleMap
+from plugin.render import tables
+from plugin.modules import ModuleMap
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -47,7 +47,7 @@ def build_parser():
 
 
 def parse_source_list(text):
-    from .engine import parse_sources
+    from plugin.engine import parse_sources
     try:
         return parse_sources(text)
     except ValueError as exc:
@@ -56,7 +56,7 @@ def parse_source_list(text):
 
 def cmd_tables(args):
     from elftools.common.exceptions import ELFError
-    from .errors import DecodeError
+    from plugin.errors import DecodeError
     try:
         target = _open_file(args.file, args.arch)
     except (OSError, ELFError, ValueError, DecodeError) as exc:
@@ -77,10 +77,10 @@ def cmd_tables(args):
 
 def _open_file(path, arch):
     """FileTarget for an ELF file, MachOFileTarget for a Mach-O (thin or universal) one."""
-    from .file_target import FileTarget
-    from .formats.macho import FAT_MAGIC, FAT_MAGIC_64
-    from .macho_file_target import MachOFileTarget
-    from .macho_modules import is_macho_magic
+    from plugin.targets.elf import FileTarget
+    from plugin.formats.macho import FAT_MAGIC, FAT_MAGIC_64
+    from plugin.targets.macho import MachOFileTarget
+    from plugin.modules.macho import is_macho_magic
     with open(path, "rb") as handle:
         head = handle.read(4)
     if is_macho_magic(head) or int.from_bytes(head, "big") in (FAT_MAGIC, FAT_MAGIC_64):

@@ -13,15 +13,17 @@ table's reason rather than guessing past it (their attempts say "skipped").
 
 import bisect
 
-from .errors import MemoryReadError
-from .evidence import SOURCES, Attempt, Backtrace, Frame
-from .modules import ModuleMap
-from .strategies import FAILED, RECOVERED
-from .strategies import cfi as cfi_strategy
-from .strategies import compact as compact_strategy
-from .strategies import frame_pointer as frame_pointer_strategy
-from .strategies import scan as scan_strategy
-from .strategies import sframe as sframe_strategy
+from plugin.errors import MemoryReadError
+from plugin.model.evidence import Attempt, Backtrace, Frame
+from plugin.modules import ModuleMap
+from plugin import settings
+from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, SourceKind, source_names
+from plugin.strategies import FAILED, RECOVERED
+from plugin.strategies import cfi as cfi_strategy
+from plugin.strategies import compact as compact_strategy
+from plugin.strategies import frame_pointer as frame_pointer_strategy
+from plugin.strategies import scan as scan_strategy
+from plugin.strategies import sframe as sframe_strategy
 
 STRATEGIES = {
     "cfi": cfi_strategy.step,
@@ -33,17 +35,13 @@ STRATEGIES = {
 
 # Sources that read the stack itself rather than a table. They answer only
 # for frames no table covers (see step_frame).
-FALLBACK_SOURCES = ("frame-pointer", "scan")
+FALLBACK_SOURCES = source_names(SourceKind.FALLBACK)
+DEFAULT_SOURCES = source_names(available=STRATEGIES)
 
 
-def default_sources():
-    """Every registered source in the canonical order: tables first, then the fallbacks."""
-    return tuple(s for s in SOURCES if s in STRATEGIES)
-
-
-DEFAULT_SOURCES = default_sources()
-DEFAULT_MAX_FRAMES = 20000
-DEFAULT_SCAN_WORDS = 1024      # stack words the `scan` source reads above sp, per frame
+def parse_sources(text):
+    """A user's comma-separated source list, checked against the sources built here."""
+    return settings.parse_sources(text, DEFAULT_SOURCES)
 
 SKIPPED = "skipped"            # an Attempt outcome: the source was not asked (see step_frame)
 
@@ -70,18 +68,6 @@ STOP_WORDS = {
     NOT_CODE: "the recovered return address is not in executable memory",
     MISALIGNED: "the stack pointer or frame pointer is misaligned: the registers or the stack are damaged",
 }
-
-
-def parse_sources(text, available=None):
-    """Validate a comma-separated source list; returns a tuple or raises ValueError."""
-    available = tuple(available or STRATEGIES)
-    names = [part.strip() for part in text.replace(" ", ",").split(",") if part.strip()]
-    if not names:
-        raise ValueError("no sources given; choose from: %s" % ", ".join(available))
-    for name in names:
-        if name not in available:
-            raise ValueError("unknown source %r; choose from: %s" % (name, ", ".join(available)))
-    return tuple(dict.fromkeys(names))
 
 
 class UnwindContext:

@@ -9,7 +9,7 @@ never raise anything else for bad input.
 
 import struct
 
-from .errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, MemoryReadError
 
 PAGE = 4096
 

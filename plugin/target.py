@@ -8,7 +8,7 @@ file laid out in memory the way the loader would).
 
 from dataclasses import dataclass, field
 
-from .errors import MemoryReadError
+from plugin.errors import MemoryReadError
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import re
 
 from plugin import arch as arches
 from plugin.engine import UnwindContext
-from plugin.evidence import Frame, StepEvidence
+from plugin.model.evidence import Frame, StepEvidence
 from plugin.formats.cfi import CfiSection, execute, row_at
 from plugin.strategies import RECOVERED
 from plugin.strategies.row_step import step_with_row

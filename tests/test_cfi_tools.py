@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from plugin.arch import Arch
-from plugin.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
+from plugin.model.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
                           VAL_OFFSET)
 
 # A MIPS32 Arch for the LLVM mipsel input. plugin/arch has no MIPS (on

@@ -13,7 +13,7 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.cfi import (CIE, FDE, CfiSection, EhFrameHdr, describe, execute,
                                 row_at)
 from plugin.memory import PAGE, Region
-from plugin.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
+from plugin.model.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
                           VAL_OFFSET, CfaRule, Rule)
 from test_cfi_asm import (X86_RBP, X86_RBX, X86_RIP, X86_RSP, Builder, counting_region,
                           encode_pointer, hdr_bytes, sleb, uleb)

@@ -23,7 +23,7 @@ from plugin import arch as arches
 from plugin.errors import DecodeError
 from plugin.formats import compact_unwind as cu
 from plugin.memory import Region
-from plugin.rules import OFFSET, SAME
+from plugin.model.rules import OFFSET, SAME
 
 I386 = arches.BY_NAME["i386"]
 X86_64 = arches.BY_NAME["x86_64"]

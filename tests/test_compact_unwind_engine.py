@@ -88,10 +88,10 @@ from test_compact_unwind_support import SENTINEL, Emulation, EmulatorTarget
 from test_compact_built import FLAGS
 
 from plugin import engine
-from plugin.evidence import Frame
+from plugin.model.evidence import Frame
 from plugin.formats import cfi
 from plugin.modules import ModuleMap
-from plugin.row_eval import UnwindError, evaluate_row
+from plugin.strategies.evaluate import UnwindError, evaluate_row
 from plugin.strategies.compact import CompactTables
 
 BUILDS = [(arch, flags) for arch in ("x86_64", "arm64") for flags in FLAGS]

@@ -9,8 +9,8 @@ an anonymous executable page for JIT code.
 import pytest
 
 from plugin import engine
-from plugin.evidence import Frame, StepEvidence
-from plugin.rules import CfaRule, Row
+from plugin.model.evidence import Frame, StepEvidence
+from plugin.model.rules import CfaRule, Row
 from plugin.strategies import FAILED, NOT_APPLICABLE, RECOVERED, Outcome
 from plugin.strategies import frame_pointer, scan
 from test_fallback_world import (A64, CODE, DATA, I386, JIT, STACK, STACK_TOP, X86, World,
@@ -451,7 +451,7 @@ def test_frame_pointer_then_scan_through_code_without_frame_pointers():
 # -- the engine: order, gating, settings ----------------------------------------------
 
 def test_default_order_is_tables_then_frame_pointer_then_scan():
-    order = engine.default_sources()
+    order = engine.DEFAULT_SOURCES
     assert order[0] == "cfi" and order[-2:] == ("frame-pointer", "scan")
     assert engine.parse_sources("scan, frame-pointer") == ("scan", "frame-pointer")
     with pytest.raises(ValueError):

@@ -18,11 +18,11 @@ from test_macho import private_headers
 
 from plugin import engine
 from plugin.errors import DecodeError, MemoryReadError
-from plugin.evidence import Frame
-from plugin.file_target import FileTarget
+from plugin.model.evidence import Frame
+from plugin.targets.elf import FileTarget
 from plugin.formats.macho import CPU_TYPE_X86_64
-from plugin.macho_file_target import MachOFileTarget
-from plugin.macho_modules import discover_macho, format_uuid
+from plugin.targets.macho import MachOFileTarget
+from plugin.modules.macho import discover_macho, format_uuid
 from plugin.modules import ModuleMap, discover
 from plugin.strategies import FAILED, NOT_APPLICABLE, RECOVERED
 from plugin.strategies import cfi as cfi_strategy

@@ -18,7 +18,7 @@ from plugin import arch as arches
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.sframe import SFrameSection
 from plugin.memory import Region
-from plugin.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED,
+from plugin.model.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED,
                           VAL_EXPRESSION, VAL_OFFSET)
 from test_sframe_dumps import build_sframe, fde, fre, region_of
 

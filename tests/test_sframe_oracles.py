@@ -10,7 +10,7 @@ import bz2
 import pytest
 
 from plugin.formats.sframe import SFrameSection
-from plugin.rules import EXPRESSION, OFFSET, REGISTER, SAME, VAL_OFFSET
+from plugin.model.rules import EXPRESSION, OFFSET, REGISTER, SAME, VAL_OFFSET
 from support import oracle_dir
 from test_sframe_dumps import (assert_matches_dump, parse_objdump, region_of,
                                sframe_region)

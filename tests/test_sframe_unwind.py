@@ -12,9 +12,10 @@ import struct
 import pytest
 
 from plugin import arch as arches
-from plugin import engine, row_agreement
-from plugin.evidence import Frame
-from plugin.rules import CfaRule, EXPRESSION, OFFSET, Row, Rule, SAME, UNDEFINED, VAL_OFFSET
+from plugin import engine
+from plugin.validate import agreement as row_agreement
+from plugin.model.evidence import Frame
+from plugin.model.rules import CfaRule, EXPRESSION, OFFSET, Row, Rule, SAME, UNDEFINED, VAL_OFFSET
 from plugin.strategies import FAILED, NOT_APPLICABLE, RECOVERED
 from plugin.strategies import sframe as sframe_strategy
 from plugin.target import ModuleRef, SnapshotTarget

@@ -4,7 +4,7 @@ Two producers wrote these tables independently from the same assembly:
 GNU as's --gsframe (SFrame v1 here, binutils 2.40; v3 in the corpus demo,
 2.46) and the compiler's .cfi directives (.eh_frame). Where both cover an
 address, they must say the same about the CFA, the frame pointer and the
-return address. plugin.row_agreement decides "the same" by evaluating both
+return address. plugin.validate.agreement decides "the same" by evaluating both
 rows, so this also checks the SFrame -> Row translation and the CFI
 interpreter against each other on real code.
 
@@ -19,9 +19,9 @@ import sys
 
 import pytest
 
-from plugin.file_target import FileTarget
+from plugin.targets.elf import FileTarget
 from plugin.modules import ModuleMap
-from plugin.row_agreement import compare
+from plugin.validate.agreement import compare
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.sframe import SFrameTables
 from support import ROOT, build, oracle_dir

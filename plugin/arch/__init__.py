@@ -45,7 +45,7 @@ class Arch:
         return value
 
 
-from . import x86_64, aarch64, i386, s390x  # noqa: E402  (modules need Arch)
+from plugin.arch import x86_64, aarch64, i386, s390x  # noqa: E402  (modules need Arch)
 
 BY_NAME = {a.name: a for a in (x86_64.ARCH, aarch64.ARCH, i386.ARCH, s390x.ARCH)}
 BY_ELF_MACHINE = {a.elf_machine: a for a in BY_NAME.values()}

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from . import Arch
+from plugin.arch import Arch
 
 _NAMES = {n: "x%d" % n for n in range(31)}
 _NAMES[29] = "x29"

@@ -1,6 +1,6 @@
 """i386 (System V DWARF register numbering; 8 is the return-address column)."""
 
-from . import Arch
+from plugin.arch import Arch
 
 _NAMES = ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "eip"]
 

@@ -1,6 +1,6 @@
 """x86_64 (System V psABI DWARF register numbering)."""
 
-from . import Arch
+from plugin.arch import Arch
 
 _NAMES = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
           "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"]

@@ -54,10 +54,10 @@ is made):
 import bisect
 from dataclasses import dataclass, field
 
-from ..errors import DecodeError, MemoryReadError
-from ..memory import (PE_ABSPTR, PE_DATAREL, PE_INDIRECT, PE_OMIT, PE_PCREL,
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.memory import (PE_ABSPTR, PE_DATAREL, PE_INDIRECT, PE_OMIT, PE_PCREL,
                       Cursor, encoded_size)
-from ..rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
+from plugin.model.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
                      VAL_OFFSET, CfaRule, Row, Rule)
 
 # --- DW_CFA opcodes (DWARF 5 table 7.29, GNU and vendor extensions) ---------

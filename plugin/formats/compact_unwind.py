@@ -18,7 +18,7 @@ of __TEXT). Each entry covers its function offset up to the next entry's
 (or the page's end), with one 32-bit encoding for the whole range.
 
 decode_encoding() turns an encoding into its mode and saved registers and
-to_row() into the plugin.rules.Row that holds in the function's body (after
+to_row() into the plugin.model.rules.Row that holds in the function's body (after
 the prologue, before the epilogue): compact unwind has no rows for prologues.
 
 Corner cases (the write-up's section 5), as decided here:
@@ -47,8 +47,8 @@ import bisect
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..errors import DecodeError, MemoryReadError
-from ..rules import OFFSET, SAME, CfaRule, Row, Rule
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.model.rules import OFFSET, SAME, CfaRule, Row, Rule
 
 SECTION = "__unwind_info"
 UNWIND_SECTION_VERSION = 1
@@ -322,7 +322,7 @@ def stack_ind_size(decoded, function_start, arch, read_code):
 
 
 def to_row(decoded, function_start, arch, read_code=None, function_end=None):
-    """The plugin.rules.Row the encoding means in the function's body.
+    """The plugin.model.rules.Row the encoding means in the function's body.
 
     Returns None when the encoding gives no rule here: DWARF (the caller goes
     to __eh_frame at decoded.dwarf_offset), NONE and UNKNOWN. STACK_IND reads

@@ -44,8 +44,8 @@ can tell "bad table" from "unreadable stack".
 
 from dataclasses import dataclass, field
 
-from ..errors import DecodeError, MemoryReadError
-from ..memory import (PE_ABSPTR, PE_ALIGNED, PE_DATAREL, PE_FUNCREL, PE_INDIRECT,
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.memory import (PE_ABSPTR, PE_ALIGNED, PE_DATAREL, PE_FUNCREL, PE_INDIRECT,
                       PE_OMIT, PE_PCREL, PE_SDATA2, PE_SDATA4, PE_SDATA8, PE_SLEB128,
                       PE_TEXTREL, PE_UDATA2, PE_UDATA4, PE_UDATA8, PE_ULEB128, Region)
 

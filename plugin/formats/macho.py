@@ -17,9 +17,9 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .. import arch as arches
-from ..errors import DecodeError
-from ..memory import Region
+from plugin import arch as arches
+from plugin.errors import DecodeError
+from plugin.memory import Region
 
 MH_MAGIC = 0xFEEDFACE
 MH_MAGIC_64 = 0xFEEDFACF

@@ -21,7 +21,7 @@ binutils' sframe.h:
 
 Nothing here knows about unwinding policy: the decoder gives FDEs, FREs,
 the lookup of the FRE in force at a pc and the translation of an FRE into
-a plugin.rules.Row. Every byte is read through plugin.memory, every count
+a plugin.model.rules.Row. Every byte is read through plugin.memory, every count
 is checked against the section before it drives a loop, and bad input
 raises plugin.errors.DecodeError only.
 """
@@ -29,10 +29,10 @@ raises plugin.errors.DecodeError only.
 import bisect
 from dataclasses import dataclass, field
 
-from .. import arch as arches
-from ..errors import DecodeError
-from ..memory import Region, encode_sleb, encode_uleb
-from ..rules import (CfaRule, EXPRESSION, OFFSET, REGISTER, Row, Rule, SAME,
+from plugin import arch as arches
+from plugin.errors import DecodeError
+from plugin.memory import Region, encode_sleb, encode_uleb
+from plugin.model.rules import (CfaRule, EXPRESSION, OFFSET, REGISTER, Row, Rule, SAME,
                      UNDEFINED, VAL_EXPRESSION, VAL_OFFSET)
 
 MAGIC = 0xDEE2
@@ -560,7 +560,7 @@ class SFrameSection:
     # -- rows --------------------------------------------------------------
 
     def row(self, fde, fre, pc=None):
-        """The FRE as a plugin.rules.Row.
+        """The FRE as a plugin.model.rules.Row.
 
         Row.address is the FRE's start and Row.end the next FRE's start or
         the function's end. For a MASK FDE give `pc` to get the range of the
@@ -623,7 +623,7 @@ def _flex_rule(control, offset):
 
 
 def _row_rule(rule):
-    """An SFrameRule for RA or FP as a plugin.rules.Rule."""
+    """An SFrameRule for RA or FP as a plugin.model.rules.Rule."""
     if rule.base == "cfa":
         return Rule(OFFSET if rule.deref else VAL_OFFSET, offset=rule.offset)
     if not rule.deref and rule.offset == 0:

@@ -6,14 +6,14 @@ without a usable header a sorted index of `.eh_frame` is built instead; and
 `.debug_frame`, which the loader never maps, is read from the file on disk.
 """
 
-from .. import elf_file
-from ..errors import DecodeError, MemoryReadError
-from ..evidence import StepEvidence
-from ..formats import cfi
-from ..memory import Region
-from ..modules import TableLocation, region_of
-from . import ModuleTables, Outcome
-from .row_step import step_with_row
+from plugin.modules import on_disk as elf_file
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.model.evidence import StepEvidence
+from plugin.formats import cfi
+from plugin.memory import Region
+from plugin.modules import TableLocation, region_of
+from plugin.strategies import ModuleTables, Outcome
+from plugin.strategies.row_step import step_with_row
 
 SOURCE = "cfi"
 

@@ -27,15 +27,15 @@ prologue's `sub $imm32, %rsp` immediate; it is read from the function's code
 through the Target.
 """
 
-from ..errors import DecodeError, MemoryReadError
-from ..evidence import StepEvidence
-from ..formats import cfi
-from ..formats import compact_unwind as cu
-from ..modules import region_of
-from ..rules import OFFSET, SAME, CfaRule, Row, Rule
-from . import ModuleTables, Outcome
-from .cfi import CfiTables
-from .row_step import step_with_row
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.model.evidence import StepEvidence
+from plugin.formats import cfi
+from plugin.formats import compact_unwind as cu
+from plugin.modules import region_of
+from plugin.model.rules import OFFSET, SAME, CfaRule, Row, Rule
+from plugin.strategies import ModuleTables, Outcome
+from plugin.strategies.cfi import CfiTables
+from plugin.strategies.row_step import step_with_row
 
 SOURCE = "compact"
 SECTION = "__unwind_info"

@@ -9,7 +9,7 @@ register pointing at it:
                                        [x29] = caller's x29, [x29+8] = return address (x30)
 
 so the caller's frame is: CFA = fp + 2 words, fp = [CFA - 2 words],
-return address = [CFA - 1 word]. That is written as a plugin.rules.Row and
+return address = [CFA - 1 word]. That is written as a plugin.model.rules.Row and
 evaluated by row_step.step_with_row, like every table source, so the
 evidence (row, reads, CFA) looks the same.
 
@@ -36,12 +36,12 @@ other callee-saved registers may have been saved anywhere in the frame, so
 they are left unknown rather than guessed.
 """
 
-from .. import rules
-from ..arch.calls import call_before
-from ..evidence import StepEvidence
-from ..rules import CfaRule, Row, Rule
-from . import FAILED, RECOVERED, Outcome
-from .row_step import step_with_row
+from plugin.model import rules
+from plugin.arch.calls import call_before
+from plugin.model.evidence import StepEvidence
+from plugin.model.rules import CfaRule, Row, Rule
+from plugin.strategies import FAILED, RECOVERED, Outcome
+from plugin.strategies.row_step import step_with_row
 
 SOURCE = "frame-pointer"
 

@@ -5,8 +5,8 @@ after that, computing the CFA, reading saved registers, spotting the
 outermost frame and stripping pointer authentication are the same.
 """
 
-from ..row_eval import UnwindError, evaluate_row
-from . import FAILED, RECOVERED, Outcome
+from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies import FAILED, RECOVERED, Outcome
 
 
 def step_with_row(row, frame, ctx, evidence, signal_frame=False):

@@ -27,16 +27,17 @@ registers are unknown. The result is written as a Row (CFA = sp + offset,
 return address = [CFA - 1 word]) and evaluated like every table row.
 """
 
-from .. import elf_file, rules
-from ..arch.calls import call_before
-from ..errors import MemoryReadError
-from ..evidence import StepEvidence
-from ..memory import PAGE
-from ..rules import CfaRule, Row, Rule
-from . import FAILED, RECOVERED, Outcome
-from .frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_by_convention,
+from plugin.modules import on_disk as elf_file
+from plugin.model import rules
+from plugin.arch.calls import call_before
+from plugin.errors import MemoryReadError
+from plugin.model.evidence import StepEvidence
+from plugin.memory import PAGE
+from plugin.model.rules import CfaRule, Row, Rule
+from plugin.strategies import FAILED, RECOVERED, Outcome
+from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_by_convention,
                             sets_up_frame_pointer)
-from .row_step import step_with_row
+from plugin.strategies.row_step import step_with_row
 
 SOURCE = "scan"
 MAX_LISTED = 24                 # skipped candidates listed one by one; the rest are counted

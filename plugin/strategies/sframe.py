@@ -5,19 +5,19 @@ to compute the CFA (SP or FP plus an offset; flex FDEs: any register, maybe
 dereferenced), where the frame pointer was saved and where the return
 address was saved. The section is decoded from the debuggee's memory (the
 loader maps it with the text), once per module, and each FRE is turned into
-a plugin.rules.Row so the shared step (row_step.step_with_row) applies it.
+a plugin.model.rules.Row so the shared step (row_step.step_with_row) applies it.
 
 What SFrame does not describe is not guessed: the other callee-saved
 registers (rbx, r12-r15; x19-x28) are left unknown in the caller instead of
 being assumed unchanged, as a CFI row with no rule for them would say.
 """
 
-from ..errors import DecodeError, MemoryReadError
-from ..evidence import StepEvidence
-from ..formats import sframe
-from ..modules import region_of
-from . import RECOVERED, ModuleTables, Outcome
-from .row_step import step_with_row
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.model.evidence import StepEvidence
+from plugin.formats import sframe
+from plugin.modules import region_of
+from plugin.strategies import RECOVERED, ModuleTables, Outcome
+from plugin.strategies.row_step import step_with_row
 
 SOURCE = "sframe"
 SECTION = ".sframe"

@@ -15,8 +15,8 @@ each item is judged on its own: a wrong CFA is one disagreement, not three.
 
 import dataclasses
 
-from .errors import MemoryReadError
-from .row_eval import UnwindError, evaluate_row
+from plugin.errors import MemoryReadError
+from plugin.strategies.evaluate import UnwindError, evaluate_row
 
 # Two made-up machine states: register n holds BASE + n * STRIDE, the stack
 # pointer a plausible aligned stack address, memory word at a = f(a).

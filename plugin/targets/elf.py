@@ -14,9 +14,9 @@ import os
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_E_MACHINE
 
-from . import arch as arches
-from .errors import MemoryReadError
-from .target import Mapping, ModuleRef, Target
+from plugin import arch as arches
+from plugin.errors import MemoryReadError
+from plugin.target import Mapping, ModuleRef, Target
 
 
 class LaidOutFile(Target):
@@ -105,7 +105,7 @@ class FileTarget(LaidOutFile):
 
     def section_module(self):
         """A Module for a file without program headers (an object file), built from its sections."""
-        from .modules import Module, Segment
+        from plugin.modules import Module, Segment
         module = Module(name=os.path.basename(self.path), path=self.path, header_address=self.bias,
                         arch=self.arch, load_bias=self.bias)
         module.segments = [Segment(s, e, x, off) for s, e, off, _, x in self._pieces]

@@ -22,11 +22,11 @@ the table lives in __LINKEDIT, which a debugger has its own way to read).
 import os
 import struct
 
-from .errors import DecodeError
-from .file_target import LaidOutFile, symbol_in
-from .formats import macho as mf
-from .macho_modules import module_from_macho
-from .memory import Region
+from plugin.errors import DecodeError
+from plugin.targets.elf import LaidOutFile, symbol_in
+from plugin.formats import macho as mf
+from plugin.modules.macho import module_from_macho
+from plugin.memory import Region
 
 LC_SYMTAB = 0x2
 N_STAB = 0xE0

@@ -21,7 +21,7 @@ RULE_KINDS = (UNDEFINED, SAME, OFFSET, VAL_OFFSET, REGISTER, EXPRESSION, VAL_EXP
 
 
 def _expression_text(expression, arch):
-    from .formats.dwarf_expr import disassemble   # rendering only; the model stays plain data
+    from plugin.formats.dwarf_expr import disassemble   # rendering only; the model stays plain data
     return disassemble(expression, arch)
 
 

@@ -5,7 +5,7 @@ Target: PT_LOAD gives the mapped (and executable) ranges and the load bias,
 PT_GNU_EH_FRAME the `.eh_frame_hdr` (whose eh_frame_ptr leads to
 `.eh_frame`), PT_GNU_SFRAME the `.sframe`, PT_ARM_EXIDX the `.ARM.exidx`,
 PT_NOTE the build id. Mach-O images (load commands: LC_SEGMENT(_64),
-LC_UUID) are read by plugin/macho_modules.py. Nothing here reads the file
+LC_UUID) are read by plugin/modules/macho.py. Nothing here reads the file
 on disk except where the table is not loaded at all (`.debug_frame`) or memory has no pointer to it
 (`.eh_frame` without a header): those are marked with where they came from.
 """
@@ -14,9 +14,9 @@ import bisect
 import struct
 from dataclasses import dataclass, field
 
-from . import arch as arches
-from .errors import DecodeError, MemoryReadError
-from .memory import Region
+from plugin import arch as arches
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.memory import Region
 
 PT_LOAD = 1
 PT_NOTE = 4
@@ -173,7 +173,7 @@ def discover(target, ref):
     if magic == ELF_MAGIC:
         return discover_elf(target, ref)
     # Imported here: macho_modules builds on this module's Module and Segment.
-    from .macho_modules import discover_macho, is_macho_magic
+    from plugin.modules.macho import discover_macho, is_macho_magic
     if is_macho_magic(magic):
         return discover_macho(target, ref)
     raise DecodeError("module header", 0, "no ELF or Mach-O magic at 0x%x" % ref.header_address)

@@ -1,15 +1,15 @@
 """Apply a Row to a frame's registers: the caller's registers, and what was read.
 
-Every table source is translated into plugin.rules.Row, so this is the one
+Every table source is translated into plugin.model.rules.Row, so this is the one
 place where rules meet memory. It never guesses: a register whose rule needs
 a value we do not have is left out of the caller, and a CFA or return
 address that cannot be computed is an UnwindError with the reads so far.
 """
 
-from . import rules
-from .errors import DecodeError, MemoryReadError
-from .evidence import Read
-from .formats import dwarf_expr
+from plugin.model import rules
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.model.evidence import Read
+from plugin.formats import dwarf_expr
 
 
 class UnwindError(Exception):

@@ -5,7 +5,7 @@ by the adapter). Where they disagree we say which one looks right when the
 code can tell: a return address must be executable and follow a call.
 """
 
-from .arch.calls import call_before
+from plugin.arch.calls import call_before
 
 
 def native_entry(pc, sp, function=None):

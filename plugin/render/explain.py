@@ -5,8 +5,8 @@ GDB and LLDB print the same words and the same JSON fields. The JSON field
 names are a contract (documented in README.md): add, do not rename.
 """
 
-from .engine import STOP_WORDS
-from .evidence import TRUST_WORDS
+from plugin.engine import STOP_WORDS
+from plugin.settings import TRUST_WORDS
 
 
 def hexa(value):

@@ -6,18 +6,6 @@ people and JSON for scripts. Nothing here formats for a particular debugger.
 
 from dataclasses import dataclass, field
 
-# Trust levels, from most to least reliable, worded after Breakpad's "found by".
-TRUST_WORDS = {
-    "context": "given by the debugger (innermost frame)",
-    "cfi": "call frame info",
-    "sframe": "SFrame",
-    "compact": "compact unwind info",
-    "exidx": "ARM exception index",
-    "frame-pointer": "frame pointer",
-    "scan": "stack scanning",
-}
-
-SOURCES = ("cfi", "sframe", "compact", "exidx", "frame-pointer", "scan")
 
 
 @dataclass
@@ -47,7 +35,7 @@ class StepEvidence:
     section: str = None
     section_address: int = None
     entry: dict = field(default_factory=dict)     # FDE/CIE offsets, ranges, opcode...
-    rule: object = None                 # the plugin.rules.Row applied
+    rule: object = None                 # the plugin.model.rules.Row applied
     arch: object = None
     cfa: int = None
     reads: list = field(default_factory=list)

@@ -20,10 +20,10 @@ matter (plugin/macho_file_target.py).
 
 import struct
 
-from .errors import DecodeError
-from .formats import macho as mf
-from .memory import Region
-from .modules import Module, Segment, TableLocation
+from plugin.errors import DecodeError
+from plugin.formats import macho as mf
+from plugin.memory import Region
+from plugin.modules import Module, Segment, TableLocation
 
 VM_PROT_EXECUTE = 4
 # The first four bytes of a thin Mach-O image in either byte order.

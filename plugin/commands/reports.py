@@ -4,10 +4,10 @@ Each function returns (json_object, text). The GDB and LLDB adapters only
 gather registers and native frames, call these, and print one of the two.
 """
 
-from . import compare as comparing
-from . import explain, tables
-from .engine import UnwindContext, unwind
-from .strategies.cfi import CfiTables
+from plugin.validate import compare as comparing
+from plugin.render import explain, tables
+from plugin.engine import UnwindContext, unwind
+from plugin.strategies.cfi import CfiTables
 
 
 def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None):

@@ -4,19 +4,19 @@ Shared by `python -m plugin tables`, GDB's `unwind tables` and LLDB's, so
 all three print the same entries in the same JSON shape.
 """
 
-from . import row_agreement
-from .errors import DecodeError
-from .formats import cfi
-from .strategies import compact as compact_strategy
-from .strategies import sframe as sframe_strategy
-from .strategies.cfi import CfiTables
+from plugin.validate import agreement as row_agreement
+from plugin.errors import DecodeError
+from plugin.formats import cfi
+from plugin.strategies import compact as compact_strategy
+from plugin.strategies import sframe as sframe_strategy
+from plugin.strategies.cfi import CfiTables
 
 
 def collect(target, modules, address=None):
     """{"sources": [...], "problems": [...]} for every module (or the one holding address).
 
     With an address there is also "agreement": the CFI row and the SFrame
-    row in force there compared (plugin.row_agreement), or null unless both
+    row in force there compared (plugin.validate.agreement), or null unless both
     sources cover the address.
     """
     sources, problems = [], []
