@@ -1,0 +1,66 @@
+"""Runs inside GDB (sourced by tests/helpers/gdbrun.py): load the plugin, stop, act, write JSON.
+
+The plan comes in the UNWIND_TEST_PLAN environment variable:
+{"checkout", "binary", "args", "breakpoint", "setup": [cmd...], "actions": [[name, kind, payload]...], "out",
+ "remote": "HOST:PORT" or null (connect to a gdbstub and continue instead of run)}
+kinds: "cmd" (output text), "json" (command output parsed as JSON), "frames" (GDB's
+physical frames as [{pc, sp, type}]), "py" (a Python expression evaluated here).
+"""
+
+import json
+import os
+import traceback
+
+import gdb
+
+plan = json.loads(os.environ["UNWIND_TEST_PLAN"])
+results = {}
+
+
+def physical_frames(limit=100000, include_all=False):
+    out = []
+    frame = gdb.newest_frame()
+    while frame is not None and len(out) < limit:
+        kind = frame.type()
+        if include_all or kind not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+            out.append({"pc": frame.pc(), "sp": int(frame.read_register("sp")), "type": kind,
+                        "name": frame.name()})
+        frame = frame.older()
+    return out
+
+
+try:
+    gdb.execute("set pagination off")
+    gdb.execute("set confirm off")
+    gdb.execute("source %s/gdb_unwinder/gdbinit.py" % plan["checkout"])
+    gdb.execute("file %s" % plan["binary"])
+    if plan.get("remote"):
+        gdb.execute("target remote %s" % plan["remote"])
+    for command in plan.get("setup", []):
+        gdb.execute(command)
+    if plan.get("breakpoint"):
+        gdb.execute("break %s" % plan["breakpoint"])
+    if plan.get("remote"):
+        gdb.execute("continue")
+    else:
+        gdb.execute("run %s" % " ".join(plan.get("args", [])))
+    for name, kind, payload in plan["actions"]:
+        try:
+            if kind == "cmd":
+                results[name] = gdb.execute(payload, to_string=True)
+            elif kind == "json":
+                results[name] = json.loads(gdb.execute(payload, to_string=True))
+            elif kind == "frames":
+                results[name] = physical_frames(**(payload or {}))
+            elif kind == "py":
+                results[name] = eval(payload)
+            else:
+                results[name] = {"error": "unknown action kind %s" % kind}
+        except Exception as exc:
+            results[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+except Exception as exc:
+    results["__error__"] = "%s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
+
+with open(plan["out"], "w") as handle:
+    json.dump(results, handle)
+gdb.execute("kill")

@@ -1,0 +1,90 @@
+"""Runs under /usr/bin/python3 with LLDB's module (started by tests/helpers/lldbrun.py).
+
+A standalone script driving LLDB through `import lldb`, the way a user's
+script would: load the plugin with `command script import`, stop the
+program, run commands, write every result as JSON.
+
+The plan comes in the UNWIND_TEST_PLAN environment variable:
+{"checkout", "binary", "args", "breakpoint", "setup": [cmd...], "launch": bool,
+ "actions": [[name, kind, payload]...], "out"}
+kinds: "cmd" ({ok, output, error} of an LLDB command), "json" (a command's
+output parsed as JSON, or {error}), "frames" (LLDB's frames of the selected
+thread as [{pc, sp, cfa, function, inlined, artificial}]), "py" (a Python expression
+evaluated here, with lldb, debugger, target, process, thread, frame).
+"""
+
+import json
+import os
+import traceback
+
+import lldb
+
+plan = json.loads(os.environ["UNWIND_TEST_PLAN"])
+results = {}
+transcript = []         # every command and its output, for the test's traceback check
+
+
+def command(line):
+    result = lldb.SBCommandReturnObject()
+    debugger.GetCommandInterpreter().HandleCommand(line, result)
+    out = {"ok": result.Succeeded(), "output": result.GetOutput() or "", "error": result.GetError() or ""}
+    transcript.append("(lldb) %s\n%s%s" % (line, out["output"], out["error"]))
+    return out
+
+
+def frames(limit=100000):
+    thread = target.GetProcess().GetSelectedThread()
+    out = []
+    for index in range(min(thread.GetNumFrames(), limit)):
+        f = thread.GetFrameAtIndex(index)
+        out.append({"pc": f.GetPC(), "sp": f.GetSP(), "cfa": f.GetCFA(), "function": f.GetFunctionName(),
+                    "inlined": f.IsInlined(), "artificial": f.IsArtificial()})
+    return out
+
+
+lldb.SBDebugger.Initialize()
+debugger = lldb.SBDebugger.Create()
+debugger.SetAsync(False)       # every command returns once the process has stopped again
+target = None
+try:
+    loaded = command("command script import %s/lldb_commands" % plan["checkout"])
+    if not loaded["ok"]:
+        raise RuntimeError("import failed: " + loaded["error"])
+    target = debugger.CreateTarget(plan["binary"])
+    if not target.IsValid():
+        raise RuntimeError("cannot create a target for %s" % plan["binary"])
+    for line in plan.get("setup", []):
+        command(line)
+    if plan.get("launch", True):
+        if plan.get("breakpoint"):
+            command("breakpoint set --name %s" % plan["breakpoint"])
+        launched = command("process launch -- %s" % " ".join(plan.get("args", [])))
+        if not launched["ok"] or target.GetProcess().GetState() != lldb.eStateStopped:
+            raise RuntimeError("the program did not stop: " + launched["output"] + launched["error"])
+    for name, kind, payload in plan["actions"]:
+        try:
+            if kind == "cmd":
+                results[name] = command(payload)
+            elif kind == "json":
+                out = command(payload)
+                results[name] = json.loads(out["output"]) if out["ok"] else {"error": out["error"]}
+            elif kind == "frames":
+                results[name] = frames(**(payload or {}))
+            elif kind == "py":
+                process = target.GetProcess()
+                thread = process.GetSelectedThread()
+                frame = thread.GetSelectedFrame()
+                results[name] = eval(payload)
+            else:
+                results[name] = {"error": "unknown action kind %s" % kind}
+        except Exception as exc:
+            results[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+except Exception as exc:
+    results["__error__"] = "%s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
+
+results["__transcript__"] = "\n".join(transcript)
+with open(plan["out"], "w") as handle:
+    json.dump(results, handle)
+if target is not None and target.GetProcess().IsValid():
+    target.GetProcess().Kill()
+lldb.SBDebugger.Destroy(debugger)

@@ -1,0 +1,83 @@
+"""Shared test helpers: build fixture programs, find the oracle corpus, run tools."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+HELPERS = ROOT / "tests" / "helpers"
+BUILD = ROOT / "tests" / ".build"
+
+
+def oracle_dir():
+    """../shared/oracles beside the checkout (UNWIND_ORACLES overrides).
+
+    Outside CI a missing corpus skips the test that needs it; under CI it
+    fails, so CI can never pass by skipping the oracle tests.
+    """
+    path = Path(os.environ.get("UNWIND_ORACLES", ROOT.parent / "shared" / "oracles"))
+    if not (path / "MANIFEST.md").is_file():
+        message = "oracle corpus absent at %s" % path
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def need_tool(name):
+    """Path of a required external tool; tests fail (not skip) when it is missing."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail("%s is not installed: run the README's set-up command" % name)
+    return path
+
+
+def build(source, flags=(), name=None, compiler="gcc", post=None):
+    """Compile tests/fixtures/SOURCE with FLAGS; cached by content and flags.
+
+    `post` is an optional list of commands (argv lists with {out} in them)
+    run on the output, e.g. objcopy to strip .eh_frame.
+    Returns the Path of the executable.
+    """
+    src = FIXTURES / source
+    key = hashlib.sha256(src.read_bytes() + repr((list(flags), compiler, post)).encode()).hexdigest()[:12]
+    stem = name or src.stem
+    out = BUILD / ("%s-%s" % (stem, key))
+    if out.exists():
+        return out
+    BUILD.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp%d" % os.getpid())   # parallel workers may build the same fixture
+    cmd = [compiler, "-g", *flags, "-o", str(tmp), str(src)]
+    if compiler in ("gcc", "g++", "cc"):
+        cmd.append("-lpthread")
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    for step in post or ():
+        subprocess.run([part.replace("{out}", str(tmp)) for part in step], check=True,
+                       capture_output=True, text=True)
+    tmp.rename(out)
+    return out
+
+
+def run(cmd, **kw):
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("timeout", 300)
+    return subprocess.run(cmd, **kw)
+
+
+def system_library(name):
+    """Path of a system library such as libc.so.6, as the dynamic loader sees it."""
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        parts = line.strip().split(" => ")
+        if len(parts) == 2 and parts[0].split()[0] == name and "x86-64" in parts[0]:
+            return Path(parts[1]).resolve()
+    for cand in ("/lib/x86_64-linux-gnu/" + name, "/lib64/" + name):
+        if os.path.exists(cand):
+            return Path(cand).resolve()
+    pytest.fail("system library %s not found" % name)
