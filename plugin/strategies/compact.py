@@ -11,13 +11,15 @@ the prologue has built the frame and before the epilogue tears it down.
 Callers are always stopped at a call site, inside the body, so for them it
 is exact. For the innermost frame (a breakpoint, a signal) it may be wrong
 in the prologue or epilogue, and the evidence says so. Two places are
-exact by the ABI whatever the opcode says, and are used instead:
+exact by the ABI whatever the opcode says, and are used instead (the
+arch's entry_row and return table, plugin/arch/):
   * the function's first instruction: the return address was just pushed
     (x86: CFA = sp + word, RA = [CFA - word]) or is in the link register
     (arm64: CFA = sp, RA in x30);
-  * a return instruction (x86 `ret`, arm64 `ret`): the frame is gone and
-    the same holds. This one is also used over a DWARF escape's FDE, whose
-    rows miss the epilogue where the compiler wrote no epilogue CFI (clang
+  * a return instruction (x86 `ret`, `ret imm16`, `rep ret`; arm64 `ret`,
+    `retaa`, `retab`): the frame is gone and the same holds. This one is
+    also used over a DWARF escape's FDE, whose rows miss the epilogue
+    where the compiler wrote no epilogue CFI (clang
     for Darwin arm64).
 
 A DWARF-mode opcode names an FDE in __TEXT,__eh_frame by its offset; that
@@ -27,12 +29,14 @@ prologue's `sub $imm32, %rsp` immediate; it is read from the function's code
 through the Target.
 """
 
+from dataclasses import replace
+
+from plugin.arch import reader
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.evidence import StepEvidence
 from plugin.formats import cfi
 from plugin.formats import compact_unwind as cu
 from plugin.modules import region_of
-from plugin.model.rules import OFFSET, SAME, CfaRule, Row, Rule
 from plugin.strategies import ModuleTables, Outcome
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.row_step import step_with_row
@@ -41,8 +45,6 @@ SOURCE = "compact"
 SECTION = "__unwind_info"
 _UNSET = object()
 
-X86_RET = (0xC3, 0xC2)                   # ret, ret imm16
-ARM64_RET = bytes.fromhex("c0035fd6")    # ret (x30), little-endian
 
 
 class CompactTables(ModuleTables):
@@ -105,25 +107,9 @@ class CompactTables(ModuleTables):
 
 
 def entry_row(arch, pc):
-    """The rule that holds at a function's first instruction and at a return
-    instruction: nothing of the frame is on the stack but the return address."""
-    if arch.name == "aarch64":
-        return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=0),
-                   registers={arch.ra: Rule(SAME)}, end=pc + 4)
-    word = arch.address_size
-    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=word),
-               registers={arch.ra: Rule(OFFSET, -word)}, end=pc + 1)
-
-
-def _at_return(ctx, arch, pc):
-    try:
-        if arch.name == "aarch64":
-            return bytes(ctx.read_memory(pc, 4)) == ARM64_RET
-        if arch.name in ("x86_64", "i386"):
-            return ctx.read_memory(pc, 1)[0] in X86_RET
-    except MemoryReadError:
-        pass
-    return False
+    """The arch's rule where only the return address is on the stack (a
+    function's first instruction, a return instruction), for one instruction."""
+    return replace(arch.entry_row(pc), end=pc + arch.min_instruction_size)
 
 
 def _function_start(ctx, pc, entry, decoded):
@@ -178,12 +164,12 @@ def step(frame, ctx):
     if decoded.mode == "UNKNOWN":
         return Outcome.failed(SOURCE, "%s: mode not known for %s" % (opcode, arch.name), evidence)
     where = None
-    if frame.exact_pc:
+    if frame.exact_pc and arch.entry_row(pc) is not None:
         # A DWARF escape's FDE is exact at the entry; at a return it is not
         # always (clang on Darwin arm64 writes no epilogue CFI).
         if decoded.mode != "DWARF" and _function_start(ctx, pc, entry, decoded):
             where = "entry"
-        elif _at_return(ctx, arch, pc):
+        elif arch.return_at(reader(ctx.read_memory), pc):
             where = "return"
     if decoded.mode == "DWARF" and not where:
         return _dwarf_escape(frame, ctx, tables, entry, decoded, evidence, opcode)
