@@ -50,7 +50,7 @@ class Edge(NamedTuple):
     why: str
 
 
-def reader(read_memory) -> Read:
+def reader(read_memory: Callable[[int, int], bytes]) -> Read:
     """A `read` for the methods below over a read_memory that raises on unreadable memory."""
     def read(address, size):
         try:

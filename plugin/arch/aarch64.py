@@ -9,8 +9,9 @@ CFA; x30 may carry a pointer-auth signature there.
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
-from plugin.arch import Arch, Edge, FrameEdge
+from plugin.arch import Arch, Edge, FrameEdge, Read
 from plugin.model.rules import SAME, CfaRule, Row, Rule
 
 _NAMES = {n: "x%d" % n for n in range(31)}
@@ -44,7 +45,7 @@ class AArch64(Arch):
             return value | ~((1 << _VA_BITS) - 1) & self.mask
         return value & ((1 << _VA_BITS) - 1)
 
-    def call_before(self, read, address):
+    def call_before(self, read: Read, address: int) -> Optional[str]:
         code = read(address - 4, 4)
         if code is None:
             return None
@@ -57,13 +58,13 @@ class AArch64(Arch):
             return "blra"
         return None
 
-    def entry_row(self, pc, unchanged=(), ra_signed=False):
+    def entry_row(self, pc: int, unchanged=(), ra_signed=False) -> Row:
         registers = {n: Rule(SAME) for n in unchanged}
         registers[self.ra] = Rule(SAME)
         return Row(address=pc, cfa=CfaRule("register", register=self.sp, offset=0),
                    registers=registers, ra_signed=ra_signed)
 
-    def frame_edge(self, read, pc, start):
+    def frame_edge(self, read: Read, pc: int, start: Optional[int]) -> Optional[Edge]:
         code = read(pc, 4)
         if code is None:
             return None
@@ -91,7 +92,7 @@ class AArch64(Arch):
                                 "the frame record is at [sp]" % size)
         return None
 
-    def sets_up_frame_pointer(self, code):
+    def sets_up_frame_pointer(self, code: bytes) -> bool:
         words = (self._word(code, i) for i in range(0, len(code) - 3, 4))
         return any(w & ADD_X29_SP_MASK == MOV_X29_SP for w in words)
 

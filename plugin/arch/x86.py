@@ -8,8 +8,9 @@ one word, return address = [CFA - one word].
 """
 
 from dataclasses import dataclass
+from typing import Callable, Optional
 
-from plugin.arch import Arch, Edge, FrameEdge
+from plugin.arch import Arch, Edge, FrameEdge, Read
 from plugin.model.rules import OFFSET, SAME, CfaRule, Row, Rule
 
 ENDBR64 = b"\xf3\x0f\x1e\xfa"
@@ -23,7 +24,7 @@ RETURNS = ((b"\xc3", "ret"), (b"\xc2", "ret imm16"), (b"\xf3\xc3", "rep ret"))
 class X86(Arch):
     mov_bp_sp: tuple = ()       # encodings of `mov bp, sp` (both opcode directions)
 
-    def call_before(self, read, address):
+    def call_before(self, read: Read, address: int) -> Optional[str]:
         code = read(address - 7, 7)
         if code is None:
             return None
@@ -44,14 +45,14 @@ class X86(Arch):
             return "call r/m"
         return None
 
-    def entry_row(self, pc, unchanged=(), ra_signed=False):
+    def entry_row(self, pc: int, unchanged=(), ra_signed=False) -> Row:
         word = self.address_size
         registers = {n: Rule(SAME) for n in unchanged}
         registers[self.ra] = Rule(OFFSET, offset=-word)
         return Row(address=pc, cfa=CfaRule("register", register=self.sp, offset=word),
                    registers=registers, ra_signed=ra_signed)
 
-    def frame_edge(self, read, pc, start):
+    def frame_edge(self, read: Read, pc: int, start: Optional[int]) -> Optional[Edge]:
         code = read(pc, 4)
         if code is None:
             return None
@@ -75,10 +76,10 @@ class X86(Arch):
                         "is at [%s]" % sp)
         return None
 
-    def sets_up_frame_pointer(self, code):
+    def sets_up_frame_pointer(self, code: bytes) -> bool:
         return any(pattern in code for pattern in self.mov_bp_sp)
 
-    def may_save_frame_pointer(self, prologue):
+    def may_save_frame_pointer(self, prologue: Callable[[], Optional[bytes]]) -> bool:
         # A callee-saved register is saved with `push` in the prologue: with no
         # `push bp` byte the register still holds the caller's value.
         code = prologue()
