@@ -4,10 +4,60 @@ An Arch says how wide a pointer is, which DWARF register numbers are the
 stack pointer, frame pointer and return-address column, what each number is
 called, and which registers a callee must preserve. Everything else in the
 core takes these facts from here instead of assuming x86_64.
+
+It also holds the architecture's instruction facts, which strategies ask
+for instead of branching on the architecture's name:
+
+  call_before(read, address)   the call instruction a return address follows
+  return_at(read, pc)          the return instruction at pc (one table per arch)
+  entry_row(pc)                the ABI's rule where only the return address is
+                               on the stack: a function's first instruction
+                               and a return instruction
+  frame_edge(read, pc, start)  where a frame record is not (yet, any more) set
+                               up: entry, half-built record, return
+  sets_up_frame_pointer(code), may_save_frame_pointer(code)
+                               prologue patterns
+  stack_alignment, pointer_auth, keeps_frame_records, min_instruction_size
+
+The base class knows no instructions (every answer is "not known"); x86.py
+(shared by x86_64 and i386) and aarch64.py hold the encodings. `read` is a
+function (address, size) -> bytes, or None when the memory is unreadable.
 """
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
+from typing import Callable, NamedTuple, Optional
+
+Read = Callable[[int, int], Optional[bytes]]
+
+
+class FrameEdge(StrEnum):
+    """Where, at an exact pc, the frame record of the function is not in place."""
+    ENTRY = "function entry"
+    AFTER_PUSH = "frame record being built"
+    AT_RETURN = "function exit"
+
+
+class Edge(NamedTuple):
+    """A frame edge found from the code at pc.
+
+    record_size is, for AFTER_PUSH, how far below the CFA the record just
+    stored at sp is (0 otherwise); why says which instructions showed it.
+    """
+    kind: FrameEdge
+    record_size: int
+    why: str
+
+
+def reader(read_memory: Callable[[int, int], bytes]) -> Read:
+    """A `read` for the methods below over a read_memory that raises on unreadable memory."""
+    def read(address, size):
+        try:
+            return bytes(read_memory(address, size))
+        except Exception:       # unreadable code just means "no pattern here"
+            return None
+    return read
 
 
 @dataclass(frozen=True)
@@ -23,6 +73,15 @@ class Arch:
     callee_saved: tuple
     elf_machine: int
     aliases: dict = field(default_factory=dict)   # extra names -> DWARF number
+    stack_alignment: int = 0       # sp alignment the ABI keeps at calls; 0: the pointer size
+    pointer_auth: bool = False     # return addresses may carry a pointer-auth signature
+    keeps_frame_records: bool = False   # a frame-pointer chain convention is known
+    min_instruction_size: int = 1
+    returns: tuple = ()            # (encoding, mnemonic) of each return instruction
+
+    def __post_init__(self):
+        if not self.stack_alignment:
+            object.__setattr__(self, "stack_alignment", self.address_size)
 
     def name_of(self, number):
         return self.registers.get(number, "r%d" % number)
@@ -43,6 +102,64 @@ class Arch:
     def strip_pointer_auth(self, value):
         """Drop pointer-authentication bits from a code address (aarch64)."""
         return value
+
+    # -- instruction facts: the base class knows none --------------------------
+
+    def call_before(self, read: Read, address: int) -> Optional[str]:
+        """The call form that ends at `address` (e.g. "call rel32"), or None.
+
+        A return address is the address right after a call, so the bytes that
+        end there must decode as one: used by `unwind compare` when two
+        unwinders disagree, by the stack scanner and by the frame-pointer check.
+        """
+        return None
+
+    def return_at(self, read: Read, pc: int) -> Optional[str]:
+        """The mnemonic of the return instruction at pc (from `returns`), or None."""
+        lengths = sorted({len(encoding) for encoding, _ in self.returns}, reverse=True)
+        for length in lengths:          # the longest read that succeeds: pc may end a mapping
+            code = read(pc, length)
+            if code is not None:
+                return self.return_in(code)
+        return None
+
+    def return_in(self, code: bytes) -> Optional[str]:
+        """The mnemonic of the return instruction `code` starts with, or None."""
+        for encoding, mnemonic in self.returns:
+            if code.startswith(encoding):
+                return mnemonic
+        return None
+
+    def entry_row(self, pc: int, unchanged=(), ra_signed=False):
+        """The Row where only the return address is on the stack (or in the link
+        register): a function's first instruction and a return instruction. None
+        when not known. `unchanged` lists registers to add with the rule "same"."""
+        return None
+
+    def frame_edge(self, read: Read, pc: int, start: Optional[int]) -> Optional[Edge]:
+        """The frame edge the exact pc is at (start: the function's, from symbols), or None."""
+        return None
+
+    def sets_up_frame_pointer(self, code: bytes) -> Optional[bool]:
+        """Does `code` (a function's start) set up a frame pointer? None: not known."""
+        return None
+
+    def may_save_frame_pointer(self, prologue: Callable[[], Optional[bytes]]) -> bool:
+        """Could a function's start have saved, and so reused, the frame pointer?
+
+        `prologue` returns those bytes (None: unreadable); it is only called
+        when the answer depends on them. True is the cautious answer.
+        """
+        return True
+
+    def _at_entry(self, read: Read, pc: int, start: Optional[int], landing_pads) -> bool:
+        """pc is the function's first instruction, or follows only a landing pad."""
+        if start is None:
+            return False
+        if pc == start:
+            return True
+        first = read(start, 4)
+        return pc == start + 4 and first is not None and first in landing_pads
 
 
 from plugin.arch import x86_64, aarch64, i386, s390x  # noqa: E402  (modules need Arch)

@@ -15,4 +15,5 @@ ARCH = Arch(
     callee_saved=tuple(range(6, 16)),
     elf_machine=22,
     aliases={"pc": 65, "sp": 15},
+    stack_alignment=8, min_instruction_size=2,
 )

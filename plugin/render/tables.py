@@ -7,7 +7,7 @@ all three print the same entries in the same JSON shape.
 from plugin.validate import agreement as row_agreement
 from plugin.errors import DecodeError
 from plugin.formats import cfi
-from plugin.strategies import compact as compact_strategy
+from plugin.render import compact_dump, sframe_dump
 from plugin.strategies import sframe as sframe_strategy
 from plugin.strategies.cfi import CfiTables
 
@@ -29,7 +29,7 @@ def collect(target, modules, address=None):
             problems.append("no module contains 0x%x" % address)
     agreement = None
     for module in chosen:
-        sources.extend(compact_strategy.table_sources(target, module, address, problems))
+        sources.extend(compact_dump.table_sources(target, module, address, problems))
         sources.extend(_cfi_sources(target, module, address, problems))
         sources.extend(_sframe_sources(target, module, address, problems))
         if address is not None:
@@ -54,14 +54,14 @@ def _sframe_sources(target, module, address, problems):
         else:
             hit = section.find_fde(address)
             found = [hit] if hit else []
-        entries = [sframe_strategy.fde_table_json(section, index, fde, module.arch, address)
+        entries = [sframe_dump.fde_table_json(section, index, fde, module.arch, address)
                    for index, fde in found]
     except DecodeError as exc:
         problems.append("%s .sframe: %s" % (module.name, exc))
         return []
     if address is not None and not entries:
         return []
-    return [sframe_strategy.source_json(module, section, entries)]
+    return [sframe_dump.source_json(module, sframe_strategy.SECTION, section, entries)]
 
 
 def _agreement(target, module, address, problems):
@@ -128,10 +128,10 @@ def text(result):
             len(source["entries"])))
         for entry in source["entries"]:
             if source["kind"] == "sframe":
-                lines.extend(_sframe_entry_text(entry))
+                lines.extend(sframe_dump.entry_text(entry))
                 continue
             if source["kind"] == "compact":
-                lines.extend(compact_strategy.entry_text(entry))
+                lines.extend(compact_dump.entry_text(entry))
                 continue
             head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"])
             if "fde_offset" in entry:
@@ -148,26 +148,3 @@ def text(result):
     if not result["sources"] and not result["problems"]:
         lines.append("no unwind tables found")
     return "\n".join(lines)
-
-
-def _sframe_entry_text(entry):
-    head = "  [0x%x, 0x%x) SFrame FDE %d at +0x%x, %s" % (
-        entry["start"], entry["end"], entry["fde_index"], entry["fde_offset"], entry["fde_type"])
-    if entry["pc_type"] == "mask":
-        head += ", pc type mask (repeats every %d bytes)" % entry["rep_size"]
-    if entry["signal_frame"]:
-        head += ", signal frame"
-    if entry.get("pauth_key"):
-        head += ", pauth key %s" % entry["pauth_key"]
-    lines = [head]
-    if entry["outermost"]:
-        lines.append("    no FREs: outermost frame")
-    for row, row_text, fre in zip(entry["rows"], entry["rows_text"], entry["fres"]):
-        lines.append("    0x%x: %s" % (row["address"], row_text))
-        if fre["fre_index"] is not None:
-            words = ", ".join("%d" % w["value"] for w in fre["data_words"])
-            lines.append("      FRE %d at +0x%x, base %s, %d-byte data words [%s]%s" % (
-                fre["fre_index"], fre["fre_offset"], fre["cfa_base"], fre["data_word_size"], words,
-                ", RA signed" if fre["ra_mangled"] else ""))
-        lines.append("      %s; %s; %s" % (fre["rules"]["cfa"], fre["rules"]["fp"], fre["rules"]["ra"]))
-    return lines

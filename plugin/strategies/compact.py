@@ -11,13 +11,15 @@ the prologue has built the frame and before the epilogue tears it down.
 Callers are always stopped at a call site, inside the body, so for them it
 is exact. For the innermost frame (a breakpoint, a signal) it may be wrong
 in the prologue or epilogue, and the evidence says so. Two places are
-exact by the ABI whatever the opcode says, and are used instead:
+exact by the ABI whatever the opcode says, and are used instead (the
+arch's entry_row and return table, plugin/arch/):
   * the function's first instruction: the return address was just pushed
     (x86: CFA = sp + word, RA = [CFA - word]) or is in the link register
     (arm64: CFA = sp, RA in x30);
-  * a return instruction (x86 `ret`, arm64 `ret`): the frame is gone and
-    the same holds. This one is also used over a DWARF escape's FDE, whose
-    rows miss the epilogue where the compiler wrote no epilogue CFI (clang
+  * a return instruction (x86 `ret`, `ret imm16`, `rep ret`; arm64 `ret`,
+    `retaa`, `retab`): the frame is gone and the same holds. This one is
+    also used over a DWARF escape's FDE, whose rows miss the epilogue
+    where the compiler wrote no epilogue CFI (clang
     for Darwin arm64).
 
 A DWARF-mode opcode names an FDE in __TEXT,__eh_frame by its offset; that
@@ -27,12 +29,14 @@ prologue's `sub $imm32, %rsp` immediate; it is read from the function's code
 through the Target.
 """
 
+from dataclasses import replace
+
+from plugin.arch import reader
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.evidence import StepEvidence
 from plugin.formats import cfi
 from plugin.formats import compact_unwind as cu
 from plugin.modules import region_of
-from plugin.model.rules import OFFSET, SAME, CfaRule, Row, Rule
 from plugin.strategies import ModuleTables, Outcome
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.row_step import step_with_row
@@ -41,8 +45,6 @@ SOURCE = "compact"
 SECTION = "__unwind_info"
 _UNSET = object()
 
-X86_RET = (0xC3, 0xC2)                   # ret, ret imm16
-ARM64_RET = bytes.fromhex("c0035fd6")    # ret (x30), little-endian
 
 
 class CompactTables(ModuleTables):
@@ -105,25 +107,9 @@ class CompactTables(ModuleTables):
 
 
 def entry_row(arch, pc):
-    """The rule that holds at a function's first instruction and at a return
-    instruction: nothing of the frame is on the stack but the return address."""
-    if arch.name == "aarch64":
-        return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=0),
-                   registers={arch.ra: Rule(SAME)}, end=pc + 4)
-    word = arch.address_size
-    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=word),
-               registers={arch.ra: Rule(OFFSET, -word)}, end=pc + 1)
-
-
-def _at_return(ctx, arch, pc):
-    try:
-        if arch.name == "aarch64":
-            return bytes(ctx.read_memory(pc, 4)) == ARM64_RET
-        if arch.name in ("x86_64", "i386"):
-            return ctx.read_memory(pc, 1)[0] in X86_RET
-    except MemoryReadError:
-        pass
-    return False
+    """The arch's rule where only the return address is on the stack (a
+    function's first instruction, a return instruction), for one instruction."""
+    return replace(arch.entry_row(pc), end=pc + arch.min_instruction_size)
 
 
 def _function_start(ctx, pc, entry, decoded):
@@ -178,12 +164,12 @@ def step(frame, ctx):
     if decoded.mode == "UNKNOWN":
         return Outcome.failed(SOURCE, "%s: mode not known for %s" % (opcode, arch.name), evidence)
     where = None
-    if frame.exact_pc:
+    if frame.exact_pc and arch.entry_row(pc) is not None:
         # A DWARF escape's FDE is exact at the entry; at a return it is not
         # always (clang on Darwin arm64 writes no epilogue CFI).
         if decoded.mode != "DWARF" and _function_start(ctx, pc, entry, decoded):
             where = "entry"
-        elif _at_return(ctx, arch, pc):
+        elif arch.return_at(reader(ctx.read_memory), pc):
             where = "return"
     if decoded.mode == "DWARF" and not where:
         return _dwarf_escape(frame, ctx, tables, entry, decoded, evidence, opcode)
@@ -236,89 +222,3 @@ def _dwarf_escape(frame, ctx, tables, entry, decoded, evidence, opcode):
                           % (fde.offset, fde.cie.offset, fde.start, fde.end, pc, row.address,
                              row.end if row.end is not None else fde.end))
     return step_with_row(row, frame, ctx, evidence, signal_frame=fde.cie.signal_frame)
-
-
-# ---------------------------------------------------------------------------
-# Table dumps (plugin/tables.py: `python -m plugin tables`, `unwind tables`)
-# ---------------------------------------------------------------------------
-
-def table_sources(target, module, address, problems):
-    """[{"kind": "compact", ...}] for a Mach-O module's __unwind_info: every
-    entry, or the one covering address. Problems are appended to `problems`."""
-    if module.format != "macho":
-        return []
-    tables = CompactTables.of(module, target)
-    out = []
-    try:
-        ui = tables.unwind_info()
-        if ui is not None:
-            if address is None:
-                entries = tables.entries()
-            else:
-                found = ui.lookup(address)
-                entries = [found] if found else []
-            items = [_entry_json(tables, ui, entry, address, problems) for entry in entries]
-            problems.extend("%s %s: %s" % (module.name, SECTION, w) for w in ui.warnings)
-            if items or address is None:
-                out.append({"kind": "compact", "module": module.name, "section": SECTION,
-                            "address": ui.region.address, "image_base": ui.image_base,
-                            "entries": items})
-    except DecodeError as exc:
-        problems.append("%s %s: %s" % (module.name, SECTION, exc))
-    problems.extend("%s %s" % (module.name, p) for p in tables.problems)
-    return out
-
-
-def _entry_json(tables, ui, entry, address, problems):
-    """One entry: its range, opcode, decoded meaning and the rows it gives.
-
-    "row" is the opcode's own row (null for DWARF, NONE and unknown modes);
-    "rows" is that row, or for a DWARF-mode opcode the rows of the FDE it
-    points at ("dwarf" says which), filtered to address when one is given.
-    """
-    arch = ui.arch
-    out = {"start": entry.function_start, "end": entry.function_end, "encoding": entry.encoding,
-           "encoding_hex": "0x%08x" % entry.encoding, "mode": None, "text": None,
-           "page": entry.page_index, "row": None, "rows": [], "rows_text": []}
-    try:
-        decoded = ui.decode(entry)
-        out["mode"], out["text"] = decoded.mode, decoded.text
-        if decoded.mode == "DWARF":
-            section, fde = tables.dwarf_fde(decoded)
-            out["dwarf"] = {"fde_offset": fde.offset, "cie_offset": fde.cie.offset, "start": fde.start,
-                            "end": fde.end, "eh_frame_address": section.region.address}
-            rows = cfi.execute(fde, arch)
-        else:
-            row = ui.row(entry, read_code=tables.read_code)
-            rows = [row] if row is not None else []
-            if row is not None:
-                out["row"] = row.to_json(arch)
-                if decoded.mode == "STACK_IND":
-                    out["stack_size"] = row.cfa.offset
-    except DecodeError as exc:
-        out["error"] = str(exc)
-        problems.append("%s %s entry [0x%x, 0x%x): %s" % (tables.module.name, SECTION, entry.function_start,
-                                                          entry.function_end, exc))
-        return out
-    if address is not None:
-        rows = [r for r in rows
-                if r.address <= address < (r.end if r.end is not None else entry.function_end)]
-    out["rows"] = [r.to_json(arch) for r in rows]
-    out["rows_text"] = [r.text(arch) for r in rows]
-    return out
-
-
-def entry_text(entry):
-    """Lines of `tables.text` for one compact entry."""
-    head = "  [0x%x, 0x%x) compact %s (page %s): %s" % (
-        entry["start"], entry["end"], entry["encoding_hex"], entry["page"], entry["text"] or "?")
-    lines = [head]
-    if "dwarf" in entry:
-        lines.append("    -> __eh_frame FDE at +0x%x, CIE at +0x%x, [0x%x, 0x%x)" % (
-            entry["dwarf"]["fde_offset"], entry["dwarf"]["cie_offset"], entry["dwarf"]["start"],
-            entry["dwarf"]["end"]))
-    if "error" in entry:
-        lines.append("    error: %s" % entry["error"])
-    for row, row_text in zip(entry["rows"], entry["rows_text"]):
-        lines.append("    0x%x: %s" % (row["address"], row_text))
-    return lines

@@ -37,7 +37,7 @@ they are left unknown rather than guessed.
 """
 
 from plugin.model import rules
-from plugin.arch.calls import call_before
+from plugin.arch import FrameEdge, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import CfaRule, Row, Rule
 from plugin.strategies import FAILED, RECOVERED, Outcome
@@ -55,21 +55,6 @@ OUTERMOST_FUNCTIONS = ("_start", "__start", "clone", "__clone", "clone3", "__clo
 # look never goes past the frame's own pc: the set-up must have run by then,
 # and bytes past it may belong to the next function.
 PROLOGUE_WINDOW = 256
-
-ENDBR64 = b"\xf3\x0f\x1e\xfa"
-ENDBR32 = b"\xf3\x0f\x1e\xfb"
-PUSH_BP = 0x55
-MOV_BP_SP = {"x86_64": (b"\x48\x89\xe5", b"\x48\x8b\xec"), "i386": (b"\x89\xe5", b"\x8b\xec")}
-X86_RET = (0xC3, 0xC2)
-
-A64_MOV_X29_SP = 0x910003FD          # add x29, sp, #0
-A64_ADD_X29_SP_MASK = 0xFFC003FF     # add x29, sp, #imm (any imm12)
-A64_STP_PRE_MASK = 0xFFC07FFF        # stp x29, x30, [sp, #imm7*8]!  (imm7 masked out)
-A64_STP_PRE = 0xA9807BFD
-A64_RET = (0xD65F03C0, 0xD65F0BFF, 0xD65F0FFF)      # ret, retaa, retab
-A64_PAC_SP = (0xD503233F, 0xD503237F)                        # paciasp, pacibsp: only ever at an entry
-A64_PAC_OR_BTI = A64_PAC_SP + (0xD503245F, 0xD50324DF)        # ... and bti c, bti jc (landing pads)
-
 
 # -- helpers shared with the scan source -------------------------------------------
 
@@ -119,17 +104,6 @@ def _module_name(ctx, frame):
     return module.name if module else None
 
 
-def _read(ctx, address, size):
-    try:
-        return ctx.read_memory(address, size)
-    except Exception:       # unreadable code just means "no pattern here"
-        return None
-
-
-def _word(data, arch, offset=0):
-    return int.from_bytes(data[offset:offset + 4], arch.byteorder)
-
-
 # -- rows -------------------------------------------------------------------------
 
 def chain_row(arch, pc):
@@ -138,14 +112,7 @@ def chain_row(arch, pc):
     return Row(address=pc, cfa=CfaRule("register", register=arch.fp, offset=2 * w),
                registers={arch.fp: Rule(rules.OFFSET, offset=-2 * w),
                           arch.ra: Rule(rules.OFFSET, offset=-w)},
-               ra_signed=arch.name == "aarch64")
-
-
-def _ra_on_stack_row(arch, pc):
-    """Return address at [sp], frame pointer untouched (x86 entry or `ret`)."""
-    w = arch.address_size
-    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=w),
-               registers={arch.fp: Rule(rules.SAME), arch.ra: Rule(rules.OFFSET, offset=-w)})
+               ra_signed=arch.pointer_auth)
 
 
 def _record_at_sp_row(arch, pc, size):
@@ -154,104 +121,29 @@ def _record_at_sp_row(arch, pc, size):
     return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=size),
                registers={arch.fp: Rule(rules.OFFSET, offset=-size),
                           arch.ra: Rule(rules.OFFSET, offset=-size + w)},
-               ra_signed=arch.name == "aarch64")
-
-
-def _ra_in_link_register_row(arch, pc):
-    """aarch64 entry or `ret`: the return address is still in x30 and sp is the CFA.
-
-    x30 may carry a pointer-auth signature (after paciasp, before autiasp,
-    or at retaa): stripping is harmless when it does not.
-    """
-    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=0),
-               registers={arch.fp: Rule(rules.SAME), arch.ra: Rule(rules.SAME)}, ra_signed=True)
+               ra_signed=arch.pointer_auth)
 
 
 # -- the first and last instructions of a function ----------------------------------
 
 def prologue_row(frame, ctx, function):
-    """(row, kind, description) when the exact pc is where the frame record is not (yet/any more) set up."""
+    """(row, kind, description) when the exact pc is where the frame record is not (yet/any more) set up.
+
+    At an entry or a return only the return address is on the stack (x86) or
+    in the link register (aarch64, where it may be signed): the arch's
+    entry_row, with the frame pointer unchanged.
+    """
     if not frame.exact_pc:
         return None     # a return address is after a call: the prologue has run
     arch = ctx.arch
-    start = function[1] if function else None
-    if arch.name in ("x86_64", "i386"):
-        return _x86_prologue_row(ctx, arch, frame.pc, start)
-    if arch.name == "aarch64":
-        return _aarch64_prologue_row(ctx, arch, frame.pc, start)
-    return None
-
-
-def _at_entry(ctx, pc, start, landing_pads):
-    """pc is the function's first instruction, or follows only a landing pad (endbr64, bti, pac)."""
-    if start is None:
-        return False
-    if pc == start:
-        return True
-    first = _read(ctx, start, 4)
-    return pc == start + 4 and first is not None and first in landing_pads
-
-
-ENTRY = "function entry"
-AFTER_PUSH = "frame record being built"
-AT_RET = "function exit"
-
-
-def _x86_prologue_row(ctx, arch, pc, start):
-    code = _read(ctx, pc, 4)
-    if code is None:
+    edge = arch.frame_edge(reader(ctx.read_memory), frame.pc, function[1] if function else None)
+    if edge is None:
         return None
-    mov_bp_sp = MOV_BP_SP[arch.name]
-    bp, sp = arch.name_of(arch.fp), arch.name_of(arch.sp)
-    if _at_entry(ctx, pc, start, (ENDBR64, ENDBR32)):
-        return (_ra_on_stack_row(arch, pc), ENTRY,
-                "pc is at the function's entry (start 0x%x, from symbols): the return address is at [%s]"
-                % (start, sp))
-    after_push = _read(ctx, pc + 1, 3) or b""
-    if start is None and code[0] == PUSH_BP and after_push.startswith(mov_bp_sp):
-        return (_ra_on_stack_row(arch, pc), ENTRY,
-                "the code at pc is `push %s; mov %s, %s`, a function entry (no symbol here): "
-                "the return address is at [%s]" % (bp, bp, sp, sp))
-    if code.startswith(mov_bp_sp) and _read(ctx, pc - 1, 1) == bytes([PUSH_BP]):
-        return (_record_at_sp_row(arch, pc, 2 * arch.address_size), AFTER_PUSH,
-                "the code at pc is `mov %s, %s` right after `push %s`: the saved %s is at [%s] and "
-                "the return address above it" % (bp, sp, bp, bp, sp))
-    if code[0] in X86_RET or code[:2] == b"\xf3\xc3":
-        return (_ra_on_stack_row(arch, pc), AT_RET,
-                "the code at pc is `ret`: the frame is already taken down and the return address is at [%s]"
-                % sp)
-    return None
-
-
-def _aarch64_prologue_row(ctx, arch, pc, start):
-    code = _read(ctx, pc, 4)
-    if code is None:
-        return None
-    insn = _word(code, arch)
-    pads = tuple(i.to_bytes(4, arch.byteorder) for i in A64_PAC_OR_BTI)
-    if _at_entry(ctx, pc, start, pads):
-        return (_ra_in_link_register_row(arch, pc), ENTRY,
-                "pc is at the function's entry (start 0x%x, from symbols): the return address is in x30"
-                % start)
-    stores_record = insn & A64_STP_PRE_MASK == A64_STP_PRE
-    if start is None and (stores_record or insn in A64_PAC_SP):
-        return (_ra_in_link_register_row(arch, pc), ENTRY,
-                "the code at pc is a function entry (`%s`, no symbol here): the return address is in x30"
-                % ("stp x29, x30, [sp, #-N]!" if stores_record else "paciasp"))
-    if insn in A64_RET:
-        return (_ra_in_link_register_row(arch, pc), AT_RET,
-                "the code at pc is `ret`: the return address is in x30")
-    previous = _read(ctx, pc - 4, 4)
-    if insn == A64_MOV_X29_SP and previous is not None:
-        stp = _word(previous, arch)
-        if stp & A64_STP_PRE_MASK == A64_STP_PRE:
-            imm7 = (stp >> 15) & 0x7F
-            size = (128 - imm7) * 8 if imm7 & 0x40 else 0     # the pre-index moved sp down by `size`
-            if size:
-                return (_record_at_sp_row(arch, pc, size), AFTER_PUSH,
-                        "the code at pc is `mov x29, sp` right after `stp x29, x30, [sp, #-%d]!`: "
-                        "the frame record is at [sp]" % size)
-    return None
+    if edge.kind == FrameEdge.AFTER_PUSH:
+        row = _record_at_sp_row(arch, frame.pc, edge.record_size)
+    else:
+        row = arch.entry_row(frame.pc, unchanged=(arch.fp,), ra_signed=arch.pointer_auth)
+    return row, edge.kind, edge.why
 
 
 def sets_up_frame_pointer(ctx, start, pc):
@@ -261,29 +153,21 @@ def sets_up_frame_pointer(ctx, start, pc):
     """
     if start is None or not start < pc <= start + (1 << 20):
         return None
-    code = _read(ctx, start, min(pc - start, PROLOGUE_WINDOW))
+    code = reader(ctx.read_memory)(start, min(pc - start, PROLOGUE_WINDOW))
     if code is None:
         return None
-    arch = ctx.arch
-    if arch.name in MOV_BP_SP:
-        return any(pattern in code for pattern in MOV_BP_SP[arch.name])
-    if arch.name == "aarch64":
-        words = (_word(code, arch, i) for i in range(0, len(code) - 3, 4))
-        return any(w & A64_ADD_X29_SP_MASK == A64_MOV_X29_SP for w in words)
-    return None
+    return ctx.arch.sets_up_frame_pointer(code)
 
 
 def may_save_frame_pointer(ctx, start, pc):
     """Could the code from the function start up to pc have saved (and so reused) the frame pointer?
 
-    x86 code saves a callee-saved register with `push` in its prologue, so
-    with no 0x55 byte (`push rbp`) before pc the register still holds the
-    caller's value. True (or unknown) is the cautious answer elsewhere.
+    True (or unknown) is the cautious answer elsewhere; the arch tells from
+    the prologue's code (x86: a `push rbp`).
     """
-    if ctx.arch.name not in MOV_BP_SP or start is None or not start < pc <= start + (1 << 20):
+    if start is None or not start < pc <= start + (1 << 20):
         return True
-    code = _read(ctx, start, min(pc - start, PROLOGUE_WINDOW))
-    return code is None or PUSH_BP in code
+    return ctx.arch.may_save_frame_pointer(lambda: reader(ctx.read_memory)(start, min(pc - start, PROLOGUE_WINDOW)))
 
 
 # -- checks on the frame pointer --------------------------------------------------
@@ -316,7 +200,7 @@ def frame_pointer_problem(fp, sp, ctx):
 def step(frame, ctx):
     """Recover frame's caller from its frame record (or, at a function's edge, from sp)."""
     arch = ctx.arch
-    if arch.name not in MOV_BP_SP and arch.name != "aarch64":
+    if not arch.keeps_frame_records:
         return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name)
     marker = outermost_by_convention(frame, ctx, SOURCE)
     if marker is not None:
@@ -366,7 +250,7 @@ def _return_address_problem(outcome, ctx):
     ra = outcome.registers.get(ctx.arch.pc)
     if not ra or not ctx.is_code(ra):
         return None     # 0 and non-code addresses are the engine's to judge (pc-zero, not-code)
-    if call_before(ctx.read_memory, ctx.arch, ra) is None:
+    if ctx.arch.call_before(reader(ctx.read_memory), ra) is None:
         return ("return address 0x%x does not follow a call instruction: %s does not point at a "
                 "frame record" % (ra, ctx.arch.name_of(ctx.arch.fp)))
     return None

@@ -6,7 +6,7 @@ address. A candidate must
 
   * point into executable memory: a module's executable segment, or an
     executable mapping (JIT code);
-  * follow a call instruction (plugin/arch/calls.py: x86 `call rel32` and
+  * follow a call instruction (the arch's call_before: x86 `call rel32` and
     `call r/m`, aarch64 `bl`/`blr`), since a return address is the address
     right after a call;
   * resolve to a function (target.symbol) when it lies in a module whose
@@ -29,7 +29,7 @@ return address = [CFA - 1 word]) and evaluated like every table row.
 
 from plugin.modules import on_disk as elf_file
 from plugin.model import rules
-from plugin.arch.calls import call_before
+from plugin.arch import reader
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import StepEvidence
 from plugin.memory import PAGE
@@ -41,7 +41,6 @@ from plugin.strategies.row_step import step_with_row
 
 SOURCE = "scan"
 MAX_LISTED = 24                 # skipped candidates listed one by one; the rest are counted
-STACK_ALIGNMENT = {"x86_64": 8, "i386": 4, "aarch64": 16, "s390x": 8}
 AT_STACK_TOP = " (the top of the stack)"
 SYMTAB_CACHE_KEY = "scan: has .symtab"     # in module.cache: does the module's file have a .symtab?
 
@@ -55,7 +54,7 @@ def step(frame, ctx):
     sp = frame.registers.get(arch.sp)
     if sp is None:
         return Outcome.not_applicable(SOURCE, "the stack pointer is unknown")
-    alignment = STACK_ALIGNMENT.get(arch.name, arch.address_size)
+    alignment = arch.stack_alignment
     if sp % alignment:
         return Outcome.failed(SOURCE, "stack pointer 0x%x is not aligned to %d bytes: the stack is damaged, "
                                       "so it is not scanned" % (sp, alignment))
@@ -118,7 +117,7 @@ def candidate_problem(address, ctx):
     """(None, (call form, function)) for a plausible return address, else (why not, None)."""
     if address == 0 or not ctx.is_code(address):
         return "not code", None
-    call = call_before(ctx.read_memory, ctx.arch, address)
+    call = ctx.arch.call_before(reader(ctx.read_memory), address)
     if call is None:
         return "code, but not right after a call instruction", None
     function = ctx.symbol(address - 1)
@@ -152,7 +151,7 @@ def _recovered(frame, ctx, sp, slot, address, detail, skipped, not_code):
     cfa_offset = slot + size - sp
     fp = frame.registers.get(arch.fp)
     row = Row(address=ctx.lookup_pc(frame), cfa=CfaRule("register", register=arch.sp, offset=cfa_offset),
-              registers={arch.ra: Rule(rules.OFFSET, offset=-size)}, ra_signed=arch.name == "aarch64")
+              registers={arch.ra: Rule(rules.OFFSET, offset=-size)}, ra_signed=arch.pointer_auth)
     evidence = _evidence(frame, ctx, sp, (slot - sp) // size + 1)
     evidence.found_by = "stack scan: return address at [%s+0x%x]" % (arch.name_of(arch.sp), slot - sp)
     evidence.entry.update({"slot": slot, "return_address": address, "call": call,

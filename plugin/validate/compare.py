@@ -5,7 +5,7 @@ by the adapter). Where they disagree we say which one looks right when the
 code can tell: a return address must be executable and follow a call.
 """
 
-from plugin.arch.calls import call_before
+from plugin.arch import reader
 
 
 def native_entry(pc, sp, function=None):
@@ -56,7 +56,7 @@ def _judge(our_pc, their_pc, level, ctx):
 def _plausible_return(pc, ctx):
     if not ctx.is_code(pc):
         return None
-    return call_before(ctx.read_memory, ctx.arch, pc)
+    return ctx.arch.call_before(reader(ctx.read_memory), pc)
 
 
 def summary(rows):
