@@ -1,7 +1,8 @@
 """The `unwind ...` subcommands for LLDB (classes for `command script add -c`).
 
-Each command parses LLDB-style options, gathers registers and LLDB's own
-frames, lets plugin.commands.reports compute and render the result (the same JSON and
+Each class takes its options, positional words, checks and help from its
+declaration (plugin/commands/catalog.py), read in LLDB's option style by
+plugin/commands/options.py; it gathers registers and LLDB's own frames, lets plugin.commands.reports compute and render the result (the same JSON and
 text as GDB's commands), and prints one of the two. Every failure becomes
 one LLDB error line via result.SetError: a user never sees a traceback.
 """

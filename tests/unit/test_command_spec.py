@@ -7,6 +7,7 @@ announces is compared with what the offline tables and modules reports
 really print.
 """
 
+import ast
 import json
 import subprocess
 import sys
@@ -142,3 +143,18 @@ def test_offline_sources_option_reads_lists_as_the_debuggers_do():
     out = subprocess.run([sys.executable, "-m", "plugin", "tables", str(binary), "--sources", "cfi,nosuch"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "unknown source 'nosuch'" in out.stderr
+
+
+def test_lldb_loader_registers_every_declared_command():
+    """loader.py names the command classes by hand: every declared LLDB command, under its own name."""
+    from plugin.commands import catalog
+    from lldb_commands.loader import SUBCOMMANDS
+    tree = ast.parse((ROOT / "lldb_commands" / "commands.py").read_text())     # it imports lldb: read, not import
+    name_of = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, ast.Assign) and getattr(statement.targets[0], "id", None) == "spec":
+                    name_of[node.name] = getattr(catalog, statement.value.attr).name
+    assert sorted(name_of.values()) == sorted(c.name for c in commands_for(LLDB))
+    assert sorted(SUBCOMMANDS) == sorted((name, cls) for cls, name in name_of.items())
