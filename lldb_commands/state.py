@@ -10,8 +10,8 @@ The settings (`unwind settings`, see SETTINGS) live here too, so they last
 as long as the debugger, across targets and re-runs.
 """
 
-from plugin.engine import DEFAULT_SOURCES, STRATEGIES, UnwindContext, parse_sources
-from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, MAX_SCAN_WORDS
+from plugin.engine import DEFAULT_SOURCES, UnwindContext
+from plugin.settings import find_setting, settings_for
 from plugin.modules import ModuleMap
 
 from .target import LldbTarget, arch_of
@@ -19,16 +19,10 @@ from .target import LldbTarget, arch_of
 _STATES = {}
 
 # What `unwind settings NAME VALUE` can change (LLDB 16's Python API cannot add
-# entries to LLDB's own `settings set`): name -> (LLDB-style type, value syntax,
-# meaning), in the order `unwind settings` lists them. The same settings as
-# GDB's `set unwind sources|max-frames|scan-words`.
-SETTINGS = {
-    "sources": ("list", "LIST", "the unwind sources every frame tries, in this order; a source not "
-                                "listed is off (comma-separated: %s)" % ", ".join(STRATEGIES)),
-    "max-frames": ("unsigned", "N", "a walk stops with depth-limit after N frames (at least 1)"),
-    "scan-words": ("unsigned", "N", "how many stack words above sp the scan source reads per frame "
-                                    "(1 to 1048576)"),
-}
+# entries to LLDB's own `settings set`): the settings plugin/settings.py
+# declares for LLDB, in its order. LldbState keeps each as an attribute
+# named Setting.key (sources, max_frames, scan_words).
+SETTINGS = settings_for("lldb", DEFAULT_SOURCES)
 
 
 def state_for(debugger):
@@ -42,9 +36,8 @@ def state_for(debugger):
 
 class LldbState:
     def __init__(self):
-        self.sources = DEFAULT_SOURCES
-        self.max_frames = DEFAULT_MAX_FRAMES
-        self.scan_words = DEFAULT_SCAN_WORDS     # given to every LldbTarget; UnwindContext reads it there
+        for setting in SETTINGS:        # scan_words is given to every LldbTarget; UnwindContext reads it there
+            setattr(self, setting.key, setting.default_value(DEFAULT_SOURCES))
         self._live = None           # (LldbTarget, ModuleMap)
         self._static = {}           # (module path, uuid) -> (LldbTarget, ModuleMap)
 
@@ -81,36 +74,18 @@ class LldbState:
 
     # -- settings --------------------------------------------------------------------
     def setting(self, name):
-        """The value of one setting as `unwind settings NAME VALUE` takes it."""
-        if name == "sources":
-            return ",".join(self.sources)
-        if name == "max-frames":
-            return str(self.max_frames)
-        if name == "scan-words":
-            return str(self.scan_words)
-        raise ValueError("unknown setting %r; the settings are: %s" % (name, ", ".join(SETTINGS)))
+        """The value of one setting as `unwind settings NAME VALUE` takes it; ValueError if unknown."""
+        setting = find_setting(name, SETTINGS)
+        return setting.format(getattr(self, setting.key))
 
     def change(self, name, text):
         """Validate `text` and set it; ValueError (one line) leaves the setting as it was."""
-        if name == "sources":
-            self.sources = parse_sources(text)
-        elif name == "max-frames":
-            self.max_frames = _whole_number(name, text, 1, None)
-        elif name == "scan-words":
-            self.scan_words = _whole_number(name, text, 1, MAX_SCAN_WORDS)
-        else:
-            self.setting(name)      # raises: unknown setting
+        setting = find_setting(name, SETTINGS)
+        setattr(self, setting.key, setting.parse(text, DEFAULT_SOURCES))
 
     def settings_json(self):
-        return {"sources": list(self.sources), "max_frames": self.max_frames, "scan_words": self.scan_words}
+        return {setting.key: _json_value(getattr(self, setting.key)) for setting in SETTINGS}
 
 
-def _whole_number(name, text, low, high):
-    try:
-        value = int(text.strip(), 0)
-    except ValueError:
-        value = None
-    if value is None or value < low or (high is not None and value > high):
-        bounds = "of at least %d" % low if high is None else "from %d to %d" % (low, high)
-        raise ValueError("%s must be a whole number %s, not %r" % (name, bounds, text))
-    return value
+def _json_value(value):
+    return list(value) if isinstance(value, tuple) else value

@@ -9,8 +9,12 @@ import argparse
 import json
 import sys
 
+from plugin.commands.spec import OPTIONS, Debugger, convert
 from plugin.render import tables
 from plugin.modules import ModuleMap
+
+
+LLDB_STYLE = Debugger.LLDB       # `--json`, `--sources LIST`: the offline command spells options as LLDB does
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -36,20 +40,22 @@ def build_parser():
     t.add_argument("file", metavar="FILE")
     t.add_argument("--address", type=parse_address, metavar="ADDR",
                    help="only the entries and rows covering this link-time address")
-    t.add_argument("--json", action="store_true", help="print JSON instead of text")
+    t.add_argument(OPTIONS["json"].spelled(LLDB_STYLE), action="store_true", help=OPTIONS["json"].help)
     t.add_argument("--arch", metavar="ARCH",
                    help="the slice of a universal (fat) Mach-O file to read: x86_64, arm64 or i386 "
                         "(default: the first slice)")
-    t.add_argument("--sources", type=parse_source_list, metavar="LIST",
-                   help="only these sources' tables, e.g. cfi,sframe (frame-pointer and scan "
-                        "read a live stack and have no tables)")
+    sources = OPTIONS["sources"]
+    t.add_argument(sources.spelled(LLDB_STYLE), type=parse_source_list, metavar=sources.metavar,
+                   help="only these sources' tables: %s (frame-pointer and scan read a live stack "
+                        "and have no tables)" % sources.help)
     return parser
 
 
 def parse_source_list(text):
-    from plugin.engine import parse_sources
+    """--sources LIST, read as the debuggers' commands read it."""
+    from plugin.engine import DEFAULT_SOURCES
     try:
-        return parse_sources(text)
+        return convert(OPTIONS["sources"], text, DEFAULT_SOURCES)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

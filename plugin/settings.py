@@ -5,9 +5,9 @@ command line) and the engine read these; nothing else spells a source
 list, a default, a bound or a setting's help.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 
 class SourceKind(str, Enum):
@@ -64,31 +64,144 @@ def parse_sources(text: str, available=None) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+class SettingType(str, Enum):
+    """What a setting holds; decides how its text is read and shown."""
+    SOURCES = "sources"      # a comma-separated source list, in order
+    UNSIGNED = "unsigned"    # a whole number within the setting's bounds
+    BOOLEAN = "boolean"      # on or off
+
+
+class SettingError(ValueError):
+    """A value a setting does not take: `str()` names the setting, `problem` does not."""
+
+    def __init__(self, setting: str, problem: str):
+        super().__init__("%s %s" % (setting, problem))
+        self.problem = problem
+
+
+_SYNTAX = {SettingType.SOURCES: "LIST", SettingType.UNSIGNED: "N", SettingType.BOOLEAN: "on|off"}
+_TRUE, _FALSE = ("on", "1", "yes", "true", "enable"), ("off", "0", "no", "false", "disable")
+
+
 @dataclass(frozen=True)
 class Setting:
     """One user setting: GDB `set unwind NAME`, LLDB `unwind settings NAME`."""
     name: str
-    type: str                # "sources", "unsigned", "boolean"
-    default: object
-    help: str
+    type: SettingType
+    default: object          # None for SOURCES: every source the engine has, in canonical order
+    help: str                # a clause: "whether ...", "how many ..."; help texts of both debuggers use it
     minimum: Optional[int] = None
     maximum: Optional[int] = None
     debuggers: Tuple[str, ...] = ("gdb", "lldb")
+    shown: str = ""          # GDB's `show unwind NAME` sentence; {value} is the value's words
+    words: Tuple[str, str] = ("off", "on")     # BOOLEAN: the words {value} becomes for off, on
+    requires: Tuple[str, ...] = ()             # exists only when one of these sources is built
+    attribute: str = ""      # the attribute of a settings store (default: NAME with "_"); also the JSON key
+    on_target: bool = False  # GDB keeps it on the Target, where every UnwindContext reads it
+    notes: Mapping[str, str] = field(default_factory=dict)    # debugger -> what only its help says
+
+    @property
+    def key(self) -> str:
+        return self.attribute or self.name.replace("-", "_")
+
+    @property
+    def syntax(self) -> str:
+        """The placeholder of its value in usage lines: LIST, N, on|off."""
+        return _SYNTAX[self.type]
+
+    def default_value(self, available: Sequence[str]) -> object:
+        return tuple(available) if self.type == SettingType.SOURCES and self.default is None else self.default
+
+    def bounds(self) -> str:
+        """"of at least 1", "from 1 to 1048576" (UNSIGNED only)."""
+        if self.maximum is None:
+            return "of at least %d" % (self.minimum or 0)
+        return "from %d to %d" % (self.minimum or 0, self.maximum)
+
+    def in_bounds(self, value: int) -> bool:
+        return (self.minimum is None or value >= self.minimum) and (self.maximum is None or value <= self.maximum)
+
+    def parse(self, text: str, available: Sequence[str]) -> object:
+        """The value `text` means; ValueError (one line, naming the setting) if it means none."""
+        if self.type == SettingType.SOURCES:
+            return parse_sources(text, available)
+        if self.type == SettingType.BOOLEAN:
+            word = text.strip().lower()
+            if word in _TRUE or word in _FALSE:
+                return word in _TRUE
+            raise SettingError(self.name, "must be on or off, not %r" % text)
+        try:
+            value = int(text.strip(), 0)
+        except ValueError:
+            value = None
+        if value is None or not self.in_bounds(value):
+            raise SettingError(self.name, "must be a whole number %s, not %r" % (self.bounds(), text))
+        return value
+
+    def format(self, value: object) -> str:
+        """The value as `parse` takes it back: "cfi,scan", "20000", "on"."""
+        if self.type == SettingType.SOURCES:
+            return ",".join(value)
+        if self.type == SettingType.BOOLEAN:
+            return "on" if value else "off"
+        return str(value)
+
+    def describe(self, available: Sequence[str]) -> str:
+        """Its help with what values it takes, for help texts."""
+        if self.type == SettingType.SOURCES:
+            return "%s (comma-separated: %s)" % (self.help, ", ".join(available))
+        if self.type == SettingType.UNSIGNED:
+            if self.maximum is None:
+                return "%s (at least %d)" % (self.help, self.minimum or 0)
+            return "%s (%d to %d)" % (self.help, self.minimum or 0, self.maximum)
+        return "%s (on or off)" % self.help
+
+    def show(self, value: object, available: Sequence[str]) -> str:
+        """GDB's `show` sentence for a value."""
+        if self.type == SettingType.BOOLEAN:
+            return self.shown.format(value=self.words[bool(value)])
+        text = self.shown.format(value=self.format(value))
+        if self.type == SettingType.SOURCES:
+            text += " Sources: %s." % ", ".join(available)
+        return text
 
 
 DEFAULT_MAX_FRAMES = 20000
 DEFAULT_SCAN_WORDS = 1024      # stack words the `scan` source reads above sp, per frame
 MAX_SCAN_WORDS = 1 << 20
 
+# In the order help texts and `unwind settings` list them.
 SETTINGS: Tuple[Setting, ...] = (
-    Setting("sources", "sources", None,
-            "the unwind sources every frame tries, in this order; a source not listed is off"),
-    Setting("max-frames", "unsigned", DEFAULT_MAX_FRAMES,
-            "a walk stops with depth-limit after this many frames", minimum=1),
-    Setting("scan-words", "unsigned", DEFAULT_SCAN_WORDS,
+    Setting("sources", SettingType.SOURCES, None,
+            "the unwind sources every frame tries, in this order; a source not listed is off",
+            shown="The unwind sources, in order, are {value}.",
+            notes={"gdb": "Used by GDB's backtrace (table sources; fallbacks only with \"set unwind fallback on\")\n"
+                          "and as the default of every \"unwind\" command."}),
+    Setting("max-frames", SettingType.UNSIGNED, DEFAULT_MAX_FRAMES,
+            "the most frames a walk recovers before it stops with depth-limit", minimum=1,
+            shown="An unwind walk stops after {value} frames."),
+    Setting("scan-words", SettingType.UNSIGNED, DEFAULT_SCAN_WORDS,
             "how many stack words above sp the scan source reads per frame",
-            minimum=1, maximum=MAX_SCAN_WORDS),
-    Setting("fallback", "boolean", False,
-            "whether GDB's own bt may use frame-pointer and stack-scan frames", debuggers=("gdb",)),
+            minimum=1, maximum=MAX_SCAN_WORDS, requires=("scan",), on_target=True,
+            shown="The scan source reads {value} stack words per frame."),
+    Setting("fallback", SettingType.BOOLEAN, False,
+            "whether GDB's own bt may use frame-pointer and stack-scan frames", debuggers=("gdb",),
+            requires=source_names(SourceKind.FALLBACK), attribute="claim_fallback",
+            shown="GDB's backtrace {value} the plugin's fallback sources.", words=("does not use", "uses"),
+            notes={"gdb": "Off by default, so GDB's own heuristics keep their place unless asked."}),
 )
 SETTING_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def settings_for(debugger: str, available: Sequence[str]) -> Tuple[Setting, ...]:
+    """The settings one debugger offers when the engine has the sources `available`."""
+    return tuple(s for s in SETTINGS if debugger in s.debuggers
+                 and (not s.requires or any(name in available for name in s.requires)))
+
+
+def find_setting(name: str, offered: Sequence[Setting]) -> Setting:
+    """The setting called `name` among `offered`; ValueError naming the choices otherwise."""
+    for setting in offered:
+        if setting.name == name:
+            return setting
+    raise ValueError("unknown setting %r; the settings are: %s" % (name, ", ".join(s.name for s in offered)))

@@ -1,0 +1,99 @@
+"""Every `unwind` command, one declaration each (see spec.py for what a declaration holds).
+
+Help texts: {debugger} becomes GDB or LLDB, {json}, {sources}, {count},
+{all} the option as that debugger spells it, {source_names} the sources the
+engine has, {settings} the settings that debugger offers.
+"""
+
+from typing import Dict, Tuple
+
+from plugin.commands.spec import CommandSpec, Debugger, Words, WordsKind
+
+GDB, LLDB = Debugger.GDB, Debugger.LLDB
+
+BACKTRACE = CommandSpec(
+    "backtrace", "Print the plugin's own backtrace from the selected frame.",
+    ("json", "sources", "count"),
+    words=(Words(WordsKind.COUNT, "[N]", (GDB,)),),
+    about="""One line per frame: level, pc, function, module, and which source found it
+(e.g. "found by: .eh_frame CFI"), then the reason the walk stopped.""",
+    notes={GDB: """N limits the number of frames. {sources} picks and orders the sources for
+this walk only (see "set unwind sources").
+Sources: {source_names}.""",
+           LLDB: """Levels count physical frames (LLDB's inlined frames are not separate frames here).
+{count} N stops after N frames; {sources} picks and orders the sources for
+this walk. Sources: {source_names}."""},
+    json_keys=("frames", "stop_reason", "stop_detail", "stop_attempts"))
+
+EXPLAIN = CommandSpec(
+    "explain", "Explain how the plugin recovered one frame, or all of them.",
+    ("json", "sources"),
+    words=(Words(WordsKind.LEVEL, "[LEVEL|all]"),),
+    about="""Shows the module and section, the table entry (FDE and CIE offsets and the
+range they cover), the row in readable form (CFA=rsp+16 => rip=[CFA-8]),
+every value read and the address it came from, the sources tried first and
+why they were rejected, and whether {debugger}'s own unwinder agrees.
+LEVEL counts physical frames from the innermost one (default: the selected
+frame's).""",
+    json_keys=("frames", "stop_reason", "stop_detail"))
+
+TABLES = CommandSpec(
+    "tables", "Show every unwind table entry that covers an address or function.",
+    ("json", "all"),
+    words=(Words(WordsKind.EXPRESSION, "ADDRESS|FUNCTION"),),
+    about="""Like LLDB's "image show-unwind": every source's entry and the row in force.""",
+    notes={LLDB: """ADDRESS|FUNCTION is a number, $register, function name (optionally +OFFSET)
+or an expression. With {all}, every entry of every module instead.
+Works without a process (e.g. "lldb-16 libfoo.so"): addresses are then the
+module's file addresses, as "python -m plugin tables FILE" prints them."""},
+    json_keys=("sources", "problems"), json_sometimes={"agreement": "with an address"})
+
+COMPARE = CommandSpec(
+    "compare", "Compare the plugin's frames with {debugger}'s own, frame by frame.",
+    ("json", "sources"),
+    about="""Each disagreement is marked, with which side looks right where the code can
+tell (a return address must be executable and follow a call instruction).""",
+    notes={GDB: "GDB's frames are computed with the plugin's unwinder disabled.",
+           LLDB: """LLDB's frames are the thread's physical frames (inlined frames collapsed into
+the frame they were inlined into)."""},
+    json_keys=("frames", "agree", "summary", "stop_reason"))
+
+MODULES = CommandSpec(
+    "modules", "List each module, its base address, and which unwind tables were found where.",
+    ("json",),
+    notes={LLDB: """Works with or without a process: without one, each module is shown at its
+file addresses."""},
+    json_keys=("modules", "unreadable"))
+
+# LLDB 16's Python API cannot add entries to LLDB's own `settings set`; GDB
+# has `set/show unwind NAME`, built from plugin.settings.SETTINGS instead.
+SETTINGS = CommandSpec(
+    "settings", "Show or change the plugin's settings: {setting_names}.",
+    ("json",),
+    words=(Words(WordsKind.SETTING, "[NAME [VALUE]]"),),
+    about="""With no NAME, shows every setting; with a NAME, that one; with a NAME and a
+VALUE, changes it (and shows it). Settings last for the debugger session,
+across targets and re-runs (put them in ~/.lldbinit after the import to keep
+them).
+
+Settings:
+{settings}
+
+Examples:
+  unwind settings sources cfi,frame-pointer   tables, then frame records
+  unwind settings sources scan                stack scanning only
+  unwind settings max-frames 200000
+The {sources} option of a command overrides the sources for one walk.
+LLDB 16's Python API cannot add entries to LLDB's own `settings set`,
+hence this command.""",
+    debuggers=(LLDB,))
+
+COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS)
+COMMAND_BY_NAME: Dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
+
+PREFIX_SUMMARY = "Recover the stack from unwind tables and explain every frame."
+
+
+def commands_for(debugger: Debugger) -> Tuple[CommandSpec, ...]:
+    """The commands one debugger has, in the order `help unwind` lists them."""
+    return tuple(c for c in COMMANDS if debugger in c.debuggers)
