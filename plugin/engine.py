@@ -49,7 +49,11 @@ def parse_sources(text):
 
 # The stop reason a failure kind ends the walk with when every source that
 # answered for the frame failed that way (see _stop_for). Kinds not listed
-# say nothing about the stack itself: no-unwind-info.
+# say nothing certain about the stack itself: no-unwind-info. Among them
+# NOT_STACK_MEMORY: a frame pointer into read-only or executable memory is
+# what code that keeps no frame pointer may leave in the register, so it
+# shows that the chain cannot be followed, not that the stack is damaged
+# (like a frame pointer of 0), and it is no bad return address.
 STOP_FOR_KIND = {
     FailureKind.UNREADABLE_MEMORY: StopReason.UNREADABLE_MEMORY,
     FailureKind.MISALIGNED: StopReason.MISALIGNED_STACK,

@@ -136,6 +136,18 @@ def test_frame_pointer_check(name):
     assert words in bt.stop_detail
 
 
+def test_frame_pointer_into_anonymous_code_is_not_stack_memory():
+    """rbp pointing into an unnamed executable mapping (JIT code) is no frame record: the walk ends
+    as no-unwind-info, like a frame pointer into named code, not as a bad return address."""
+    w, regs, _ = x86_chain()
+    w.has_jit = True
+    regs[X86.fp] = JIT + 0x800
+    bt = w.unwind(regs, sources=FP_ONLY)
+    assert bt.stop_reason == StopReason.NO_UNWIND_INFO, bt.stop_detail
+    assert "a read-only or executable mapping, which is not stack memory" in bt.stop_detail
+    assert [a.kind for a in bt.attempts] == [FailureKind.NOT_STACK_MEMORY]
+
+
 def test_function_without_frame_pointer_is_not_followed():
     """rbp may hold anything in code built without frame pointers: do not follow it there."""
     w, regs, _ = x86_chain()

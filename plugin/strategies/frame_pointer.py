@@ -305,11 +305,8 @@ def frame_pointer_problem(fp, sp, ctx):
             return (FailureKind.UNREADABLE_MEMORY,
                     "cannot read the frame record at %s=0x%x: no readable mapping holds it" % (name, fp))
         if not mapping.writable or mapping.executable:
-            # Kept as the sentence-matching engine classified it (an unnamed
-            # mapping's sentence said "executable"); the next commit fixes it.
-            kind = FailureKind.NOT_STACK_MEMORY if mapping.name else FailureKind.RETURN_ADDRESS_NOT_CODE
-            return kind, "frame pointer %s=0x%x points into %s, which is not stack memory" % (
-                name, fp, mapping.name or "a read-only or executable mapping")
+            return (FailureKind.NOT_STACK_MEMORY, "frame pointer %s=0x%x points into %s, which is not stack memory"
+                    % (name, fp, mapping.name or "a read-only or executable mapping"))
     if sp is not None and fp < sp:
         return (FailureKind.CFA_NOT_INCREASING,
                 "frame pointer %s=0x%x is not above the stack pointer 0x%x: it belongs to no frame "
