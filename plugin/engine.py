@@ -9,16 +9,20 @@ The fallback sources (frame-pointer, scan) read the stack itself. They
 answer for frames no table covers; once a table that covers the frame has
 failed a check, the stack is damaged there and the walk stops with the
 table's reason rather than guessing past it (their attempts say "skipped").
+
+Every failure carries a FailureKind (plugin.model.outcome); the stop reason
+(plugin.model.stops) is decided from those kinds, never from the sentences.
 """
 
 import bisect
 
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import Attempt, Backtrace, Frame
+from plugin.model.outcome import AttemptStatus, FailureKind
+from plugin.model.stops import StopReason
 from plugin.modules import ModuleMap
 from plugin import settings
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, SourceKind, source_names
-from plugin.strategies import FAILED, RECOVERED
 from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies import frame_pointer as frame_pointer_strategy
@@ -43,30 +47,18 @@ def parse_sources(text):
     """A user's comma-separated source list, checked against the sources built here."""
     return settings.parse_sources(text, DEFAULT_SOURCES)
 
-SKIPPED = "skipped"            # an Attempt outcome: the source was not asked (see step_frame)
-
-# Stop reasons (the names scripts see in JSON).
-OUTERMOST = "outermost"                     # a table marks the frame as the last one, _start/clone, top of stack
-PC_ZERO = "pc-zero"                         # return address 0: the convention for "no caller"
-CFA_NOT_INCREASING = "cfa-not-increasing"
-REPEATED_FRAME = "repeated-frame"
-UNREADABLE_MEMORY = "unreadable-memory"
-DEPTH_LIMIT = "depth-limit"
-NO_UNWIND_INFO = "no-unwind-info"           # nothing could recover the frame
-NOT_CODE = "return-address-not-code"
-MISALIGNED = "misaligned-stack"              # the stack or frame pointer breaks the ABI's alignment
-
-STOP_WORDS = {
-    OUTERMOST: "outermost frame (a table marks it so, it is _start or clone, or the stack above it "
-               "holds no return address)",
-    PC_ZERO: "return address is 0: outermost frame",
-    CFA_NOT_INCREASING: "the caller's CFA does not increase",
-    REPEATED_FRAME: "a frame repeats: the stack loops",
-    UNREADABLE_MEMORY: "memory needed to unwind cannot be read",
-    DEPTH_LIMIT: "depth limit reached",
-    NO_UNWIND_INFO: "no source could recover the caller",
-    NOT_CODE: "the recovered return address is not in executable memory",
-    MISALIGNED: "the stack pointer or frame pointer is misaligned: the registers or the stack are damaged",
+# The stop reason a failure kind ends the walk with when every source that
+# answered for the frame failed that way (see _stop_for). Kinds not listed
+# say nothing certain about the stack itself: no-unwind-info. Among them
+# NOT_STACK_MEMORY: a frame pointer into read-only or executable memory is
+# what code that keeps no frame pointer may leave in the register, so it
+# shows that the chain cannot be followed, not that the stack is damaged
+# (like a frame pointer of 0), and it is no bad return address.
+STOP_FOR_KIND = {
+    FailureKind.UNREADABLE_MEMORY: StopReason.UNREADABLE_MEMORY,
+    FailureKind.MISALIGNED: StopReason.MISALIGNED_STACK,
+    FailureKind.CFA_NOT_INCREASING: StopReason.CFA_NOT_INCREASING,
+    FailureKind.RETURN_ADDRESS_NOT_CODE: StopReason.RETURN_ADDRESS_NOT_CODE,
 }
 
 
@@ -149,7 +141,7 @@ class UnwindContext:
 def step_frame(frame, ctx, previous_cfa=None):
     """Try each source for frame's caller.
 
-    Returns (outcome, attempts): outcome is the accepted RECOVERED Outcome
+    Returns (outcome, attempts): outcome is the accepted recovered Outcome
     or None; attempts lists every source tried before it and why it was not
     taken.
     """
@@ -166,16 +158,19 @@ def step_frame(frame, ctx, previous_cfa=None):
             # return address, a CFA that does not grow, unreadable memory).
             # Guessing past that would report invented frames as real ones, so
             # the walk stops here with the table's reason instead.
-            attempts.append(Attempt(source, SKIPPED, "%s covers this pc and its answer failed a check: "
+            attempts.append(Attempt(source, AttemptStatus.SKIPPED,
+                                    "%s covers this pc and its answer failed a check: "
                                     "the stack is damaged here, so it is not guessed past" % covered_by))
             continue
         try:
             outcome = strategy(frame, ctx)
         except Exception as exc:       # a strategy bug must not end the walk: record it
-            attempts.append(Attempt(source, FAILED, "internal error: %s: %s" % (type(exc).__name__, exc)))
+            kind = FailureKind.UNREADABLE_MEMORY if isinstance(exc, MemoryReadError) else FailureKind.INTERNAL_ERROR
+            attempts.append(Attempt(source, AttemptStatus.FAILED,
+                                    "internal error: %s: %s" % (type(exc).__name__, exc), kind))
             continue
-        if outcome.status != RECOVERED:
-            attempts.append(Attempt(source, outcome.status, outcome.reason))
+        if outcome.status != AttemptStatus.RECOVERED:
+            attempts.append(Attempt(source, outcome.status, outcome.reason, outcome.kind))
             if _had_a_row(source, outcome):
                 covered_by = source
             continue
@@ -183,7 +178,8 @@ def step_frame(frame, ctx, previous_cfa=None):
             return outcome, attempts
         problem = _implausible(outcome, frame, ctx, sp, previous_cfa)
         if problem:
-            attempts.append(Attempt(source, "rejected", problem))
+            kind, why = problem
+            attempts.append(Attempt(source, AttemptStatus.REJECTED, why, kind))
             if _had_a_row(source, outcome):
                 covered_by = source
             continue
@@ -213,38 +209,38 @@ def _had_a_row(source, outcome):
 
 
 def _implausible(outcome, frame, ctx, sp, previous_cfa):
+    """(FailureKind, why) when a recovered caller fails the engine's checks, else None."""
     arch = ctx.arch
     cfa = outcome.evidence.cfa if outcome.evidence else None
     caller_pc = outcome.registers.get(arch.pc)
     if cfa is not None and sp is not None:
         may_equal = frame.exact_pc      # a leaf or interrupted frame may have CFA == sp
         if cfa < sp or (cfa == sp and not may_equal):
-            return "CFA 0x%x is not above the stack pointer 0x%x" % (cfa, sp)
+            return FailureKind.CFA_NOT_INCREASING, "CFA 0x%x is not above the stack pointer 0x%x" % (cfa, sp)
     if cfa is not None and previous_cfa is not None and cfa <= previous_cfa and not frame.signal_frame:
-        return "CFA 0x%x does not increase (callee's CFA 0x%x)" % (cfa, previous_cfa)
+        return (FailureKind.CFA_NOT_INCREASING,
+                "CFA 0x%x does not increase (callee's CFA 0x%x)" % (cfa, previous_cfa))
     if caller_pc not in (None, 0) and not ctx.is_code(caller_pc):
-        return "return address 0x%x is not in executable memory" % caller_pc
+        return (FailureKind.RETURN_ADDRESS_NOT_CODE,
+                "return address 0x%x is not in executable memory" % caller_pc)
     return None
 
 
 def _stop_for(attempts):
-    """The stop reason for a frame no source recovered, from what each source said.
+    """The stop reason for a frame no source recovered, from the kinds of failure the sources met.
 
-    Strategies and _implausible word their reasons so this can classify them:
-    "cannot read", "not aligned", "does not increase" / "not above",
-    "executable". Keep those phrases when rewording a reason.
+    Any unreadable memory (even a table that could not be loaded) ends the
+    walk as unreadable-memory; otherwise, when every source that answered
+    (failed or rejected) failed the same way, that way names the stop.
     """
-    tried = [a for a in attempts if a.outcome != SKIPPED]
-    if any("cannot read" in a.reason for a in tried):
-        return UNREADABLE_MEMORY
-    answered = [a for a in tried if a.outcome in ("rejected", FAILED)]
-    if answered and all("not aligned" in a.reason for a in answered):
-        return MISALIGNED
-    if answered and all("does not increase" in a.reason or "not above" in a.reason for a in answered):
-        return CFA_NOT_INCREASING
-    if answered and all("executable" in a.reason for a in answered):
-        return NOT_CODE
-    return NO_UNWIND_INFO
+    tried = [a for a in attempts if a.outcome != AttemptStatus.SKIPPED]
+    if any(a.kind == FailureKind.UNREADABLE_MEMORY for a in tried):
+        return StopReason.UNREADABLE_MEMORY
+    answered = [a for a in tried if a.outcome in (AttemptStatus.REJECTED, AttemptStatus.FAILED)]
+    reasons = {STOP_FOR_KIND.get(a.kind) for a in answered}
+    if len(reasons) == 1 and None not in reasons:
+        return reasons.pop()
+    return StopReason.NO_UNWIND_INFO
 
 
 def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FRAMES,
@@ -265,7 +261,7 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     stop, detail, last_attempts = None, "", []
     while stop is None:
         if len(frames) >= max_frames:
-            stop, detail = DEPTH_LIMIT, "stopped after %d frames" % max_frames
+            stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
             break
         outcome, attempts = step_frame(frame, ctx, previous_cfa)
         if outcome is None:
@@ -276,16 +272,16 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
         if outcome.evidence is not None:
             frame.cfa = outcome.evidence.cfa
         if outcome.outermost:
-            stop, detail = OUTERMOST, outcome.reason
+            stop, detail = StopReason.OUTERMOST, outcome.reason
             break
         caller_regs = outcome.registers
         caller_pc = caller_regs.get(arch.pc, 0)
         if caller_pc == 0:
-            stop, detail = PC_ZERO, "%s gives return address 0" % outcome.source
+            stop, detail = StopReason.PC_ZERO, "%s gives return address 0" % outcome.source
             break
         key = (caller_pc, caller_regs.get(arch.sp))
         if key in seen:
-            stop, detail = REPEATED_FRAME, "pc 0x%x with sp 0x%x was already seen" % key
+            stop, detail = StopReason.REPEATED_FRAME, "pc 0x%x with sp 0x%x was already seen" % key
             break
         seen.add(key)
         previous_cfa = frame.cfa

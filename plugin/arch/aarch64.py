@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from plugin.arch import Arch, Edge, FrameEdge, Read
-from plugin.model.rules import SAME, CfaRule, Row, Rule
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 _NAMES = {n: "x%d" % n for n in range(31)}
 _NAMES[29] = "x29"
@@ -59,9 +59,9 @@ class AArch64(Arch):
         return None
 
     def entry_row(self, pc: int, unchanged=(), ra_signed=False) -> Row:
-        registers = {n: Rule(SAME) for n in unchanged}
-        registers[self.ra] = Rule(SAME)
-        return Row(address=pc, cfa=CfaRule("register", register=self.sp, offset=0),
+        registers = {n: Rule(RuleKind.SAME) for n in unchanged}
+        registers[self.ra] = Rule(RuleKind.SAME)
+        return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=self.sp, offset=0),
                    registers=registers, ra_signed=ra_signed)
 
     def frame_edge(self, read: Read, pc: int, start: Optional[int]) -> Optional[Edge]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from plugin.arch import Arch, Edge, FrameEdge, Read
-from plugin.model.rules import OFFSET, SAME, CfaRule, Row, Rule
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 ENDBR64 = b"\xf3\x0f\x1e\xfa"
 ENDBR32 = b"\xf3\x0f\x1e\xfb"
@@ -47,9 +47,9 @@ class X86(Arch):
 
     def entry_row(self, pc: int, unchanged=(), ra_signed=False) -> Row:
         word = self.address_size
-        registers = {n: Rule(SAME) for n in unchanged}
-        registers[self.ra] = Rule(OFFSET, offset=-word)
-        return Row(address=pc, cfa=CfaRule("register", register=self.sp, offset=word),
+        registers = {n: Rule(RuleKind.SAME) for n in unchanged}
+        registers[self.ra] = Rule(RuleKind.OFFSET, offset=-word)
+        return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=self.sp, offset=word),
                    registers=registers, ra_signed=ra_signed)
 
     def frame_edge(self, read: Read, pc: int, start: Optional[int]) -> Optional[Edge]:

@@ -57,8 +57,7 @@ from dataclasses import dataclass, field
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.memory import (PE_ABSPTR, PE_DATAREL, PE_INDIRECT, PE_OMIT, PE_PCREL,
                       Cursor, encoded_size)
-from plugin.model.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
-                     VAL_OFFSET, CfaRule, Row, Rule)
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 # --- DW_CFA opcodes (DWARF 5 table 7.29, GNU and vendor extensions) ---------
 
@@ -144,8 +143,8 @@ _MAX_AUGMENTATION = 255      # length of a CIE augmentation string
 # Real FDEs copy a few hundred rules at most (libc's largest: 287).
 _MAX_RULE_COPIES = 1 << 22
 
-_SAME_RULE = Rule(SAME)
-_UNDEFINED_RULE = Rule(UNDEFINED)
+_SAME_RULE = Rule(RuleKind.SAME)
+_UNDEFINED_RULE = Rule(RuleKind.UNDEFINED)
 
 # Pointer encodings: low nibble = format, 0x70 = how it is applied.
 _VALID_FORMATS = frozenset((0x00, 0x01, 0x02, 0x03, 0x04, 0x09, 0x0A, 0x0B, 0x0C))
@@ -641,11 +640,11 @@ _OFFSET_RULES = {}
 
 
 def _offset_rule(offset):
-    """Rule(OFFSET, offset), shared: Rules are immutable and a few offsets
+    """Rule(RuleKind.OFFSET, offset), shared: Rules are immutable and a few offsets
     (-8, -16, ...) make up nearly all of them."""
     rule = _OFFSET_RULES.get(offset)
     if rule is None:
-        rule = Rule(OFFSET, offset=offset)
+        rule = Rule(RuleKind.OFFSET, offset=offset)
         if len(_OFFSET_RULES) < 4096:
             _OFFSET_RULES[offset] = rule
     return rule
@@ -716,11 +715,11 @@ def _decode(owner):
             elif op == CFA_DEF_CFA:
                 register, i = _uleb(data, i)
                 value, i = _uleb(data, i)
-                append((at, op, register, CfaRule("register", register=register, offset=value)))
+                append((at, op, register, CfaRule(CfaKind.REGISTER, register=register, offset=value)))
             elif op == CFA_DEF_CFA_SF:
                 register, i = _uleb(data, i)
                 value, i = _sleb(data, i)
-                append((at, op, register, CfaRule("register", register=register, offset=value * daf)))
+                append((at, op, register, CfaRule(CfaKind.REGISTER, register=register, offset=value * daf)))
             elif op == CFA_DEF_CFA_REGISTER:
                 register, i = _uleb(data, i)
                 append((at, op, register, None))
@@ -729,27 +728,27 @@ def _decode(owner):
                 append((at, op, value * daf, None))
             elif op == CFA_DEF_CFA_EXPRESSION:
                 block, i = _block(data, i)
-                append((at, op, None, CfaRule("expression", expression=block)))
+                append((at, op, None, CfaRule(CfaKind.EXPRESSION, expression=block)))
             elif op in (CFA_OFFSET_EXTENDED, CFA_VAL_OFFSET, CFA_GNU_NEGATIVE_OFFSET_EXTENDED):
                 register, i = _uleb(data, i)
                 value, i = _uleb(data, i)
                 offset = -value * daf if op == CFA_GNU_NEGATIVE_OFFSET_EXTENDED else value * daf
-                kind_name = VAL_OFFSET if op == CFA_VAL_OFFSET else OFFSET
+                kind_name = RuleKind.VAL_OFFSET if op == CFA_VAL_OFFSET else RuleKind.OFFSET
                 append((at, op, register, Rule(kind_name, offset=offset)))
             elif op in (CFA_OFFSET_EXTENDED_SF, CFA_VAL_OFFSET_SF):
                 register, i = _uleb(data, i)
                 value, i = _sleb(data, i)
-                kind_name = VAL_OFFSET if op == CFA_VAL_OFFSET_SF else OFFSET
+                kind_name = RuleKind.VAL_OFFSET if op == CFA_VAL_OFFSET_SF else RuleKind.OFFSET
                 append((at, op, register, Rule(kind_name, offset=value * daf)))
             elif op in (CFA_EXPRESSION, CFA_VAL_EXPRESSION):
                 register, i = _uleb(data, i)
                 block, i = _block(data, i)
-                kind_name = EXPRESSION if op == CFA_EXPRESSION else VAL_EXPRESSION
+                kind_name = RuleKind.EXPRESSION if op == CFA_EXPRESSION else RuleKind.VAL_EXPRESSION
                 append((at, op, register, Rule(kind_name, expression=block)))
             elif op == CFA_REGISTER:
                 register, i = _uleb(data, i)
                 source, i = _uleb(data, i)
-                append((at, op, register, Rule(REGISTER, register=source)))
+                append((at, op, register, Rule(RuleKind.REGISTER, register=source)))
             elif op in (CFA_SAME_VALUE, CFA_UNDEFINED):
                 register, i = _uleb(data, i)
                 append((at, op, register, _SAME_RULE if op == CFA_SAME_VALUE else _UNDEFINED_RULE))
@@ -839,8 +838,8 @@ def _run(owner, arch, stop_pc=None):
                                   % _MAX_RULE_COPIES)
             rows.append(Row(loc, cfa, dict(rules), new, args_size, ra_signed))
             loc = new
-        elif op == CFA_DEF_CFA_OFFSET and cfa is not None and cfa.kind == "register":
-            cfa = CfaRule("register", register=cfa.register, offset=a)     # the common case
+        elif op == CFA_DEF_CFA_OFFSET and cfa is not None and cfa.kind == CfaKind.REGISTER:
+            cfa = CfaRule(CfaKind.REGISTER, register=cfa.register, offset=a)     # the common case
         elif op == CFA_NOP:
             pass
         elif b.__class__ is Rule:
@@ -851,16 +850,16 @@ def _run(owner, arch, stop_pc=None):
             else:
                 rules.pop(a, None)
         elif op == CFA_DEF_CFA_OFFSET or op == CFA_DEF_CFA_OFFSET_SF:
-            if cfa is None or cfa.kind != "register":
+            if cfa is None or cfa.kind != CfaKind.REGISTER:
                 raise DecodeError(name, base + at, "%s but the CFA is %s, not register+offset"
                                   % (OPCODE_NAMES[op], "undefined" if cfa is None else "an expression"))
-            cfa = CfaRule("register", register=cfa.register, offset=a)
+            cfa = CfaRule(CfaKind.REGISTER, register=cfa.register, offset=a)
         elif op == CFA_DEF_CFA or op == CFA_DEF_CFA_SF or op == CFA_DEF_CFA_EXPRESSION:
             cfa = b
         elif op == CFA_DEF_CFA_REGISTER:
-            if cfa is not None and cfa.kind != "register":
+            if cfa is not None and cfa.kind != CfaKind.REGISTER:
                 raise DecodeError(name, base + at, "DW_CFA_def_cfa_register but the CFA is an expression")
-            cfa = CfaRule("register", register=a, offset=0 if cfa is None else cfa.offset)
+            cfa = CfaRule(CfaKind.REGISTER, register=a, offset=0 if cfa is None else cfa.offset)
         elif op == CFA_REMEMBER_STATE:
             if len(stack) >= _MAX_STATE_DEPTH:
                 raise DecodeError(name, base + at, "DW_CFA_remember_state nested deeper than %d"
@@ -962,14 +961,14 @@ def describe(instructions_owner, arch):
 
 
 def _rule_text(register, rule, reg):
-    if rule.kind == OFFSET:
+    if rule.kind == RuleKind.OFFSET:
         return "%s at cfa%+d" % (register, rule.offset)
-    if rule.kind == VAL_OFFSET:
+    if rule.kind == RuleKind.VAL_OFFSET:
         return "%s = cfa%+d" % (register, rule.offset)
-    if rule.kind == REGISTER:
+    if rule.kind == RuleKind.REGISTER:
         return "%s in %s" % (register, reg(rule.register))
-    if rule.kind == EXPRESSION:
+    if rule.kind == RuleKind.EXPRESSION:
         return "%s at [expr %s]" % (register, rule.expression.hex())
-    if rule.kind == VAL_EXPRESSION:
+    if rule.kind == RuleKind.VAL_EXPRESSION:
         return "%s = expr %s" % (register, rule.expression.hex())
     return register                              # same_value, undefined: the name says it

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from plugin.errors import DecodeError, MemoryReadError
-from plugin.model.rules import OFFSET, SAME, CfaRule, Row, Rule
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 SECTION = "__unwind_info"
 UNWIND_SECTION_VERSION = 1
@@ -332,33 +332,33 @@ def to_row(decoded, function_start, arch, read_code=None, function_end=None):
     word = arch.address_size
     registers = {}
     if mode == "RBP_FRAME":
-        cfa = CfaRule("register", register=arch.fp, offset=2 * word)
+        cfa = CfaRule(CfaKind.REGISTER, register=arch.fp, offset=2 * word)
         registers.update(_saved_rules(decoded))
         # The frame's own slots win over a (meaningless) rbp slot number.
-        registers[arch.fp] = Rule(OFFSET, -2 * word)
-        registers[arch.ra] = Rule(OFFSET, -word)
+        registers[arch.fp] = Rule(RuleKind.OFFSET, -2 * word)
+        registers[arch.ra] = Rule(RuleKind.OFFSET, -word)
     elif mode in ("STACK_IMMD", "STACK_IND"):
         size = decoded.stack_size if mode == "STACK_IMMD" else \
             stack_ind_size(decoded, function_start, arch, read_code)
-        cfa = CfaRule("register", register=arch.sp, offset=size)
+        cfa = CfaRule(CfaKind.REGISTER, register=arch.sp, offset=size)
         registers.update(_saved_rules(decoded))
-        registers[arch.ra] = Rule(OFFSET, -word)
+        registers[arch.ra] = Rule(RuleKind.OFFSET, -word)
     elif mode == "FRAME":
-        cfa = CfaRule("register", register=arch.fp, offset=16)
+        cfa = CfaRule(CfaKind.REGISTER, register=arch.fp, offset=16)
         registers.update(_saved_rules(decoded))
-        registers[arch.fp] = Rule(OFFSET, -16)
-        registers[arch.ra] = Rule(OFFSET, -8)
+        registers[arch.fp] = Rule(RuleKind.OFFSET, -16)
+        registers[arch.ra] = Rule(RuleKind.OFFSET, -8)
     elif mode == "FRAMELESS":
-        cfa = CfaRule("register", register=arch.sp, offset=decoded.stack_size)
+        cfa = CfaRule(CfaKind.REGISTER, register=arch.sp, offset=decoded.stack_size)
         registers.update(_saved_rules(decoded))
-        registers[arch.ra] = Rule(SAME)      # the return address is still in x30
+        registers[arch.ra] = Rule(RuleKind.SAME)      # the return address is still in x30
     else:
         return None
     return Row(address=function_start, cfa=cfa, registers=registers, end=function_end)
 
 
 def _saved_rules(decoded):
-    return {number: Rule(OFFSET, offset) for number, offset in decoded.saved}
+    return {number: Rule(RuleKind.OFFSET, offset) for number, offset in decoded.saved}
 
 
 # ---------------------------------------------------------------------------

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from plugin import arch as arches
 from plugin.errors import DecodeError
 from plugin.memory import Region, encode_sleb, encode_uleb
-from plugin.model.rules import (CfaRule, EXPRESSION, OFFSET, REGISTER, Row, Rule, SAME,
-                     UNDEFINED, VAL_EXPRESSION, VAL_OFFSET)
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 MAGIC = 0xDEE2
 HEADER_SIZE = 28
@@ -573,26 +572,26 @@ class SFrameSection:
                 raise ValueError("row() needs an FRE unless the FDE marks an outermost frame")
             # Nothing locates the CFA here; sp+0 stands in so the Row is
             # well formed, and the undefined RA ends the unwind.
-            return Row(address=start, end=end, cfa=CfaRule("register", register=arch.sp, offset=0),
-                       registers={arch.ra: Rule(UNDEFINED)},
+            return Row(address=start, end=end, cfa=CfaRule(CfaKind.REGISTER, register=arch.sp, offset=0),
+                       registers={arch.ra: Rule(RuleKind.UNDEFINED)},
                        ra_signed=bool(fre is not None and fre.ra_mangled))
         cfa = fre.cfa
         registers = {}
         if fre.ra is not None:
             registers[arch.ra] = _row_rule(fre.ra)
         elif self.fixed_ra_offset != 0:
-            registers[arch.ra] = Rule(OFFSET, offset=self.fixed_ra_offset)
+            registers[arch.ra] = Rule(RuleKind.OFFSET, offset=self.fixed_ra_offset)
         else:
             # AArch64 and s390x: an untracked RA is still in the link register.
-            registers[arch.ra] = Rule(SAME)
+            registers[arch.ra] = Rule(RuleKind.SAME)
         if fre.fp is not None:
             registers[arch.fp] = _row_rule(fre.fp)
         elif self.fixed_fp_offset != 0:
-            registers[arch.fp] = Rule(OFFSET, offset=self.fixed_fp_offset)
+            registers[arch.fp] = Rule(RuleKind.OFFSET, offset=self.fixed_fp_offset)
         if self.abi == ABI_S390X_ENDIAN_BIG:
-            registers[arch.sp] = Rule(VAL_OFFSET, offset=S390X_SP_VAL_OFFSET)
+            registers[arch.sp] = Rule(RuleKind.VAL_OFFSET, offset=S390X_SP_VAL_OFFSET)
         return Row(address=start, end=end,
-                   cfa=CfaRule("register", register=cfa.register, offset=cfa.offset, deref=cfa.deref),
+                   cfa=CfaRule(CfaKind.REGISTER, register=cfa.register, offset=cfa.offset, deref=cfa.deref),
                    registers=registers, ra_signed=fre.ra_mangled)
 
     def _row_range(self, fde, fre, pc):
@@ -625,10 +624,10 @@ def _flex_rule(control, offset):
 def _row_rule(rule):
     """An SFrameRule for RA or FP as a plugin.model.rules.Rule."""
     if rule.base == "cfa":
-        return Rule(OFFSET if rule.deref else VAL_OFFSET, offset=rule.offset)
+        return Rule(RuleKind.OFFSET if rule.deref else RuleKind.VAL_OFFSET, offset=rule.offset)
     if not rule.deref and rule.offset == 0:
-        return Rule(REGISTER, register=rule.register)
-    return Rule(EXPRESSION if rule.deref else VAL_EXPRESSION,
+        return Rule(RuleKind.REGISTER, register=rule.register)
+    return Rule(RuleKind.EXPRESSION if rule.deref else RuleKind.VAL_EXPRESSION,
                 expression=_breg(rule.register, rule.offset))
 
 

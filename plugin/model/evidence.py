@@ -1,11 +1,13 @@
 """Evidence is data: what each unwind step looked at, read, tried and decided.
 
-Strategies fill these records; plugin/explain.py turns them into text for
+Strategies fill these records; plugin/render/explain.py turns them into text for
 people and JSON for scripts. Nothing here formats for a particular debugger.
 """
 
 from dataclasses import dataclass, field
+from typing import Optional
 
+from plugin.model.outcome import AttemptStatus, FailureKind
 
 
 @dataclass
@@ -21,8 +23,9 @@ class Read:
 class Attempt:
     """A source that was tried for a frame and did not give the answer."""
     source: str
-    outcome: str        # "not applicable", "failed" or "rejected"
+    outcome: AttemptStatus      # not applicable, failed, rejected or skipped
     reason: str
+    kind: Optional[FailureKind] = None      # what kind of failure (not in the JSON)
 
 
 @dataclass
@@ -83,6 +86,6 @@ class Frame:
 @dataclass
 class Backtrace:
     frames: list
-    stop_reason: str
+    stop_reason: str                     # a plugin.model.stops.StopReason
     stop_detail: str = ""
     attempts: list = field(default_factory=list)   # what was tried for the frame that failed

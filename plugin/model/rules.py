@@ -3,21 +3,30 @@
 A Row says, for one address range of a function, how to find the canonical
 frame address (CFA) and how to recover each register of the caller. DWARF
 CFI produces Rows directly; SFrame, compact unwind and frame-pointer rules
-are expressed as Rows too, so one evaluator (plugin/row_eval.py) and one
+are expressed as Rows too, so one evaluator (plugin/strategies/evaluate.py) and one
 renderer serve them all.
 """
 
 from dataclasses import dataclass, field
 
-UNDEFINED = "undefined"
-SAME = "same"
-OFFSET = "offset"              # value saved at CFA + offset
-VAL_OFFSET = "val_offset"      # value is CFA + offset
-REGISTER = "register"          # value is in another register
-EXPRESSION = "expression"      # value saved at the address the expression computes
-VAL_EXPRESSION = "val_expression"  # value is what the expression computes
+from plugin.model.vocabulary import Vocabulary
 
-RULE_KINDS = (UNDEFINED, SAME, OFFSET, VAL_OFFSET, REGISTER, EXPRESSION, VAL_EXPRESSION)
+
+class RuleKind(Vocabulary):
+    """How one register of the caller is recovered (DWARF's register rules)."""
+    UNDEFINED = ("undefined", "the register has no value in the caller (for the return address: outermost frame)")
+    SAME = ("same", "the caller's value is the callee's: the register is unchanged")
+    OFFSET = ("offset", "the value is saved at CFA + offset")
+    VAL_OFFSET = ("val_offset", "the value is CFA + offset")
+    REGISTER = ("register", "the value is in another register")
+    EXPRESSION = ("expression", "the value is saved at the address a DWARF expression computes")
+    VAL_EXPRESSION = ("val_expression", "the value is what a DWARF expression computes")
+
+
+class CfaKind(Vocabulary):
+    """How the CFA is computed."""
+    REGISTER = ("register", "a register plus an offset (SFrame's flex form may dereference it)")
+    EXPRESSION = ("expression", "what a DWARF expression computes")
 
 
 def _expression_text(expression, arch):
@@ -28,33 +37,33 @@ def _expression_text(expression, arch):
 @dataclass(frozen=True)
 class Rule:
     """How to recover one register of the caller."""
-    kind: str
+    kind: RuleKind
     offset: int = 0
     register: int = None
     expression: bytes = b""
 
     def text(self, arch):
-        if self.kind == UNDEFINED:
+        if self.kind == RuleKind.UNDEFINED:
             return "undefined"
-        if self.kind == SAME:
+        if self.kind == RuleKind.SAME:
             return "same"
-        if self.kind == OFFSET:
+        if self.kind == RuleKind.OFFSET:
             return "[CFA%+d]" % self.offset
-        if self.kind == VAL_OFFSET:
+        if self.kind == RuleKind.VAL_OFFSET:
             return "CFA%+d" % self.offset
-        if self.kind == REGISTER:
+        if self.kind == RuleKind.REGISTER:
             return arch.name_of(self.register)
-        if self.kind == EXPRESSION:
+        if self.kind == RuleKind.EXPRESSION:
             return "[%s]" % _expression_text(self.expression, arch)
         return "(%s)" % _expression_text(self.expression, arch)
 
     def to_json(self, arch):
         out = {"kind": self.kind}
-        if self.kind in (OFFSET, VAL_OFFSET):
+        if self.kind in (RuleKind.OFFSET, RuleKind.VAL_OFFSET):
             out["offset"] = self.offset
-        elif self.kind == REGISTER:
+        elif self.kind == RuleKind.REGISTER:
             out["register"] = arch.name_of(self.register)
-        elif self.kind in (EXPRESSION, VAL_EXPRESSION):
+        elif self.kind in (RuleKind.EXPRESSION, RuleKind.VAL_EXPRESSION):
             out["expression"] = self.expression.hex()
         return out
 
@@ -65,22 +74,22 @@ class CfaRule:
 
     `deref` marks the SFrame flex form `CFA = *(reg + offset)`.
     """
-    kind: str                   # "register" or "expression"
+    kind: CfaKind
     register: int = None
     offset: int = 0
     expression: bytes = b""
     deref: bool = False
 
     def text(self, arch):
-        if self.kind == "expression":
+        if self.kind == CfaKind.EXPRESSION:
             return "(%s)" % _expression_text(self.expression, arch)
         base = "%s%+d" % (arch.name_of(self.register), self.offset) if self.offset else arch.name_of(self.register)
         return "*(%s)" % base if self.deref else base
 
     def to_json(self, arch):
-        if self.kind == "expression":
-            return {"kind": "expression", "expression": self.expression.hex()}
-        out = {"kind": "register", "register": arch.name_of(self.register), "offset": self.offset}
+        if self.kind == CfaKind.EXPRESSION:
+            return {"kind": CfaKind.EXPRESSION, "expression": self.expression.hex()}
+        out = {"kind": CfaKind.REGISTER, "register": arch.name_of(self.register), "offset": self.offset}
         if self.deref:
             out["deref"] = True
         return out

@@ -5,7 +5,7 @@ GDB and LLDB print the same words and the same JSON fields. The JSON field
 names are a contract (documented in README.md): add, do not rename.
 """
 
-from plugin.engine import STOP_WORDS
+from plugin.model.stops import describe
 from plugin.settings import TRUST_WORDS
 
 
@@ -91,7 +91,7 @@ def backtrace_text(bt, arch):
     lines = [frame_line(f, width) for f in bt.frames]
     # The reason's name first (scripts match it), then what happened in words.
     lines.append("Backtrace stopped: %s (%s)" % (
-        bt.stop_reason, bt.stop_detail or STOP_WORDS.get(bt.stop_reason, bt.stop_reason)))
+        bt.stop_reason, bt.stop_detail or describe(bt.stop_reason)))
     return "\n".join(lines)
 
 

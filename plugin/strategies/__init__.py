@@ -1,32 +1,10 @@
 """Unwind strategies: one file per source, each turning a table entry (or the
 stack itself) plus the current registers into the caller's registers and
-evidence. A strategy never raises: it answers with an Outcome.
+evidence. A strategy never raises: it answers with an Outcome
+(plugin.model.outcome), which says what kind of failure it met, if any.
 """
 
-from dataclasses import dataclass
-
-RECOVERED = "recovered"
-NOT_APPLICABLE = "not applicable"
-FAILED = "failed"
-
-
-@dataclass
-class Outcome:
-    status: str
-    source: str
-    reason: str = ""
-    registers: dict = None          # the caller's registers when recovered
-    evidence: object = None         # StepEvidence, also for failures when there is some
-    outermost: bool = False         # the table says this frame has no caller
-    signal_frame: bool = False      # the frame just unwound is a signal trampoline
-
-    @classmethod
-    def not_applicable(cls, source, reason):
-        return cls(NOT_APPLICABLE, source, reason)
-
-    @classmethod
-    def failed(cls, source, reason, evidence=None):
-        return cls(FAILED, source, reason, evidence=evidence)
+from plugin.model.outcome import FailureKind, error_kind
 
 
 class ModuleTables:
@@ -42,6 +20,16 @@ class ModuleTables:
         self.module = module
         self.target = target
         self.problems = []          # what could not be read, for explanations
+        self.unreadable = False     # a read failed while loading them
+
+    def note_problem(self, what: str, exc: Exception) -> None:
+        """Record why part of the tables could not be loaded: for explanations, and for the failure kind."""
+        self.problems.append("%s: %s" % (what, exc))
+        self.unreadable = self.unreadable or error_kind(exc) == FailureKind.UNREADABLE_MEMORY
+
+    def missing_kind(self, kind: FailureKind) -> FailureKind:
+        """The kind of "nothing here" (no table, no entry): unreadable memory if a read failed loading them."""
+        return FailureKind.UNREADABLE_MEMORY if self.unreadable else kind
 
     @classmethod
     def of(cls, module, target):

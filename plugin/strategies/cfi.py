@@ -12,7 +12,8 @@ from plugin.model.evidence import StepEvidence
 from plugin.formats import cfi
 from plugin.memory import Region
 from plugin.modules import TableLocation, region_of
-from plugin.strategies import ModuleTables, Outcome
+from plugin.model.outcome import FailureKind, Outcome, error_kind
+from plugin.strategies import ModuleTables
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "cfi"
@@ -32,7 +33,7 @@ class CfiTables(ModuleTables):
             try:
                 self._loaded[name] = load()
             except (DecodeError, MemoryReadError, OSError) as exc:
-                self.problems.append("%s: %s" % (name, exc))
+                self.note_problem(name, exc)
                 self._loaded[name] = None
         return self._loaded[name]
 
@@ -151,7 +152,7 @@ def step(frame, ctx):
     pc = ctx.lookup_pc(frame)
     module = ctx.modules.find(pc)
     if module is None:
-        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc)
+        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
     tables = CfiTables.of(module, ctx.target)
     try:
         hit = tables.row_for(pc)
@@ -159,10 +160,10 @@ def step(frame, ctx):
             reason = "no FDE in %s covers 0x%x" % (module.name, pc)
             if tables.problems:
                 reason += " (%s)" % "; ".join(tables.problems)
-            return Outcome.not_applicable(SOURCE, reason)
+            return Outcome.not_applicable(SOURCE, reason, tables.missing_kind(FailureKind.NO_ENTRY))
         name, section, fde, how, row = hit
     except DecodeError as exc:
-        return Outcome.failed(SOURCE, "bad CFI in %s: %s" % (module.name, exc))
+        return Outcome.failed(SOURCE, "bad CFI in %s: %s" % (module.name, exc), error_kind(exc))
     evidence = StepEvidence(
         source=SOURCE, found_by="%s CFI" % name, lookup_pc=pc, module=module.name,
         section=name, section_address=section.region.address,

@@ -37,7 +37,8 @@ from plugin.model.evidence import StepEvidence
 from plugin.formats import cfi
 from plugin.formats import compact_unwind as cu
 from plugin.modules import region_of
-from plugin.strategies import ModuleTables, Outcome
+from plugin.model.outcome import FailureKind, Outcome, error_kind
+from plugin.strategies import ModuleTables
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.row_step import step_with_row
 
@@ -67,7 +68,7 @@ class CompactTables(ModuleTables):
                     self._info = cu.UnwindInfo(region_of(self.target, location), self.module.arch,
                                                self.module.header_address)
                 except DecodeError as exc:
-                    self.problems.append("%s: %s" % (SECTION, exc))
+                    self.note_problem(SECTION, exc)
         return self._info
 
     def eh_frame(self):
@@ -131,10 +132,10 @@ def step(frame, ctx):
     pc = ctx.lookup_pc(frame)
     module = ctx.modules.find(pc)
     if module is None:
-        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc)
+        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
     if module.format != "macho":
         return Outcome.not_applicable(SOURCE, "%s is not a Mach-O module: compact unwind is Mach-O only"
-                                      % module.name)
+                                      % module.name, FailureKind.NOT_SUPPORTED)
     tables = CompactTables.of(module, ctx.target)
     try:
         ui = tables.unwind_info()
@@ -142,14 +143,14 @@ def step(frame, ctx):
             reason = "%s has no %s" % (module.name, SECTION)
             if tables.problems:
                 reason += " (%s)" % "; ".join(tables.problems)
-            return Outcome.not_applicable(SOURCE, reason)
+            return Outcome.not_applicable(SOURCE, reason, tables.missing_kind(FailureKind.NO_TABLE))
         entry = ui.lookup(pc)
         if entry is None:
             return Outcome.not_applicable(SOURCE, "no %s entry of %s covers 0x%x"
-                                          % (SECTION, module.name, pc))
+                                          % (SECTION, module.name, pc), FailureKind.NO_ENTRY)
         decoded = ui.decode(entry)
     except DecodeError as exc:
-        return Outcome.failed(SOURCE, "bad compact unwind in %s: %s" % (module.name, exc))
+        return Outcome.failed(SOURCE, "bad compact unwind in %s: %s" % (module.name, exc), error_kind(exc))
     arch = ctx.arch
     evidence = StepEvidence(
         source=SOURCE, found_by="%s compact unwind" % SECTION, lookup_pc=pc, module=module.name,
@@ -160,9 +161,10 @@ def step(frame, ctx):
     opcode = "compact unwind opcode 0x%08x (%s) for [0x%x, 0x%x)" % (
         entry.encoding, decoded.text, entry.function_start, entry.function_end)
     if decoded.mode == "NONE":
-        return Outcome.not_applicable(SOURCE, "%s: no unwind information" % opcode)
+        return Outcome.not_applicable(SOURCE, "%s: no unwind information" % opcode, FailureKind.NO_ENTRY)
     if decoded.mode == "UNKNOWN":
-        return Outcome.failed(SOURCE, "%s: mode not known for %s" % (opcode, arch.name), evidence)
+        return Outcome.failed(SOURCE, "%s: mode not known for %s" % (opcode, arch.name), FailureKind.NOT_SUPPORTED,
+                              evidence)
     where = None
     if frame.exact_pc and arch.entry_row(pc) is not None:
         # A DWARF escape's FDE is exact at the entry; at a return it is not
@@ -183,7 +185,7 @@ def step(frame, ctx):
     try:
         row = ui.row(entry, read_code=tables.read_code)
     except DecodeError as exc:
-        return Outcome.failed(SOURCE, "%s: %s" % (opcode, exc), evidence)
+        return Outcome.failed(SOURCE, "%s: %s" % (opcode, exc), error_kind(exc), evidence)
     if decoded.mode == "STACK_IND":
         size = row.cfa.offset
         evidence.entry["stack_size"] = size
@@ -212,7 +214,7 @@ def _dwarf_escape(frame, ctx, tables, entry, decoded, evidence, opcode):
                               "the FDE covers [0x%x, 0x%x), not 0x%x" % (fde.start, fde.end, pc))
         row = cfi.row_at(fde, pc, ctx.arch)
     except DecodeError as exc:
-        return Outcome.failed(SOURCE, "%s: %s" % (opcode, exc), evidence)
+        return Outcome.failed(SOURCE, "%s: %s" % (opcode, exc), error_kind(exc), evidence)
     evidence.found_by = "%s DWARF escape -> __eh_frame CFI" % SECTION
     evidence.entry.update({"fde_offset": fde.offset, "cie_offset": fde.cie.offset, "fde_start": fde.start,
                            "fde_end": fde.end, "eh_frame_address": section.region.address,

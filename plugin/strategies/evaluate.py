@@ -6,15 +6,19 @@ a value we do not have is left out of the caller, and a CFA or return
 address that cannot be computed is an UnwindError with the reads so far.
 """
 
-from plugin.model import rules
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.evidence import Read
+from plugin.model.outcome import FailureKind, error_kind
+from plugin.model.rules import CfaKind, RuleKind
 from plugin.formats import dwarf_expr
 
 
 class UnwindError(Exception):
-    def __init__(self, reason, reads=()):
+    """A row that cannot be applied: what kind of failure, the sentence, and the reads so far."""
+
+    def __init__(self, kind: FailureKind, reason: str, reads=()):
         super().__init__(reason)
+        self.kind = kind
         self.reason = reason
         self.reads = list(reads)
 
@@ -41,7 +45,8 @@ def evaluate_row(row, arch, registers, read_memory):
         try:
             data = read_memory(address, arch.address_size)
         except MemoryReadError as exc:
-            raise UnwindError("cannot read %s at 0x%x: %s" % (what, address, exc), reads) from None
+            raise UnwindError(FailureKind.UNREADABLE_MEMORY, "cannot read %s at 0x%x: %s" % (what, address, exc),
+                              reads) from None
         value = int.from_bytes(data, arch.byteorder)
         reads.append(Read(what, address, arch.address_size, value))
         return value
@@ -56,15 +61,16 @@ def evaluate_row(row, arch, registers, read_memory):
             return dwarf_expr.evaluate(expression, arch=arch, read_register=registers.get,
                                        read_memory=tracked_read, initial_stack=initial, cfa=cfa).value
         except (DecodeError, MemoryReadError) as exc:
-            raise UnwindError("expression for %s: %s" % (what, exc), reads) from None
+            raise UnwindError(error_kind(exc), "expression for %s: %s" % (what, exc), reads) from None
 
     cfa_rule = row.cfa
-    if cfa_rule.kind == "expression":
+    if cfa_rule.kind == CfaKind.EXPRESSION:
         cfa = run(cfa_rule.expression, "CFA")
     else:
         base = registers.get(cfa_rule.register)
         if base is None:
-            raise UnwindError("CFA needs %s, whose value is unknown" % arch.name_of(cfa_rule.register), reads)
+            raise UnwindError(FailureKind.UNKNOWN_REGISTER,
+                              "CFA needs %s, whose value is unknown" % arch.name_of(cfa_rule.register), reads)
         cfa = (base + cfa_rule.offset) & mask
         if cfa_rule.deref:
             cfa = read_word("CFA", cfa)
@@ -79,25 +85,25 @@ def evaluate_row(row, arch, registers, read_memory):
     for number, rule in row.registers.items():
         name = arch.name_of(number)
         kind = rule.kind
-        if kind == rules.UNDEFINED:
+        if kind == RuleKind.UNDEFINED:
             caller.pop(number, None)
             undefined.add(number)
-        elif kind == rules.SAME:
+        elif kind == RuleKind.SAME:
             value = registers.get(number)
             if value is not None:
                 caller[number] = value
-        elif kind == rules.OFFSET:
+        elif kind == RuleKind.OFFSET:
             caller[number] = read_word(name, (cfa + rule.offset) & mask)
-        elif kind == rules.VAL_OFFSET:
+        elif kind == RuleKind.VAL_OFFSET:
             caller[number] = (cfa + rule.offset) & mask
-        elif kind == rules.REGISTER:
+        elif kind == RuleKind.REGISTER:
             value = registers.get(rule.register)
             if value is not None:
                 caller[number] = value
             else:
                 caller.pop(number, None)
-        elif kind == rules.EXPRESSION:
+        elif kind == RuleKind.EXPRESSION:
             caller[number] = read_word(name, run(rule.expression, name, (cfa,), cfa))
-        elif kind == rules.VAL_EXPRESSION:
+        elif kind == RuleKind.VAL_EXPRESSION:
             caller[number] = run(rule.expression, name, (cfa,), cfa)
     return RowEvaluation(cfa, caller, reads, undefined)

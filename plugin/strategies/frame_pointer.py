@@ -36,11 +36,10 @@ other callee-saved registers may have been saved anywhere in the frame, so
 they are left unknown rather than guessed.
 """
 
-from plugin.model import rules
 from plugin.arch import FrameEdge, reader
 from plugin.model.evidence import StepEvidence
-from plugin.model.rules import CfaRule, Row, Rule
-from plugin.strategies import FAILED, RECOVERED, Outcome
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
+from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "frame-pointer"
@@ -81,12 +80,12 @@ def outermost_by_convention(frame, ctx, source):
                             section="symbols", section_address=found[1],
                             entry={"function": name, "function_start": found[1]})
     evidence.notes.append(reason)
-    return Outcome(RECOVERED, source, reason, evidence=evidence, outermost=True)
+    return Outcome(AttemptStatus.RECOVERED, source, reason, evidence=evidence, outermost=True)
 
 
 def keep_only_known(outcome, arch, what):
     """Drop every caller register but pc, sp and the frame pointer: nothing else is known."""
-    if outcome.status != RECOVERED or outcome.registers is None:
+    if outcome.status != AttemptStatus.RECOVERED or outcome.registers is None:
         return outcome
     known = (arch.pc, arch.sp, arch.fp)
     dropped = sorted(n for n in outcome.registers if n not in known)
@@ -109,18 +108,18 @@ def _module_name(ctx, frame):
 def chain_row(arch, pc):
     """CFA = fp + 2 words; fp = [CFA - 2 words]; return address = [CFA - 1 word]."""
     w = arch.address_size
-    return Row(address=pc, cfa=CfaRule("register", register=arch.fp, offset=2 * w),
-               registers={arch.fp: Rule(rules.OFFSET, offset=-2 * w),
-                          arch.ra: Rule(rules.OFFSET, offset=-w)},
+    return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=arch.fp, offset=2 * w),
+               registers={arch.fp: Rule(RuleKind.OFFSET, offset=-2 * w),
+                          arch.ra: Rule(RuleKind.OFFSET, offset=-w)},
                ra_signed=arch.pointer_auth)
 
 
 def _record_at_sp_row(arch, pc, size):
     """A frame record just stored at sp, `size` bytes below the CFA."""
     w = arch.address_size
-    return Row(address=pc, cfa=CfaRule("register", register=arch.sp, offset=size),
-               registers={arch.fp: Rule(rules.OFFSET, offset=-size),
-                          arch.ra: Rule(rules.OFFSET, offset=-size + w)},
+    return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=arch.sp, offset=size),
+               registers={arch.fp: Rule(RuleKind.OFFSET, offset=-size),
+                          arch.ra: Rule(RuleKind.OFFSET, offset=-size + w)},
                ra_signed=arch.pointer_auth)
 
 
@@ -173,24 +172,28 @@ def may_save_frame_pointer(ctx, start, pc):
 # -- checks on the frame pointer --------------------------------------------------
 
 def frame_pointer_problem(fp, sp, ctx):
-    """Why the frame pointer cannot be followed, or None."""
+    """(FailureKind, why) when the frame pointer cannot be followed, or None."""
     arch = ctx.arch
     name = arch.name_of(arch.fp)
     if fp is None:
-        return "the value of %s is unknown" % name
+        return FailureKind.UNKNOWN_REGISTER, "the value of %s is unknown" % name
     if fp == 0:
-        return "%s is 0: there is no frame-pointer chain here (it ends, or this code does not keep one)" % name
+        return (FailureKind.NO_FRAME_POINTER,
+                "%s is 0: there is no frame-pointer chain here (it ends, or this code does not keep one)" % name)
     if fp % arch.address_size:
-        return "frame pointer %s=0x%x is not aligned to %d bytes" % (name, fp, arch.address_size)
+        return (FailureKind.MISALIGNED,
+                "frame pointer %s=0x%x is not aligned to %d bytes" % (name, fp, arch.address_size))
     if ctx.knows_mappings():
         mapping = ctx.mapping_at(fp)
         if mapping is None or not mapping.readable:
-            return "cannot read the frame record at %s=0x%x: no readable mapping holds it" % (name, fp)
+            return (FailureKind.UNREADABLE_MEMORY,
+                    "cannot read the frame record at %s=0x%x: no readable mapping holds it" % (name, fp))
         if not mapping.writable or mapping.executable:
-            return "frame pointer %s=0x%x points into %s, which is not stack memory" % (
-                name, fp, mapping.name or "a read-only or executable mapping")
+            return (FailureKind.NOT_STACK_MEMORY, "frame pointer %s=0x%x points into %s, which is not stack memory"
+                    % (name, fp, mapping.name or "a read-only or executable mapping"))
     if sp is not None and fp < sp:
-        return ("frame pointer %s=0x%x is not above the stack pointer 0x%x: it belongs to no frame "
+        return (FailureKind.CFA_NOT_INCREASING,
+                "frame pointer %s=0x%x is not above the stack pointer 0x%x: it belongs to no frame "
                 "of this stack (the chain does not increase)" % (name, fp, sp))
     return None
 
@@ -201,7 +204,8 @@ def step(frame, ctx):
     """Recover frame's caller from its frame record (or, at a function's edge, from sp)."""
     arch = ctx.arch
     if not arch.keeps_frame_records:
-        return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name)
+        return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name,
+                                      FailureKind.NOT_SUPPORTED)
     marker = outermost_by_convention(frame, ctx, SOURCE)
     if marker is not None:
         return marker
@@ -227,20 +231,22 @@ def step(frame, ctx):
             return Outcome.not_applicable(SOURCE, "%s does not set up a frame pointer (no `mov %s, %s` "
                                           "between its start 0x%x and 0x%x)" % (
                                               function[0], arch.name_of(arch.fp), arch.name_of(arch.sp),
-                                              function[1], min(pc, function[1] + PROLOGUE_WINDOW)))
+                                              function[1], min(pc, function[1] + PROLOGUE_WINDOW)),
+                                          FailureKind.NO_FRAME_POINTER)
         problem = frame_pointer_problem(fp, sp, ctx)
         if problem:
-            return Outcome.failed(SOURCE, problem)
+            kind, why = problem
+            return Outcome.failed(SOURCE, why, kind)
         row = chain_row(arch, ctx.lookup_pc(frame))
         evidence.section, evidence.section_address = "frame record", fp
         evidence.found_by = "frame pointer (%s chain)" % arch.name_of(arch.fp)
         evidence.entry["kind"] = "chain"
     outcome = step_with_row(row, frame, ctx, evidence)
-    if outcome.status != RECOVERED:
+    if outcome.status != AttemptStatus.RECOVERED:
         return outcome
     problem = _return_address_problem(outcome, ctx)
     if problem:
-        return Outcome(FAILED, SOURCE, problem, evidence=outcome.evidence)
+        return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence)
     _note_saved_frame_pointer(outcome, fp, ctx, chained=edge is None)
     return keep_only_known(outcome, arch, "a frame-pointer step")
 

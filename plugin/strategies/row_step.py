@@ -6,7 +6,7 @@ outermost frame and stripping pointer authentication are the same.
 """
 
 from plugin.strategies.evaluate import UnwindError, evaluate_row
-from plugin.strategies import FAILED, RECOVERED, Outcome
+from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 
 
 def step_with_row(row, frame, ctx, evidence, signal_frame=False):
@@ -17,21 +17,21 @@ def step_with_row(row, frame, ctx, evidence, signal_frame=False):
         result = evaluate_row(row, arch, frame.registers, ctx.read_memory)
     except UnwindError as exc:
         evidence.reads = exc.reads
-        return Outcome(FAILED, evidence.source, exc.reason, evidence=evidence)
+        return Outcome.failed(evidence.source, exc.reason, exc.kind, evidence=evidence)
     evidence.cfa = result.cfa
     evidence.reads = result.reads
     if arch.ra in result.undefined:
         evidence.notes.append("the return address rule is 'undefined': this is the outermost frame")
-        return Outcome(RECOVERED, evidence.source,
+        return Outcome(AttemptStatus.RECOVERED, evidence.source,
                        "%s marks the return address undefined at 0x%x" % (evidence.found_by, evidence.lookup_pc),
                        registers=None,
                        evidence=evidence, outermost=True, signal_frame=signal_frame)
     caller = result.registers
     ra = caller.get(arch.ra)
     if ra is None:
-        return Outcome(FAILED, evidence.source,
-                       "the row gives no value for the return address (%s)" % arch.name_of(arch.ra),
-                       evidence=evidence)
+        return Outcome.failed(evidence.source,
+                              "the row gives no value for the return address (%s)" % arch.name_of(arch.ra),
+                              FailureKind.NO_RETURN_ADDRESS, evidence=evidence)
     if row.ra_signed:
         stripped = arch.strip_pointer_auth(ra)
         if stripped != ra:
@@ -40,5 +40,5 @@ def step_with_row(row, frame, ctx, evidence, signal_frame=False):
         ra = stripped
     caller[arch.pc] = ra
     evidence.caller_registers = caller
-    return Outcome(RECOVERED, evidence.source, registers=caller, evidence=evidence,
+    return Outcome(AttemptStatus.RECOVERED, evidence.source, registers=caller, evidence=evidence,
                    signal_frame=signal_frame)

@@ -28,13 +28,12 @@ return address = [CFA - 1 word]) and evaluated like every table row.
 """
 
 from plugin.modules import on_disk as elf_file
-from plugin.model import rules
 from plugin.arch import reader
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import StepEvidence
 from plugin.memory import PAGE
-from plugin.model.rules import CfaRule, Row, Rule
-from plugin.strategies import FAILED, RECOVERED, Outcome
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
+from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_by_convention,
                             sets_up_frame_pointer)
 from plugin.strategies.row_step import step_with_row
@@ -53,14 +52,14 @@ def step(frame, ctx):
         return marker
     sp = frame.registers.get(arch.sp)
     if sp is None:
-        return Outcome.not_applicable(SOURCE, "the stack pointer is unknown")
+        return Outcome.not_applicable(SOURCE, "the stack pointer is unknown", FailureKind.UNKNOWN_REGISTER)
     alignment = arch.stack_alignment
     if sp % alignment:
         return Outcome.failed(SOURCE, "stack pointer 0x%x is not aligned to %d bytes: the stack is damaged, "
-                                      "so it is not scanned" % (sp, alignment))
+                                      "so it is not scanned" % (sp, alignment), FailureKind.MISALIGNED)
     words, end_note = read_stack_words(ctx, sp, ctx.scan_words)
     if not words:
-        return Outcome.failed(SOURCE, "cannot read the stack at sp=0x%x" % sp)
+        return Outcome.failed(SOURCE, "cannot read the stack at sp=0x%x" % sp, FailureKind.UNREADABLE_MEMORY)
     skipped, not_code = [], 0
     for slot, value in words:
         address = arch.strip_pointer_auth(value)
@@ -80,10 +79,10 @@ def step(frame, ctx):
         reason = ("no return address between sp 0x%x and the top of the stack at 0x%x: outermost frame"
                   % (sp, last + arch.address_size))
         evidence.notes.append(reason)
-        return Outcome(RECOVERED, SOURCE, reason, evidence=evidence, outermost=True)
+        return Outcome(AttemptStatus.RECOVERED, SOURCE, reason, evidence=evidence, outermost=True)
     reason = "no return address in the %d words from 0x%x to 0x%x%s: %s" % (
         len(words), sp, last + arch.address_size, end_note, _skip_summary(skipped, not_code))
-    return Outcome(FAILED, SOURCE, reason, evidence=evidence)
+    return Outcome.failed(SOURCE, reason, FailureKind.NO_RETURN_ADDRESS, evidence=evidence)
 
 
 def read_stack_words(ctx, sp, count):
@@ -150,8 +149,8 @@ def _recovered(frame, ctx, sp, slot, address, detail, skipped, not_code):
     call, function = detail
     cfa_offset = slot + size - sp
     fp = frame.registers.get(arch.fp)
-    row = Row(address=ctx.lookup_pc(frame), cfa=CfaRule("register", register=arch.sp, offset=cfa_offset),
-              registers={arch.ra: Rule(rules.OFFSET, offset=-size)}, ra_signed=arch.pointer_auth)
+    row = Row(address=ctx.lookup_pc(frame), cfa=CfaRule(CfaKind.REGISTER, register=arch.sp, offset=cfa_offset),
+              registers={arch.ra: Rule(RuleKind.OFFSET, offset=-size)}, ra_signed=arch.pointer_auth)
     evidence = _evidence(frame, ctx, sp, (slot - sp) // size + 1)
     evidence.found_by = "stack scan: return address at [%s+0x%x]" % (arch.name_of(arch.sp), slot - sp)
     evidence.entry.update({"slot": slot, "return_address": address, "call": call,
@@ -176,7 +175,7 @@ def _caller_frame_pointer_rule(frame, ctx, fp, slot):
     """
     arch = ctx.arch
     name = arch.name_of(arch.fp)
-    saved_below = Rule(rules.OFFSET, offset=-2 * arch.address_size)
+    saved_below = Rule(RuleKind.OFFSET, offset=-2 * arch.address_size)
     if fp is not None and fp == slot - arch.address_size:
         return saved_below, ("the callee's %s points at the word below the return address: that word is "
                              "the caller's saved %s" % (name, name))
@@ -187,12 +186,12 @@ def _caller_frame_pointer_rule(frame, ctx, fp, slot):
         return saved_below, ("%s keeps a frame pointer, so the word below the return address is the "
                              "caller's saved %s" % (function[0], name))
     if keeps is False and may_save_frame_pointer(ctx, function[1], pc):
-        return Rule(rules.UNDEFINED), ("%s keeps no frame pointer and may have reused %s: the caller's %s "
+        return Rule(RuleKind.UNDEFINED), ("%s keeps no frame pointer and may have reused %s: the caller's %s "
                                        "is unknown" % (function[0], name, name))
     if keeps is False:
-        return Rule(rules.SAME), ("%s neither keeps nor saves %s before this point: the caller's is the "
+        return Rule(RuleKind.SAME), ("%s neither keeps nor saves %s before this point: the caller's is the "
                                   "same" % (function[0], name))
-    return Rule(rules.SAME), ("the caller's %s is assumed unchanged (no symbol tells whether the callee "
+    return Rule(RuleKind.SAME), ("the caller's %s is assumed unchanged (no symbol tells whether the callee "
                               "keeps a frame pointer)" % name)
 
 

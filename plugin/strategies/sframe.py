@@ -17,7 +17,8 @@ from plugin.model.evidence import StepEvidence
 from plugin.formats import sframe
 from plugin.modules import region_of
 from plugin.render.sframe_dump import entry_json
-from plugin.strategies import RECOVERED, ModuleTables, Outcome
+from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
+from plugin.strategies import ModuleTables
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "sframe"
@@ -55,7 +56,7 @@ class SFrameTables(ModuleTables):
                                              % (SECTION, self._section.abi_name, self.module.arch.name))
                         self._section = None
                 except (DecodeError, MemoryReadError) as exc:
-                    self.problems.append("%s: %s" % (SECTION, exc))
+                    self.note_problem(SECTION, exc)
                     self._section = None
         return self._section
 
@@ -109,7 +110,7 @@ def step(frame, ctx):
     pc = ctx.lookup_pc(frame)
     module = ctx.modules.find(pc)
     if module is None:
-        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc)
+        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
     tables = SFrameTables.of(module, ctx.target)
     try:
         section = tables.section()
@@ -117,17 +118,18 @@ def step(frame, ctx):
             reason = "%s has no .sframe (no PT_GNU_SFRAME program header)" % module.name
             if tables.problems:
                 reason = "%s: %s" % (module.name, "; ".join(tables.problems))
-            return Outcome.not_applicable(SOURCE, reason)
+            return Outcome.not_applicable(SOURCE, reason, tables.missing_kind(FailureKind.NO_TABLE))
         hit = tables.row_for(pc)
         if hit is None:
             covering = section.find_fde(pc)
             if covering is None:
-                return Outcome.not_applicable(SOURCE, "no SFrame FDE in %s covers 0x%x" % (module.name, pc))
+                return Outcome.not_applicable(SOURCE, "no SFrame FDE in %s covers 0x%x" % (module.name, pc),
+                                              FailureKind.NO_ENTRY)
             return Outcome.not_applicable(SOURCE, "SFrame FDE %d of %s covers 0x%x but no FRE starts at or "
-                                          "before it" % (covering[0], module.name, pc))
+                                          "before it" % (covering[0], module.name, pc), FailureKind.NO_ENTRY)
         index, fde, fre, row = hit
     except DecodeError as exc:
-        return Outcome.failed(SOURCE, "bad SFrame in %s: %s" % (module.name, exc))
+        return Outcome.failed(SOURCE, "bad SFrame in %s: %s" % (module.name, exc), error_kind(exc))
     arch = ctx.arch
     entry, notes = tables.described(index, fde, fre, row)
     entry = dict(entry, row_start=row.address, row_end=row.end)
@@ -135,7 +137,7 @@ def step(frame, ctx):
         source=SOURCE, found_by=".sframe SFrame", lookup_pc=pc, module=module.name,
         section=SECTION, section_address=section.address, entry=entry, notes=list(notes))
     outcome = step_with_row(row, frame, ctx, evidence, signal_frame=fde.signal_frame)
-    if outcome.status == RECOVERED and not outcome.outermost:
+    if outcome.status == AttemptStatus.RECOVERED and not outcome.outermost:
         _forget_untracked(outcome.registers, arch, evidence)
     return outcome
 

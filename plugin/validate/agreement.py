@@ -16,6 +16,7 @@ each item is judged on its own: a wrong CFA is one disagreement, not three.
 import dataclasses
 
 from plugin.errors import MemoryReadError
+from plugin.model.rules import RuleKind
 from plugin.strategies.evaluate import UnwindError, evaluate_row
 
 # Two made-up machine states: register n holds BASE + n * STRIDE, the stack
@@ -69,7 +70,7 @@ def compare(cfi_row, sframe_row, arch, address):
     theirs = _evaluate(sframe_row, arch, address)
     theirs_on_our_cfa = _evaluate(dataclasses.replace(sframe_row, cfa=cfi_row.cfa), arch, address)
     fp, ra = arch.fp, arch.ra
-    sframe_outermost = ra in sframe_row.registers and sframe_row.registers[ra].kind == "undefined"
+    sframe_outermost = ra in sframe_row.registers and sframe_row.registers[ra].kind == RuleKind.UNDEFINED
     items = {
         "cfa": {"cfi": cfi_row.cfa.text(arch), "sframe": sframe_row.cfa.text(arch)},
         "fp": {"cfi": _rule_text(cfi_row, fp, arch), "sframe": _rule_text(sframe_row, fp, arch)},

@@ -91,6 +91,7 @@ from plugin.formats import cfi
 from plugin.modules import ModuleMap
 from plugin.strategies.evaluate import UnwindError, evaluate_row
 from plugin.strategies.compact import CompactTables
+from plugin.model.stops import StopReason
 
 # ---------------------------------------------------------------------------
 # 1. Chains
@@ -133,7 +134,7 @@ def test_engine_recovers_the_emulated_chain(emulations, arch, flags, stop):
             assert {n: frame.registers.get(n) for n in saved} == saved, (sources, frame.level, frame.function)
         # every caller came from compact unwind, and the walk ends at the sentinel
         assert {f.method for f in callers} == {"compact"}
-        assert bt.stop_reason == engine.NOT_CODE and "0x%x" % SENTINEL in bt.stop_detail
+        assert bt.stop_reason == StopReason.RETURN_ADDRESS_NOT_CODE and "0x%x" % SENTINEL in bt.stop_detail
     modes = {f.evidence.entry["mode"] for f in callers}
     found_by = {f.evidence.found_by for f in callers}
     if stop != "dwarf":

@@ -13,8 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from plugin.arch import Arch
-from plugin.model.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
-                          VAL_OFFSET)
+from plugin.model.rules import RuleKind
 
 # A MIPS32 Arch for the LLVM mipsel input. plugin/arch has no MIPS (on
 # purpose); the decoder needs only the address size and byte order.
@@ -172,7 +171,7 @@ def _signed(text):
 
 def readelf_row_key(cfa_cell, cells, ra_column, names):
     """Key of one readelf row. "u" (undefined *or* no rule: readelf prints
-    both the same way) is dropped; readelf_key drops UNDEFINED likewise."""
+    both the same way) is dropped; readelf_key drops RuleKind.UNDEFINED likewise."""
     if cfa_cell == "exp":
         cfa = ("expr",)
     else:
@@ -211,19 +210,19 @@ def readelf_key(row):
         cfa = ("reg", row.cfa.register, row.cfa.offset)
     rules = {}
     for number, rule in row.registers.items():
-        if rule.kind == UNDEFINED:
+        if rule.kind == RuleKind.UNDEFINED:
             continue
-        if rule.kind == SAME:
+        if rule.kind == RuleKind.SAME:
             rules[number] = ("same",)
-        elif rule.kind == OFFSET:
+        elif rule.kind == RuleKind.OFFSET:
             rules[number] = ("offset", rule.offset)
-        elif rule.kind == VAL_OFFSET:
+        elif rule.kind == RuleKind.VAL_OFFSET:
             rules[number] = ("val_offset", rule.offset)
-        elif rule.kind == REGISTER:
+        elif rule.kind == RuleKind.REGISTER:
             rules[number] = ("register", rule.register)
-        elif rule.kind == EXPRESSION:
+        elif rule.kind == RuleKind.EXPRESSION:
             rules[number] = ("expression",)
-        elif rule.kind == VAL_EXPRESSION:
+        elif rule.kind == RuleKind.VAL_EXPRESSION:
             rules[number] = ("val_expression",)
     return cfa, frozenset(rules.items())
 
@@ -285,11 +284,11 @@ def llvm_key(row, arch, names):
         cfa = ("reg", row.cfa.register, row.cfa.offset)
     rules = {}
     for number, rule in row.registers.items():
-        if rule.kind in (UNDEFINED, SAME):
+        if rule.kind in (RuleKind.UNDEFINED, RuleKind.SAME):
             rules[number] = (rule.kind,)
-        elif rule.kind in (OFFSET, VAL_OFFSET):
+        elif rule.kind in (RuleKind.OFFSET, RuleKind.VAL_OFFSET):
             rules[number] = (rule.kind, rule.offset)
-        elif rule.kind == REGISTER:
+        elif rule.kind == RuleKind.REGISTER:
             rules[number] = ("register", rule.register)
         else:
             rules[number] = (rule.kind, llvm_expression(rule.expression, by_number))

@@ -12,7 +12,7 @@ from plugin import arch as arches
 from plugin.engine import UnwindContext
 from plugin.model.evidence import Frame, StepEvidence
 from plugin.formats.cfi import CfiSection, execute, row_at
-from plugin.strategies import RECOVERED
+from plugin.model.outcome import AttemptStatus
 from plugin.strategies.row_step import step_with_row
 from plugin.target import SnapshotTarget
 from support import need_tool, run
@@ -78,7 +78,7 @@ def test_signed_return_address_from_cfi_is_stripped():
                   method="context", exact_pc=True)
     evidence = StepEvidence(source="cfi", found_by="test", lookup_pc=0x400010)
     outcome = step_with_row(row, frame, UnwindContext(target), evidence)
-    assert outcome.status == RECOVERED
+    assert outcome.status == AttemptStatus.RECOVERED
     assert outcome.registers[A64.pc] == caller
     assert outcome.registers[29] == 0x7f0100 and outcome.registers[A64.sp] == sp + 16
     assert any("pointer-auth bits stripped" in n for n in evidence.notes)

@@ -22,7 +22,7 @@ from plugin.formats.macho import CPU_TYPE_X86_64
 from plugin.targets.macho import MachOFileTarget
 from plugin.modules.macho import discover_macho, format_uuid
 from plugin.modules import ModuleMap, discover
-from plugin.strategies import FAILED, NOT_APPLICABLE, RECOVERED
+from plugin.model.outcome import AttemptStatus
 from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
 from plugin.target import ModuleRef, SnapshotTarget
@@ -189,7 +189,7 @@ def test_compact_goes_before_cfi_for_mach_o_modules_only():
     pc = next(s.start for s in module.segments if s.executable) + 0x10
     assert engine._sources_for(_frame(elf.arch, pc), elf_ctx) == elf_ctx.sources
     outcome = compact_strategy.step(_frame(elf.arch, pc), elf_ctx)
-    assert outcome.status == NOT_APPLICABLE and "not a Mach-O module" in outcome.reason
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE and "not a Mach-O module" in outcome.reason
     # a user's order without cfi is left alone
     only = engine.UnwindContext(target, sources=("compact", "scan"))
     assert engine._sources_for(inside, only) == ("compact", "scan")
@@ -209,7 +209,7 @@ def test_cfi_source_reads_mach_o_eh_frame():
                                                        (start + 0x99).to_bytes(8, "little"))])
     ctx.read_memory = lambda address, size: stack.read_memory(address, size)
     outcome = cfi_strategy.step(frame, ctx)
-    assert outcome.status == RECOVERED, outcome.reason
+    assert outcome.status == AttemptStatus.RECOVERED, outcome.reason
     assert outcome.evidence.section == "__eh_frame"
     assert outcome.evidence.entry["found_via"] == "sorted index of __eh_frame (no usable .eh_frame_hdr)"
     assert outcome.evidence.cfa == sp + 16 and outcome.registers[16] == start + 0x99
@@ -244,18 +244,18 @@ def test_compact_declines_and_fails_with_reasons(tmp_path):
         return compact_strategy.step(_frame(arch, IMAGE_BASE + offset, exact=exact), ctx)
 
     none = step(0x110)
-    assert none.status == NOT_APPLICABLE and "0x00000000" in none.reason
+    assert none.status == AttemptStatus.NOT_APPLICABLE and "0x00000000" in none.reason
     assert "no unwind information" in none.reason
     unknown = step(0x210)
-    assert unknown.status == FAILED and "mode not known" in unknown.reason
+    assert unknown.status == AttemptStatus.FAILED and "mode not known" in unknown.reason
     assert unknown.evidence.entry["encoding"] == 0x0F000000
     dwarf = step(0x310)
-    assert dwarf.status == FAILED and "escapes to __eh_frame+0x10" in dwarf.reason
+    assert dwarf.status == AttemptStatus.FAILED and "escapes to __eh_frame+0x10" in dwarf.reason
     assert "no readable __eh_frame" in dwarf.reason
     stack_ind = step(0x410)
-    assert stack_ind.status == FAILED and "sub $imm32" in stack_ind.reason
+    assert stack_ind.status == AttemptStatus.FAILED and "sub $imm32" in stack_ind.reason
     before = step(0x90)
-    assert before.status == NOT_APPLICABLE and "no __unwind_info entry" in before.reason
+    assert before.status == AttemptStatus.NOT_APPLICABLE and "no __unwind_info entry" in before.reason
     # STACK_IMMD size 8 in the body: CFA = sp+8, the return address read at [CFA-8]
     sp = 0x7000
     memory = SnapshotTarget(arch=arch, regions=[(sp, (IMAGE_BASE + 0x123).to_bytes(8, "little"))])
@@ -263,7 +263,7 @@ def test_compact_declines_and_fails_with_reasons(tmp_path):
     frame = Frame(level=1, pc=IMAGE_BASE + 0x510, registers={arch.pc: IMAGE_BASE + 0x510, arch.sp: sp},
                   method="test")
     good = compact_strategy.step(frame, ctx)
-    assert good.status == RECOVERED, good.reason
+    assert good.status == AttemptStatus.RECOVERED, good.reason
     assert good.evidence.cfa == sp + 8 and good.registers[arch.pc] == IMAGE_BASE + 0x123
     assert good.evidence.entry["encoding"] == 0x02010000 and good.evidence.entry["mode"] == "STACK_IMMD"
     assert good.evidence.entry["start"] == IMAGE_BASE + 0x500
@@ -280,7 +280,7 @@ def test_compact_without_unwind_info_is_not_applicable():
     modules.add(target.section_module())
     ctx = engine.UnwindContext(target, modules)
     outcome = compact_strategy.step(_frame(target.arch, 0x58), ctx)
-    assert outcome.status == NOT_APPLICABLE and "has no __unwind_info" in outcome.reason
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE and "has no __unwind_info" in outcome.reason
 
 
 def test_stack_ind_reads_only_module_code():

@@ -10,7 +10,7 @@ import bz2
 import pytest
 
 from plugin.formats.sframe import SFrameSection
-from plugin.model.rules import EXPRESSION, OFFSET, REGISTER, SAME, VAL_OFFSET
+from plugin.model.rules import RuleKind
 from support import oracle_dir
 from sframe_dumps import (assert_matches_dump, parse_objdump, region_of,
                           sframe_region)
@@ -121,10 +121,10 @@ def test_big_endian_aarch64_rows():
     row = section.row(fde, section.fres(fde)[1])
     arch = section.arch
     assert (row.cfa.register, row.cfa.offset) == (arch.sp, 32)
-    assert row.registers[arch.ra].kind == OFFSET and row.registers[arch.ra].offset == -24
-    assert row.registers[arch.fp].kind == OFFSET and row.registers[arch.fp].offset == -32
+    assert row.registers[arch.ra].kind == RuleKind.OFFSET and row.registers[arch.ra].offset == -24
+    assert row.registers[arch.fp].kind == RuleKind.OFFSET and row.registers[arch.fp].offset == -32
     first = section.row(fde, section.fres(fde)[0])
-    assert first.registers[arch.ra].kind == SAME
+    assert first.registers[arch.ra].kind == RuleKind.SAME
 
 
 def test_s390x_rows_carry_sp_and_register_saves():
@@ -134,9 +134,9 @@ def test_s390x_rows_carry_sp_and_register_saves():
     assert fde.fde_type == "flex"
     row = section.row(fde, section.fres(fde)[2])
     assert (row.cfa.register, row.cfa.offset, row.cfa.deref) == (arch.sp, 160, False)
-    assert row.registers[arch.sp].kind == VAL_OFFSET and row.registers[arch.sp].offset == -160
-    assert row.registers[arch.ra].kind == REGISTER and row.registers[arch.ra].register == 16
-    assert row.registers[arch.fp].kind == REGISTER and row.registers[arch.fp].register == 17
+    assert row.registers[arch.sp].kind == RuleKind.VAL_OFFSET and row.registers[arch.sp].offset == -160
+    assert row.registers[arch.ra].kind == RuleKind.REGISTER and row.registers[arch.ra].register == 16
+    assert row.registers[arch.fp].kind == RuleKind.REGISTER and row.registers[arch.fp].register == 17
 
 
 def test_demo_x86_64_drap_flex_rows():
@@ -148,8 +148,8 @@ def test_demo_x86_64_drap_flex_rows():
     assert index == 6 and fde.fde_type == "flex" and fre.start_address == 0x1222
     row = section.row(fde, fre)
     assert (row.cfa.register, row.cfa.offset, row.cfa.deref) == (arch.fp, -16, True)
-    assert row.registers[arch.ra].kind == OFFSET and row.registers[arch.ra].offset == -8
-    assert row.registers[arch.fp].kind == EXPRESSION
+    assert row.registers[arch.ra].kind == RuleKind.OFFSET and row.registers[arch.ra].offset == -8
+    assert row.registers[arch.fp].kind == RuleKind.EXPRESSION
     assert row.registers[arch.fp].expression == bytes([0x70 + arch.fp, 0])
     assert (row.address, row.end) == (0x1222, 0x1289)
     assert fre.ra_padding
@@ -233,9 +233,9 @@ def test_demo_x86_64_rows_agree_with_its_eh_frame():
                 compared += 1
             elif rbp.startswith("c"):
                 rule = row.registers[arch.fp]
-                assert rule.kind == OFFSET and rule.offset == int(rbp[1:])
+                assert rule.kind == RuleKind.OFFSET and rule.offset == int(rbp[1:])
                 compared += 1
             assert cells["ra"] == "c-8"
-            assert row.registers[arch.ra].kind == OFFSET and row.registers[arch.ra].offset == -8
+            assert row.registers[arch.ra].kind == RuleKind.OFFSET and row.registers[arch.ra].offset == -8
             compared += 1
     assert compared >= 45        # 49 cells with the corpus as checked in

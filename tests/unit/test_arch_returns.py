@@ -17,8 +17,8 @@ import pytest
 
 from plugin.arch import FrameEdge, aarch64, i386, reader, x86_64
 from plugin.model.evidence import Frame
-from plugin.model.rules import OFFSET, CfaRule, Row, Rule
-from plugin.strategies import RECOVERED
+from plugin.model.rules import CfaRule, Row, Rule, RuleKind
+from plugin.model.outcome import AttemptStatus
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies import frame_pointer
 
@@ -77,7 +77,7 @@ def _compact_module(arch, code_start):
 
     def row(entry, read_code):
         return Row(address=code_start, cfa=CfaRule("register", register=arch.sp, offset=8),
-                   registers={arch.ra: Rule(OFFSET, offset=-8)})
+                   registers={arch.ra: Rule(RuleKind.OFFSET, offset=-8)})
     ui = SimpleNamespace(lookup=lambda pc: entry, decode=lambda e: decoded, row=row,
                          region=SimpleNamespace(address=0x100000))
     module = SimpleNamespace(name="synthetic", format="macho", cache={})
@@ -103,7 +103,7 @@ def test_compact_applies_the_abi_rule_at_every_return(arch, mnemonic, code):
     # the function starts before PC: only the return can make the ABI rule apply
     ctx = _ctx(arch, code, _compact_module(arch, PC - 0x40))
     outcome = compact_strategy.step(_frame(arch), ctx)
-    assert outcome.status == RECOVERED, outcome.reason
+    assert outcome.status == AttemptStatus.RECOVERED, outcome.reason
     assert outcome.evidence.found_by == "__unwind_info compact unwind, ABI rule at return"
     assert outcome.registers[arch.pc] == CALLER
     assert outcome.evidence.cfa == _expected_cfa(arch)
@@ -113,7 +113,7 @@ def test_compact_applies_the_abi_rule_at_every_return(arch, mnemonic, code):
 def test_frame_pointer_applies_the_abi_rule_at_every_return(arch, mnemonic, code):
     ctx = _ctx(arch, code, None)
     outcome = frame_pointer.step(_frame(arch), ctx)
-    assert outcome.status == RECOVERED, outcome.reason
+    assert outcome.status == AttemptStatus.RECOVERED, outcome.reason
     assert outcome.evidence.entry["kind"] == FrameEdge.AT_RETURN == "function exit"
     assert outcome.registers[arch.pc] == CALLER
     assert outcome.evidence.cfa == _expected_cfa(arch)

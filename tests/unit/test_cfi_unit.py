@@ -13,8 +13,7 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.cfi import (CIE, FDE, CfiSection, EhFrameHdr, describe, execute,
                                 row_at)
 from plugin.memory import PAGE, Region
-from plugin.model.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED, VAL_EXPRESSION,
-                          VAL_OFFSET, CfaRule, Rule)
+from plugin.model.rules import CfaRule, Rule, RuleKind
 from cfi_builder import (X86_RBP, X86_RBX, X86_RIP, X86_RSP, Builder, counting_region,
                          encode_pointer, hdr_bytes, sleb, uleb)
 
@@ -33,7 +32,7 @@ def cfa(register, offset):
 
 
 def at(offset):
-    return Rule(OFFSET, offset=offset)
+    return Rule(RuleKind.OFFSET, offset=offset)
 
 
 def one_fde(program, cie_program=CIE_PROGRAM, *, arch=X86, kind="eh_frame", start=START,
@@ -410,10 +409,10 @@ def test_register_rule_forms():
     (row,) = rows_of(program)
     assert row.registers == {
         RIP: at(-8), RBP: at(-16), RBX: at(-24), R12: at(32),
-        13: Rule(VAL_OFFSET, offset=-40), 14: Rule(VAL_OFFSET, offset=-16),
-        15: Rule(REGISTER, register=RBX), 1: Rule(SAME), 2: Rule(UNDEFINED),
-        4: Rule(EXPRESSION, expression=bytes([0x76, 0x10])),
-        5: Rule(VAL_EXPRESSION, expression=bytes([0x30])),
+        13: Rule(RuleKind.VAL_OFFSET, offset=-40), 14: Rule(RuleKind.VAL_OFFSET, offset=-16),
+        15: Rule(RuleKind.REGISTER, register=RBX), 1: Rule(RuleKind.SAME), 2: Rule(RuleKind.UNDEFINED),
+        4: Rule(RuleKind.EXPRESSION, expression=bytes([0x76, 0x10])),
+        5: Rule(RuleKind.VAL_EXPRESSION, expression=bytes([0x30])),
         8: at(16)}
 
 

@@ -23,7 +23,7 @@ from plugin import arch as arches
 from plugin.errors import DecodeError
 from plugin.formats import compact_unwind as cu
 from plugin.memory import Region
-from plugin.model.rules import OFFSET, SAME
+from plugin.model.rules import RuleKind
 
 I386 = arches.BY_NAME["i386"]
 X86_64 = arches.BY_NAME["x86_64"]
@@ -99,7 +99,7 @@ def test_i386_ebp_frame_one_register():
     row = cu.to_row(d, 0x1100, I386)
     # CFA = ebp+8; esi at ebp-4 = CFA-12 (libunwind: EBP - 4*offset)
     assert (row.cfa.register, row.cfa.offset) == (EBP, 8)
-    assert rules_of(row) == {EBP: (OFFSET, -8), EIP: (OFFSET, -4), ESI: (OFFSET, -12)}
+    assert rules_of(row) == {EBP: (RuleKind.OFFSET, -8), EIP: (RuleKind.OFFSET, -4), ESI: (RuleKind.OFFSET, -12)}
 
 
 def test_i386_ebp_frame_three_registers():
@@ -107,8 +107,8 @@ def test_i386_ebp_frame_three_registers():
     assert d.registers == (EBX, EDI, ESI)
     row = cu.to_row(d, 0x1140, I386)
     # slots start at ebp-12 and go up: ebx ebp-12, edi ebp-8, esi ebp-4
-    assert rules_of(row) == {EBP: (OFFSET, -8), EIP: (OFFSET, -4), EBX: (OFFSET, -20),
-                             EDI: (OFFSET, -16), ESI: (OFFSET, -12)}
+    assert rules_of(row) == {EBP: (RuleKind.OFFSET, -8), EIP: (RuleKind.OFFSET, -4), EBX: (RuleKind.OFFSET, -20),
+                             EDI: (RuleKind.OFFSET, -16), ESI: (RuleKind.OFFSET, -12)}
 
 
 def test_i386_stack_immediate():
@@ -117,8 +117,8 @@ def test_i386_stack_immediate():
     row = cu.to_row(d, 0x1180, I386)
     # registers start at esp + 32 - 4 - 4*3 = CFA-16, the return address at CFA-4
     assert (row.cfa.register, row.cfa.offset) == (ESP, 32)
-    assert rules_of(row) == {EIP: (OFFSET, -4), EBX: (OFFSET, -16), ESI: (OFFSET, -12),
-                             EDI: (OFFSET, -8)}
+    assert rules_of(row) == {EIP: (RuleKind.OFFSET, -4), EBX: (RuleKind.OFFSET, -16), ESI: (RuleKind.OFFSET, -12),
+                             EDI: (RuleKind.OFFSET, -8)}
 
 
 def test_i386_stack_indirect_reads_the_sub_immediate():
@@ -129,7 +129,7 @@ def test_i386_stack_indirect_reads_the_sub_immediate():
     row = ui.row(entry, read_code=i386_code)
     # entry esp = CFA-4; two pushes and the sub: CFA = esp + 0x1000 + 12
     assert (row.cfa.register, row.cfa.offset) == (ESP, 0x1000 + 12)
-    assert rules_of(row) == {EIP: (OFFSET, -4), EBP: (OFFSET, -8), EBX: (OFFSET, -12)}
+    assert rules_of(row) == {EIP: (RuleKind.OFFSET, -4), EBP: (RuleKind.OFFSET, -8), EBX: (RuleKind.OFFSET, -12)}
     assert row.address == I386_BASE + 0x200 and row.end == I386_BASE + 0x280
 
 
@@ -181,12 +181,12 @@ def test_arm64_frame_and_frameless_pairs():
     assert d.saved == ((19, -24), (20, -32), (23, -40), (24, -48), (72, -56), (73, -64))
     row = cu.to_row(d, 0, ARM64)
     assert (row.cfa.register, row.cfa.offset) == (29, 16)
-    assert rules_of(row)[29] == (OFFSET, -16) and rules_of(row)[30] == (OFFSET, -8)
+    assert rules_of(row)[29] == (RuleKind.OFFSET, -16) and rules_of(row)[30] == (RuleKind.OFFSET, -8)
     d = cu.decode_encoding(0x02003001, ARM64)
     assert (d.mode, d.stack_size, d.saved) == ("FRAMELESS", 48, ((19, -8), (20, -16)))
     row = cu.to_row(d, 0, ARM64)
     assert (row.cfa.register, row.cfa.offset) == (31, 48)
-    assert row.registers[30].kind == SAME
+    assert row.registers[30].kind == RuleKind.SAME
 
 
 def test_flags_and_text():

@@ -11,8 +11,9 @@ import pytest
 from plugin import engine
 from plugin.model.evidence import Frame, StepEvidence
 from plugin.model.rules import CfaRule, Row
-from plugin.strategies import FAILED, NOT_APPLICABLE, RECOVERED, Outcome
+from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.strategies import frame_pointer, scan
+from plugin.model.stops import StopReason
 from fallback_world import (A64, CODE, DATA, I386, JIT, STACK, STACK_TOP, X86, World,
                             x86_chain)
 
@@ -37,7 +38,7 @@ def test_rbp_chain_is_followed_to_start():
     assert pcs_and_sps(bt, X86) == expected
     assert [f.method for f in bt.frames] == ["context"] + ["frame-pointer"] * 3
     assert [f.function for f in bt.frames] == ["leaf", "level1", "main", "_start"]
-    assert bt.stop_reason == engine.OUTERMOST and "_start" in bt.stop_detail
+    assert bt.stop_reason == StopReason.OUTERMOST and "_start" in bt.stop_detail
     first = bt.frames[1].evidence
     assert first.row == "CFA=rbp+16 => rbp=[CFA-16] rip=[CFA-8]"
     assert [(r.what, r.address) for r in first.reads] == [("rbp", STACK_TOP - 0x300), ("rip", STACK_TOP - 0x2F8)]
@@ -64,7 +65,7 @@ def test_i386_ebp_chain():
     bt = w.unwind(w.registers(pc=CODE + 0x210, sp=leaf_fp - 0x10, fp=leaf_fp), sources=FP_ONLY)
     assert pcs_and_sps(bt, I386) == [(ra_main, leaf_fp + 8), (ra_start, main_fp + 8)]
     assert bt.frames[1].evidence.row == "CFA=ebp+8 => ebp=[CFA-8] eip=[CFA-4]"
-    assert bt.stop_reason == engine.OUTERMOST
+    assert bt.stop_reason == StopReason.OUTERMOST
 
 
 def test_aarch64_frame_records():
@@ -80,7 +81,7 @@ def test_aarch64_frame_records():
     assert [f.pc for f in bt.frames[1:]] == [ra_main, ra_start]
     assert bt.frames[1].evidence.row == "CFA=x29+16 => x29=[CFA-16] x30=[CFA-8]"
     assert any("pointer-auth" in n for n in bt.frames[1].evidence.notes)
-    assert bt.stop_reason == engine.OUTERMOST
+    assert bt.stop_reason == StopReason.OUTERMOST
 
 
 # -- frame-pointer: every check rejects what it should ---------------------------------
@@ -100,24 +101,25 @@ def damage_record(slot, value):
 
 CHECKS = {
     # name: (damage, stop reason, callers recovered, words in the failure)
-    "frame pointer 0": (damage_fp(lambda r: 0), engine.NO_UNWIND_INFO, 0, "rbp is 0"),
-    "misaligned frame pointer": (damage_fp(lambda r: r[X86.fp] + 3), engine.MISALIGNED, 0, "not aligned"),
-    "frame pointer below sp": (damage_fp(lambda r: r[X86.sp] - 0x40), engine.CFA_NOT_INCREASING, 0,
+    "frame pointer 0": (damage_fp(lambda r: 0), StopReason.NO_UNWIND_INFO, 0, "rbp is 0"),
+    "misaligned frame pointer": (damage_fp(lambda r: r[X86.fp] + 3), StopReason.MISALIGNED_STACK, 0,
+                                 "not aligned"),
+    "frame pointer below sp": (damage_fp(lambda r: r[X86.sp] - 0x40), StopReason.CFA_NOT_INCREASING, 0,
                                "not above the stack pointer"),
-    "frame pointer unmapped": (damage_fp(lambda r: 0x10000000), engine.UNREADABLE_MEMORY, 0,
+    "frame pointer unmapped": (damage_fp(lambda r: 0x10000000), StopReason.UNREADABLE_MEMORY, 0,
                                "no readable mapping"),
-    "frame pointer into code": (damage_fp(lambda r: CODE + 0x800), engine.NO_UNWIND_INFO, 0,
+    "frame pointer into code": (damage_fp(lambda r: CODE + 0x800), StopReason.NO_UNWIND_INFO, 0,
                                 "not stack memory"),
-    "return address 0": (damage_record(1, lambda r: 0), engine.PC_ZERO, 0, "return address 0"),
-    "return address into data": (damage_record(1, lambda r: DATA + 8), engine.NOT_CODE, 0,
+    "return address 0": (damage_record(1, lambda r: 0), StopReason.PC_ZERO, 0, "return address 0"),
+    "return address into data": (damage_record(1, lambda r: DATA + 8), StopReason.RETURN_ADDRESS_NOT_CODE, 0,
                                  "not in executable memory"),
-    "return address after no call": (damage_record(1, lambda r: CODE + 0x250), engine.NO_UNWIND_INFO, 0,
+    "return address after no call": (damage_record(1, lambda r: CODE + 0x250), StopReason.NO_UNWIND_INFO, 0,
                                      "does not follow a call"),
     # leaf's saved rbp points at itself: level1 is still right (its return
     # address is intact), then level1's rbp is below its own sp.
     "saved frame pointer points at itself": (damage_record(0, lambda r: r[X86.fp]),
-                                             engine.CFA_NOT_INCREASING, 1, "does not increase"),
-    "saved frame pointer unmapped": (damage_record(0, lambda r: 0x10000000), engine.UNREADABLE_MEMORY, 1,
+                                             StopReason.CFA_NOT_INCREASING, 1, "does not increase"),
+    "saved frame pointer unmapped": (damage_record(0, lambda r: 0x10000000), StopReason.UNREADABLE_MEMORY, 1,
                                      "cannot read"),
 }
 
@@ -134,12 +136,24 @@ def test_frame_pointer_check(name):
     assert words in bt.stop_detail
 
 
+def test_frame_pointer_into_anonymous_code_is_not_stack_memory():
+    """rbp pointing into an unnamed executable mapping (JIT code) is no frame record: the walk ends
+    as no-unwind-info, like a frame pointer into named code, not as a bad return address."""
+    w, regs, _ = x86_chain()
+    w.has_jit = True
+    regs[X86.fp] = JIT + 0x800
+    bt = w.unwind(regs, sources=FP_ONLY)
+    assert bt.stop_reason == StopReason.NO_UNWIND_INFO, bt.stop_detail
+    assert "a read-only or executable mapping, which is not stack memory" in bt.stop_detail
+    assert [a.kind for a in bt.attempts] == [FailureKind.NOT_STACK_MEMORY]
+
+
 def test_function_without_frame_pointer_is_not_followed():
     """rbp may hold anything in code built without frame pointers: do not follow it there."""
     w, regs, _ = x86_chain()
     w.put_code(CODE + 0x300, b"\x90" * 4)          # leaf loses its `push rbp; mov rbp, rsp`
     outcome = frame_pointer.step(innermost(w, regs), w.context(FP_ONLY))
-    assert outcome.status == NOT_APPLICABLE
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE
     assert "leaf does not set up a frame pointer" in outcome.reason
 
 
@@ -163,7 +177,7 @@ def test_mappings_unknown_still_reads_the_record():
     w.mappings_known = False
     regs[X86.fp] = 0x90000000             # above sp, so only the read can tell
     bt = w.unwind(regs, sources=FP_ONLY)
-    assert bt.stop_reason == engine.UNREADABLE_MEMORY and "cannot read rbp" in bt.stop_detail
+    assert bt.stop_reason == StopReason.UNREADABLE_MEMORY and "cannot read rbp" in bt.stop_detail
 
 
 # -- frame-pointer: the first and last instructions of a function -----------------------
@@ -255,7 +269,7 @@ def test_entry_functions_are_outermost_by_convention(name, source):
     regs = w.registers(pc=CODE + 0x15, sp=STACK_TOP - 0x40, fp=0)
     frame = innermost(w, regs, exact=False)
     outcome = source.step(frame, w.context())
-    assert outcome.status == RECOVERED and outcome.outermost
+    assert outcome.status == AttemptStatus.RECOVERED and outcome.outermost
     assert name in outcome.reason and "rbp is 0" in outcome.reason
 
 
@@ -284,7 +298,7 @@ def scan_world():
 def test_scan_takes_the_first_plausible_return_address_and_lists_what_it_skipped():
     w, regs, slot, ra, _ = scan_world()
     outcome = scan.step(innermost(w, regs), w.context(SCAN_ONLY))
-    assert outcome.status == RECOVERED
+    assert outcome.status == AttemptStatus.RECOVERED
     # leaf keeps no frame pointer, so its rbp (0x77) says nothing about the caller's
     assert outcome.registers == {X86.pc: ra, X86.sp: slot + 8}
     ev = outcome.evidence
@@ -302,7 +316,7 @@ def test_scan_needs_a_symbol_only_where_the_module_has_a_symbol_table():
     """In a stripped library (only .dynsym) an unnamed return address is still taken."""
     w, regs, slot, ra, _ = scan_world()
     outcome = scan.step(innermost(w, regs), w.context(SCAN_ONLY, symbol_table=False))
-    assert outcome.status == RECOVERED and outcome.evidence.entry["slot"] == slot - 16
+    assert outcome.status == AttemptStatus.RECOVERED and outcome.evidence.entry["slot"] == slot - 16
     assert outcome.evidence.entry["caller_function"] is None
 
 
@@ -312,7 +326,7 @@ def test_scan_walk_reaches_start():
     assert [f.pc for f in bt.frames[1:]] == [ra, ra_start]
     assert [f.method for f in bt.frames[1:]] == ["scan", "scan"]
     assert bt.frames[2].registers[X86.sp] == STACK_TOP - 0xF8
-    assert bt.stop_reason == engine.OUTERMOST
+    assert bt.stop_reason == StopReason.OUTERMOST
 
 
 @pytest.mark.parametrize("form, call", [("reg", "call r/m"), ("rip", "call r/m"), ("r11", "call r/m"),
@@ -342,9 +356,9 @@ def test_scan_window_is_bounded_and_configurable():
     w.word(slot, 0)
     w.word(far, ra)
     short = scan.step(innermost(w, regs), w.context(SCAN_ONLY, scan_words=16))
-    assert short.status == FAILED and "no return address in the 16 words" in short.reason
+    assert short.status == AttemptStatus.FAILED and "no return address in the 16 words" in short.reason
     wide = scan.step(innermost(w, regs), w.context(SCAN_ONLY, scan_words=64))
-    assert wide.status == RECOVERED and wide.registers[X86.pc] == ra
+    assert wide.status == AttemptStatus.RECOVERED and wide.registers[X86.pc] == ra
 
 
 def test_scan_window_setting_comes_from_the_target():
@@ -361,10 +375,10 @@ def test_nothing_up_to_the_top_of_the_stack_means_outermost():
     w, regs, _, _, _ = scan_world()
     regs[X86.sp] = STACK_TOP - 0x40
     outcome = scan.step(innermost(w, regs), w.context(SCAN_ONLY))
-    assert outcome.status == RECOVERED and outcome.outermost
+    assert outcome.status == AttemptStatus.RECOVERED and outcome.outermost
     assert "top of the stack at 0x%x" % STACK_TOP in outcome.reason
     bt = w.unwind(regs, sources=SCAN_ONLY)
-    assert bt.stop_reason == engine.OUTERMOST and len(bt.frames) == 1
+    assert bt.stop_reason == StopReason.OUTERMOST and len(bt.frames) == 1
 
 
 def test_scan_without_mappings_stops_where_memory_ends():
@@ -372,17 +386,17 @@ def test_scan_without_mappings_stops_where_memory_ends():
     w.mappings_known = False
     regs[X86.sp] = STACK_TOP - 0x40
     outcome = scan.step(innermost(w, regs), w.context(SCAN_ONLY))
-    assert outcome.status == FAILED and "unreadable" in outcome.reason
+    assert outcome.status == AttemptStatus.FAILED and "unreadable" in outcome.reason
     regs[X86.sp] = 0x10000000
     bt = w.unwind(regs, sources=SCAN_ONLY)
-    assert bt.stop_reason == engine.UNREADABLE_MEMORY
+    assert bt.stop_reason == StopReason.UNREADABLE_MEMORY
 
 
 def test_scan_refuses_a_misaligned_stack_pointer():
     w, regs, _, _, _ = scan_world()
     regs[X86.sp] += 4
     bt = w.unwind(regs, sources=SCAN_ONLY)
-    assert bt.stop_reason == engine.MISALIGNED and "not aligned to 8 bytes" in bt.stop_detail
+    assert bt.stop_reason == StopReason.MISALIGNED_STACK and "not aligned to 8 bytes" in bt.stop_detail
 
 
 def test_scan_restores_the_frame_pointer_from_a_frame_record():
@@ -434,7 +448,7 @@ def test_aarch64_scan_needs_bl_or_blr():
     outcome = scan.step(innermost(w, w.registers(pc=CODE + 0x300, sp=sp)), w.context(SCAN_ONLY))
     assert outcome.registers[A64.pc] == ra and outcome.evidence.entry["call"] == "bl"
     misaligned = scan.step(innermost(w, w.registers(pc=CODE + 0x300, sp=sp + 8)), w.context(SCAN_ONLY))
-    assert misaligned.status == FAILED and "not aligned to 16 bytes" in misaligned.reason
+    assert misaligned.status == AttemptStatus.FAILED and "not aligned to 16 bytes" in misaligned.reason
 
 
 def test_frame_pointer_then_scan_through_code_without_frame_pointers():
@@ -444,7 +458,7 @@ def test_frame_pointer_then_scan_through_code_without_frame_pointers():
     assert [f.pc for f in bt.frames[1:]] == [ra, ra_start]
     assert bt.frames[1].method == "scan"
     tried = bt.frames[1].attempts[0]
-    assert tried.source == "frame-pointer" and tried.outcome == NOT_APPLICABLE
+    assert tried.source == "frame-pointer" and tried.outcome == AttemptStatus.NOT_APPLICABLE
     assert "leaf does not set up a frame pointer" in tried.reason
 
 
@@ -466,12 +480,15 @@ def fake_table(result):
         evidence.arch = ctx.arch
         evidence.cfa = frame.registers[X86.sp] + 8
         if result == "unreadable":
-            return Outcome.failed("cfi", "cannot read rip at 0x10", evidence=evidence)
-        return Outcome(RECOVERED, "cfi", registers={X86.pc: result, X86.sp: evidence.cfa}, evidence=evidence)
+            return Outcome.failed("cfi", "cannot read rip at 0x10", FailureKind.UNREADABLE_MEMORY,
+                                  evidence=evidence)
+        return Outcome(AttemptStatus.RECOVERED, "cfi", registers={X86.pc: result, X86.sp: evidence.cfa},
+                       evidence=evidence)
     return step
 
 
-@pytest.mark.parametrize("result, reason", [(DATA + 8, engine.NOT_CODE), ("unreadable", engine.UNREADABLE_MEMORY)])
+@pytest.mark.parametrize("result, reason", [(DATA + 8, StopReason.RETURN_ADDRESS_NOT_CODE),
+                                            ("unreadable", StopReason.UNREADABLE_MEMORY)])
 def test_fallbacks_do_not_guess_past_damage_a_table_found(monkeypatch, result, reason):
     monkeypatch.setitem(engine.STRATEGIES, "cfi", fake_table(result))
     w, regs, _ = x86_chain()
@@ -479,8 +496,8 @@ def test_fallbacks_do_not_guess_past_damage_a_table_found(monkeypatch, result, r
     assert bt.stop_reason == reason
     assert len(bt.frames) == 1
     assert [(a.source, a.outcome) for a in bt.attempts] == [
-        ("cfi", "rejected" if reason == engine.NOT_CODE else FAILED),
-        ("frame-pointer", engine.SKIPPED), ("scan", engine.SKIPPED)]
+        ("cfi", "rejected" if reason == StopReason.RETURN_ADDRESS_NOT_CODE else AttemptStatus.FAILED),
+        ("frame-pointer", AttemptStatus.SKIPPED), ("scan", AttemptStatus.SKIPPED)]
 
 
 def test_fallbacks_answer_where_no_table_covers_the_pc(monkeypatch):
@@ -488,7 +505,7 @@ def test_fallbacks_answer_where_no_table_covers_the_pc(monkeypatch):
     w, regs, expected = x86_chain()
     bt = w.unwind(regs, sources=("cfi",) + BOTH)
     assert pcs_and_sps(bt, X86) == expected
-    assert bt.frames[1].attempts[0].outcome == NOT_APPLICABLE
+    assert bt.frames[1].attempts[0].outcome == AttemptStatus.NOT_APPLICABLE
 
 
 def test_depth_limit_ends_a_long_chain():
@@ -502,17 +519,17 @@ def test_depth_limit_ends_a_long_chain():
     w.record(records[0], 0, 0)
     bt = w.unwind(w.registers(pc=CODE + 0x150, sp=records[-1] - 0x10, fp=records[-1]), sources=FP_ONLY,
                   max_frames=10)
-    assert bt.stop_reason == engine.DEPTH_LIMIT and len(bt.frames) == 10
+    assert bt.stop_reason == StopReason.DEPTH_LIMIT and len(bt.frames) == 10
     bt = w.unwind(w.registers(pc=CODE + 0x150, sp=records[-1] - 0x10, fp=records[-1]), sources=FP_ONLY)
-    assert bt.stop_reason == engine.PC_ZERO and len(bt.frames) == 100
+    assert bt.stop_reason == StopReason.PC_ZERO and len(bt.frames) == 100
 
 
 def test_stop_words_name_every_reason():
-    reasons = [engine.OUTERMOST, engine.PC_ZERO, engine.CFA_NOT_INCREASING, engine.REPEATED_FRAME,
-               engine.UNREADABLE_MEMORY, engine.DEPTH_LIMIT, engine.NO_UNWIND_INFO, engine.NOT_CODE,
-               engine.MISALIGNED]
-    assert all(r in engine.STOP_WORDS for r in reasons)
-    assert engine.MISALIGNED == "misaligned-stack"
+    reasons = [StopReason.OUTERMOST, StopReason.PC_ZERO, StopReason.CFA_NOT_INCREASING, StopReason.REPEATED_FRAME,
+               StopReason.UNREADABLE_MEMORY, StopReason.DEPTH_LIMIT, StopReason.NO_UNWIND_INFO,
+               StopReason.RETURN_ADDRESS_NOT_CODE, StopReason.MISALIGNED_STACK]
+    assert all(r.description for r in reasons)
+    assert StopReason.MISALIGNED_STACK == "misaligned-stack"
 
 
 def test_code_outside_every_mapping_is_not_named_jit():

@@ -18,8 +18,7 @@ from plugin import arch as arches
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.sframe import SFrameSection
 from plugin.memory import Region
-from plugin.model.rules import (EXPRESSION, OFFSET, REGISTER, SAME, UNDEFINED,
-                          VAL_EXPRESSION, VAL_OFFSET)
+from plugin.model.rules import RuleKind
 from sframe_dumps import build_sframe, fde, fre, region_of
 
 AMD64, AARCH64_LE, AARCH64_BE, S390X = 3, 2, 1, 4
@@ -106,7 +105,7 @@ def test_fre_start_sizes_and_data_word_sizes(fre_size, word_size, version):
     assert second.offset == first.offset + fre_size + 1 + 1
     row = section.row(only, second)
     assert (row.cfa.register, row.cfa.offset) == (X86.fp, cfa)
-    assert row.registers[X86.fp] == type(row.registers[X86.fp])(OFFSET, offset=fp)
+    assert row.registers[X86.fp] == type(row.registers[X86.fp])(RuleKind.OFFSET, offset=fp)
     assert (row.address, row.end) == (0x10000 + limit, 0x10000 + limit + 8)
     assert section.find(0x10000 + limit - 1)[2] is first
     assert section.find(0x10000 + limit)[2] is second
@@ -185,9 +184,9 @@ def test_flex_drap_with_padding_word():
     row = section.row(only, last)
     assert (row.cfa.register, row.cfa.offset, row.cfa.deref) == (rbp, -16, True)
     assert row.cfa.text(X86) == "*(rbp-16)"
-    assert row.registers[X86.ra].kind == OFFSET and row.registers[X86.ra].offset == -8
+    assert row.registers[X86.ra].kind == RuleKind.OFFSET and row.registers[X86.ra].offset == -8
     fp_rule = row.registers[X86.fp]
-    assert fp_rule.kind == EXPRESSION and fp_rule.expression == bytes([0x70 + rbp, 0])
+    assert fp_rule.kind == RuleKind.EXPRESSION and fp_rule.expression == bytes([0x70 + rbp, 0])
     assert section.row(only, decoded[1]).cfa.text(X86) == "r10"
 
 
@@ -202,19 +201,19 @@ def test_flex_rules_for_ra_and_fp_in_every_form():
     data = build_sframe(3, AARCH64_LE, [fde(0x9000, 0x10, fres, fde_type="flex")])
     section = section_of(data)
     rows = [section.row(section.fdes[0], f) for f in section.fres(section.fdes[0])]
-    assert rows[0].registers[A64.ra] == type(rows[0].registers[A64.ra])(OFFSET, offset=-8)
-    assert rows[0].registers[A64.fp].kind == VAL_OFFSET and rows[0].registers[A64.fp].offset == -16
-    assert rows[1].registers[A64.ra].kind == REGISTER and rows[1].registers[A64.ra].register == x19
-    assert rows[1].registers[A64.fp].kind == EXPRESSION
+    assert rows[0].registers[A64.ra] == type(rows[0].registers[A64.ra])(RuleKind.OFFSET, offset=-8)
+    assert rows[0].registers[A64.fp].kind == RuleKind.VAL_OFFSET and rows[0].registers[A64.fp].offset == -16
+    assert rows[1].registers[A64.ra].kind == RuleKind.REGISTER and rows[1].registers[A64.ra].register == x19
+    assert rows[1].registers[A64.fp].kind == RuleKind.EXPRESSION
     assert rows[1].registers[A64.fp].expression == bytes([0x70 + x29, 8])
-    assert rows[2].registers[A64.ra].kind == VAL_EXPRESSION
+    assert rows[2].registers[A64.ra].kind == RuleKind.VAL_EXPRESSION
     assert rows[2].registers[A64.ra].expression == bytes([0x70 + 9, 4])
-    assert rows[2].registers[A64.fp].kind == REGISTER and rows[2].registers[A64.fp].register == 100
+    assert rows[2].registers[A64.fp].kind == RuleKind.REGISTER and rows[2].registers[A64.fp].register == 100
     # A register number past 31 needs DW_OP_bregx in an expression.
     fres = [fre(0, [ctrl(31), 16, ctrl(40, deref=True), -300], word_size=2)]
     section = section_of(build_sframe(3, AARCH64_LE, [fde(0, 4, fres, fde_type="flex")]))
     rule = section.row(section.fdes[0], section.fres(section.fdes[0])[0]).registers[A64.ra]
-    assert rule.kind == EXPRESSION and rule.expression == bytes([0x92, 40, 0xD4, 0x7D])
+    assert rule.kind == RuleKind.EXPRESSION and rule.expression == bytes([0x92, 40, 0xD4, 0x7D])
 
 
 def test_flex_cfa_without_a_register_is_rejected():
@@ -251,7 +250,7 @@ def test_aarch64_key_b_and_signed_return_address(version):
     assert row.ra_signed
     assert row.registers[A64.ra].offset == -24 and row.registers[A64.fp].offset == -32
     leaf_row = section.row(only, leaf)
-    assert leaf_row.ra_signed and leaf_row.registers[A64.ra].kind == SAME
+    assert leaf_row.ra_signed and leaf_row.registers[A64.ra].kind == RuleKind.SAME
     assert A64.fp not in leaf_row.registers
 
 
@@ -283,11 +282,11 @@ def test_s390x_cfa_scaling_sp_and_register_saves_v2():
     assert in_regs.ra_register == 16 and in_regs.fp_register == 17
     rows = [section.row(only, f) for f in (entry, saved, padded, in_regs)]
     for row in rows:
-        assert row.registers[Z.sp].kind == VAL_OFFSET and row.registers[Z.sp].offset == -160
-    assert rows[0].registers[Z.ra].kind == SAME and Z.fp not in rows[0].registers
+        assert row.registers[Z.sp].kind == RuleKind.VAL_OFFSET and row.registers[Z.sp].offset == -160
+    assert rows[0].registers[Z.ra].kind == RuleKind.SAME and Z.fp not in rows[0].registers
     assert rows[1].registers[Z.ra].offset == -48 and rows[1].registers[Z.fp].offset == -72
-    assert rows[2].registers[Z.ra].kind == SAME and rows[2].cfa.register == Z.fp
-    assert rows[3].registers[Z.ra] == type(rows[3].registers[Z.ra])(REGISTER, register=16)
+    assert rows[2].registers[Z.ra].kind == RuleKind.SAME and rows[2].cfa.register == Z.fp
+    assert rows[3].registers[Z.ra] == type(rows[3].registers[Z.ra])(RuleKind.REGISTER, register=16)
     assert rows[3].registers[Z.fp].register == 17
 
 
@@ -318,10 +317,10 @@ def test_outermost_frames():
     index, found, nothing = section.find(0x1008)
     assert (index, found, nothing) == (0, first, None)
     row = section.row(first, None)
-    assert row.registers[X86.ra].kind == UNDEFINED and (row.address, row.end) == (0x1000, 0x1010)
+    assert row.registers[X86.ra].kind == RuleKind.UNDEFINED and (row.address, row.end) == (0x1000, 0x1010)
     index, found, last = section.find(0x1018)
     assert last.outermost and last.cfa is None and last.cfa_offset is None
-    assert section.row(second, last).registers[X86.ra].kind == UNDEFINED
+    assert section.row(second, last).registers[X86.ra].kind == RuleKind.UNDEFINED
     assert section.find(0x1012)[2].cfa_offset == 8
     with pytest.raises(ValueError):
         section.row(second, None)

@@ -15,10 +15,11 @@ from plugin import arch as arches
 from plugin import engine
 from plugin.validate import agreement as row_agreement
 from plugin.model.evidence import Frame
-from plugin.model.rules import CfaRule, EXPRESSION, OFFSET, Row, Rule, SAME, UNDEFINED, VAL_OFFSET
-from plugin.strategies import FAILED, NOT_APPLICABLE, RECOVERED
+from plugin.model.rules import CfaRule, Row, Rule, RuleKind
+from plugin.model.outcome import AttemptStatus
 from plugin.strategies import sframe as sframe_strategy
 from plugin.target import ModuleRef, SnapshotTarget
+from plugin.model.stops import StopReason
 from sframe_dumps import build_sframe, fde, fre
 
 X86 = arches.BY_NAME["x86_64"]
@@ -84,7 +85,7 @@ def test_frame_pointer_row_recovers_caller_and_explains_itself():
     caller_pc = TEXT + 0x108
     target = process(X86, section, {rbp + 8: caller_pc, rbp: STACK + 0x400})
     outcome = step(target, {RIP: TEXT + 0x10, RSP: STACK + 0x40, RBP: rbp, RBX: 0x1234})
-    assert outcome.status == RECOVERED, outcome.reason
+    assert outcome.status == AttemptStatus.RECOVERED, outcome.reason
     caller = outcome.registers
     assert caller[RIP] == caller_pc and caller[RSP] == rbp + 16 and caller[RBP] == STACK + 0x400
     # SFrame says nothing about rbx: unknown in the caller, not "unchanged".
@@ -118,7 +119,7 @@ def test_flex_drap_rule_is_spelled_out_and_followed():
     caller_pc = TEXT + 0x80
     target = process(X86, section, {rbp - 16: cfa, rbp: STACK + 0x500, cfa - 8: caller_pc})
     outcome = step(target, {RIP: TEXT + 0x30, RSP: STACK + 0x10, RBP: rbp})
-    assert outcome.status == RECOVERED, outcome.reason
+    assert outcome.status == AttemptStatus.RECOVERED, outcome.reason
     assert outcome.registers[RIP] == caller_pc
     assert outcome.registers[RSP] == cfa and outcome.registers[RBP] == STACK + 0x500
     entry = outcome.evidence.entry
@@ -162,10 +163,10 @@ def test_outermost_fde_ends_the_walk():
     target = process(X86, section, {})
     for pc in (TEXT + 4, TEXT + 0x14):
         outcome = step(target, {RIP: pc, RSP: STACK + 0x80})
-        assert outcome.status == RECOVERED and outcome.outermost, outcome.reason
+        assert outcome.status == AttemptStatus.RECOVERED and outcome.outermost, outcome.reason
         assert outcome.evidence.entry["outermost"]
     bt = engine.unwind(target, {RIP: TEXT + 4, RSP: STACK + 0x80}, sources=("sframe",))
-    assert len(bt.frames) == 1 and bt.stop_reason == engine.OUTERMOST
+    assert len(bt.frames) == 1 and bt.stop_reason == StopReason.OUTERMOST
 
 
 def test_signal_frame_bit_makes_the_callers_pc_exact():
@@ -180,7 +181,7 @@ def test_signal_frame_bit_makes_the_callers_pc_exact():
     assert bt.frames[0].signal_frame
     assert bt.frames[1].pc == interrupted and bt.frames[1].exact_pc
     assert bt.frames[1].method == "sframe"
-    assert bt.stop_reason == engine.PC_ZERO     # the second frame's return address is 0
+    assert bt.stop_reason == StopReason.PC_ZERO     # the second frame's return address is 0
 
 
 def test_whole_walk_through_three_sframe_frames():
@@ -197,7 +198,7 @@ def test_whole_walk_through_three_sframe_frames():
     assert [f.pc for f in bt.frames] == [TEXT + 2, TEXT + 0x18, TEXT + 0x38]
     assert [f.method for f in bt.frames] == ["context", "sframe", "sframe"]
     assert bt.frames[2].registers[RBP] == STACK + 0x900
-    assert bt.stop_reason == engine.PC_ZERO
+    assert bt.stop_reason == StopReason.PC_ZERO
 
 
 # -- not applicable, failures ---------------------------------------------------
@@ -206,47 +207,47 @@ def test_module_without_pt_gnu_sframe_is_not_applicable():
     section = x86_section([fde(TEXT, 0x10, [fre(0, [8])])])
     target = process(X86, section, {}, with_sframe_phdr=False)
     outcome = step(target, {RIP: TEXT + 4, RSP: STACK + 0x80})
-    assert outcome.status == NOT_APPLICABLE and "no PT_GNU_SFRAME" in outcome.reason
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE and "no PT_GNU_SFRAME" in outcome.reason
 
 
 def test_pc_outside_every_fde_and_outside_every_module():
     section = x86_section([fde(TEXT, 0x10, [fre(0, [8])])])
     target = process(X86, section, {})
     outcome = step(target, {RIP: TEXT + 0x800, RSP: STACK + 0x80})
-    assert outcome.status == NOT_APPLICABLE and "no SFrame FDE" in outcome.reason
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE and "no SFrame FDE" in outcome.reason
     outcome = step(target, {RIP: 0x10, RSP: STACK + 0x80})
-    assert outcome.status == NOT_APPLICABLE and "no module" in outcome.reason
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE and "no module" in outcome.reason
 
 
 def test_pc_before_the_first_fre_is_not_applicable():
     section = x86_section([fde(TEXT, 0x10, [fre(4, [8])])])
     outcome = step(process(X86, section, {}), {RIP: TEXT + 1, RSP: STACK + 0x80})
-    assert outcome.status == NOT_APPLICABLE and "no FRE starts" in outcome.reason
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE and "no FRE starts" in outcome.reason
 
 
 def test_bad_section_is_reported_not_raised():
     section = bytearray(x86_section([fde(TEXT, 0x10, [fre(0, [8])])]))
     section[0:2] = b"\x12\x34"              # bad magic
     outcome = step(process(X86, bytes(section), {}), {RIP: TEXT + 4, RSP: STACK + 0x80})
-    assert outcome.status == NOT_APPLICABLE and "bad magic" in outcome.reason
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE and "bad magic" in outcome.reason
     # An FRE with an unknown data-word size code: the FDE decodes, its FREs do not.
     section = bytearray(x86_section([fde(TEXT, 0x10, [fre(0, [8])])]))
     info_at = len(section) - 2              # the last FRE: start byte, info byte, one word
     section[info_at] |= 0x60
     outcome = step(process(X86, bytes(section), {}), {RIP: TEXT + 4, RSP: STACK + 0x80})
-    assert outcome.status == FAILED and "bad SFrame" in outcome.reason
+    assert outcome.status == AttemptStatus.FAILED and "bad SFrame" in outcome.reason
 
 
 def test_abi_of_another_architecture_is_refused():
     section = build_sframe(3, AARCH64_LE, [fde(TEXT, 0x10, [fre(0, [8])])], address=SFRAME)
     outcome = step(process(X86, section, {}), {RIP: TEXT + 4, RSP: STACK + 0x80})
-    assert outcome.status == NOT_APPLICABLE and "does not match" in outcome.reason
+    assert outcome.status == AttemptStatus.NOT_APPLICABLE and "does not match" in outcome.reason
 
 
 def test_unreadable_saved_return_address_fails_with_the_read():
     section = x86_section([fde(TEXT, 0x10, [fre(0, [0x7f])])])
     outcome = step(process(X86, section, {}), {RIP: TEXT + 4, RSP: STACK + 0xff8})
-    assert outcome.status == FAILED and "cannot read" in outcome.reason
+    assert outcome.status == AttemptStatus.FAILED and "cannot read" in outcome.reason
 
 
 # -- aarch64 --------------------------------------------------------------------
@@ -263,7 +264,7 @@ def test_aarch64_signed_return_address_is_stripped():
     signed = caller_pc | (0x2A5F << 48)     # a pointer-auth code in the top bits
     target = process(A64, section, {sp + 8: signed, sp: STACK + 0x700})
     outcome = step(target, {A64.pc: TEXT + 8, A64.sp: sp, 29: 0x99, 30: 0x1234, 19: 5})
-    assert outcome.status == RECOVERED, outcome.reason
+    assert outcome.status == AttemptStatus.RECOVERED, outcome.reason
     assert outcome.registers[A64.pc] == caller_pc
     assert outcome.registers[29] == STACK + 0x700 and outcome.registers[A64.sp] == sp + 32
     assert 19 not in outcome.registers
@@ -279,7 +280,7 @@ def test_aarch64_signed_return_address_is_stripped():
 def test_aarch64_return_address_still_in_the_link_register():
     section = a64_section([fde(TEXT, 0x10, [fre(0, [0])])])
     outcome = step(process(A64, section, {}), {A64.pc: TEXT, A64.sp: STACK + 0x80, 30: TEXT + 0x300, 29: 7})
-    assert outcome.status == RECOVERED, outcome.reason
+    assert outcome.status == AttemptStatus.RECOVERED, outcome.reason
     assert outcome.registers[A64.pc] == TEXT + 0x300
     assert outcome.registers[29] == 7                 # FP not saved: unchanged
     assert outcome.evidence.entry["rules"]["ra"].startswith("x30 unchanged")
@@ -300,13 +301,13 @@ def test_default_sources_fall_back_to_sframe_when_cfi_has_nothing():
     sp = STACK + 0x80
     target = process(X86, section, {sp: 0})
     bt = engine.unwind(target, {RIP: TEXT + 4, RSP: sp})
-    assert bt.stop_reason == engine.PC_ZERO
+    assert bt.stop_reason == StopReason.PC_ZERO
     # The one step that happened was sframe's: cfi has no table for this module.
     ctx = engine.UnwindContext(target)
     frame = Frame(level=0, pc=TEXT + 4, registers={RIP: TEXT + 4, RSP: sp}, method="context", exact_pc=True)
     outcome, attempts = engine.step_frame(frame, ctx)
     assert outcome.source == "sframe"
-    assert attempts[0].source == "cfi" and attempts[0].outcome == NOT_APPLICABLE
+    assert attempts[0].source == "cfi" and attempts[0].outcome == AttemptStatus.NOT_APPLICABLE
 
 
 # -- row agreement ------------------------------------------------------------------
@@ -318,23 +319,23 @@ def _row(cfa, **registers):
 def test_agreement_compares_meaning_not_spelling():
     drap_expression = bytes([0x70 + RBP]) + bytes([0x70]) + bytes([0x06])     # breg6 -16; deref
     cfi = Row(0x1000, CfaRule("expression", expression=drap_expression),
-              {RBP: Rule(EXPRESSION, expression=bytes([0x76, 0])), RIP: Rule(OFFSET, offset=-8)})
+              {RBP: Rule(RuleKind.EXPRESSION, expression=bytes([0x76, 0])), RIP: Rule(RuleKind.OFFSET, offset=-8)})
     sframe = Row(0x1000, CfaRule("register", register=RBP, offset=-16, deref=True),
-                 {RBP: Rule(EXPRESSION, expression=bytes([0x76, 0])), RIP: Rule(OFFSET, offset=-8)})
+                 {RBP: Rule(RuleKind.EXPRESSION, expression=bytes([0x76, 0])), RIP: Rule(RuleKind.OFFSET, offset=-8)})
     result = row_agreement.compare(cfi, sframe, X86, 0x1004)
     assert result["agree"] and all(result[k]["agree"] for k in ("cfa", "fp", "ra"))
 
 
 def test_agreement_names_each_disagreement_on_its_own():
     cfi = Row(0x1000, CfaRule("register", register=RSP, offset=16),
-              {RBP: Rule(OFFSET, offset=-16), RIP: Rule(OFFSET, offset=-8)})
+              {RBP: Rule(RuleKind.OFFSET, offset=-16), RIP: Rule(RuleKind.OFFSET, offset=-8)})
     wrong_cfa = Row(0x1000, CfaRule("register", register=RSP, offset=24),
-                    {RBP: Rule(OFFSET, offset=-16), RIP: Rule(OFFSET, offset=-8)})
+                    {RBP: Rule(RuleKind.OFFSET, offset=-16), RIP: Rule(RuleKind.OFFSET, offset=-8)})
     result = row_agreement.compare(cfi, wrong_cfa, X86, 0x1004)
     assert not result["agree"]
     assert [result[k]["agree"] for k in ("cfa", "fp", "ra")] == [False, True, True]
     assert result["cfa"]["cfi"] == "rsp+16" and result["cfa"]["sframe"] == "rsp+24"
-    fp_unsaved = Row(0x1000, CfaRule("register", register=RSP, offset=16), {RIP: Rule(OFFSET, offset=-8)})
+    fp_unsaved = Row(0x1000, CfaRule("register", register=RSP, offset=16), {RIP: Rule(RuleKind.OFFSET, offset=-8)})
     result = row_agreement.compare(cfi, fp_unsaved, X86, 0x1004)
     assert [result[k]["agree"] for k in ("cfa", "fp", "ra")] == [True, False, True]
     assert result["fp"]["sframe"] == "same (no rule)"
@@ -345,41 +346,41 @@ def test_agreement_names_each_disagreement_on_its_own():
 
 def test_agreement_on_aarch64_signing_and_link_register():
     lr_same = Row(0x1000, CfaRule("register", register=31, offset=0), {})
-    lr_rule = Row(0x1000, CfaRule("register", register=31, offset=0), {30: Rule(SAME)})
+    lr_rule = Row(0x1000, CfaRule("register", register=31, offset=0), {30: Rule(RuleKind.SAME)})
     assert row_agreement.compare(lr_same, lr_rule, A64, 0x1000)["agree"]
     signed = Row(0x1000, CfaRule("register", register=31, offset=32),
-                 {29: Rule(OFFSET, offset=-32), 30: Rule(OFFSET, offset=-24)}, ra_signed=True)
+                 {29: Rule(RuleKind.OFFSET, offset=-32), 30: Rule(RuleKind.OFFSET, offset=-24)}, ra_signed=True)
     unsigned = Row(0x1000, CfaRule("register", register=31, offset=32),
-                   {29: Rule(OFFSET, offset=-32), 30: Rule(OFFSET, offset=-24)})
+                   {29: Rule(RuleKind.OFFSET, offset=-32), 30: Rule(RuleKind.OFFSET, offset=-24)})
     result = row_agreement.compare(signed, unsigned, A64, 0x1004)
     assert [result[k]["agree"] for k in ("cfa", "fp", "ra")] == [True, True, False]
     assert result["ra"]["cfi"].endswith("(signed)")
 
 
 def test_agreement_with_an_outermost_sframe_row():
-    cfi = Row(0x1000, CfaRule("register", register=RSP, offset=8), {RIP: Rule(UNDEFINED)})
-    sframe = Row(0x1000, CfaRule("register", register=RSP, offset=0), {RIP: Rule(UNDEFINED)})
+    cfi = Row(0x1000, CfaRule("register", register=RSP, offset=8), {RIP: Rule(RuleKind.UNDEFINED)})
+    sframe = Row(0x1000, CfaRule("register", register=RSP, offset=0), {RIP: Rule(RuleKind.UNDEFINED)})
     result = row_agreement.compare(cfi, sframe, X86, 0x1000)
     assert result["agree"] and result["ra"]["agree"] is True
     assert result["cfa"]["agree"] is None and "outermost" in result["cfa"]["detail"]
-    ordinary = Row(0x1000, CfaRule("register", register=RSP, offset=8), {RIP: Rule(OFFSET, offset=-8)})
+    ordinary = Row(0x1000, CfaRule("register", register=RSP, offset=8), {RIP: Rule(RuleKind.OFFSET, offset=-8)})
     assert not row_agreement.compare(ordinary, sframe, X86, 0x1000)["ra"]["agree"]
 
 
 def test_agreement_evaluates_the_plt_expression():
     # .plt CFI: CFA = rsp+8 + ((rip&15) >= 11) * 8; SFrame: sp+8 until +11, then sp+16.
     plt = bytes([0x77, 8, 0x80, 0, 0x3F, 0x1A, 0x3B, 0x2A, 0x33, 0x24, 0x22])
-    cfi = Row(0x1000, CfaRule("expression", expression=plt), {RIP: Rule(OFFSET, offset=-8)})
-    early = Row(0x1000, CfaRule("register", register=RSP, offset=8), {RIP: Rule(OFFSET, offset=-8)})
-    late = Row(0x100b, CfaRule("register", register=RSP, offset=16), {RIP: Rule(OFFSET, offset=-8)})
+    cfi = Row(0x1000, CfaRule("expression", expression=plt), {RIP: Rule(RuleKind.OFFSET, offset=-8)})
+    early = Row(0x1000, CfaRule("register", register=RSP, offset=8), {RIP: Rule(RuleKind.OFFSET, offset=-8)})
+    late = Row(0x100b, CfaRule("register", register=RSP, offset=16), {RIP: Rule(RuleKind.OFFSET, offset=-8)})
     assert row_agreement.compare(cfi, early, X86, 0x1004)["agree"]
     assert row_agreement.compare(cfi, late, X86, 0x100c)["agree"]
     assert not row_agreement.compare(cfi, late, X86, 0x1004)["agree"]
 
 
 def test_val_offset_and_offset_are_told_apart():
-    saved = Row(0x1000, CfaRule("register", register=RSP, offset=16), {RBP: Rule(OFFSET, offset=-16)})
-    value = Row(0x1000, CfaRule("register", register=RSP, offset=16), {RBP: Rule(VAL_OFFSET, offset=-16)})
+    saved = Row(0x1000, CfaRule("register", register=RSP, offset=16), {RBP: Rule(RuleKind.OFFSET, offset=-16)})
+    value = Row(0x1000, CfaRule("register", register=RSP, offset=16), {RBP: Rule(RuleKind.VAL_OFFSET, offset=-16)})
     assert not row_agreement.compare(saved, value, X86, 0x1000)["fp"]["agree"]
 
 
@@ -389,7 +390,7 @@ def test_every_version_unwinds_the_same(version):
     sp = STACK + 0x80
     target = process(X86, section, {sp + 8: TEXT + 0x100, sp: 0x4242})
     outcome = step(target, {RIP: TEXT + 5, RSP: sp})
-    assert outcome.status == RECOVERED, outcome.reason
+    assert outcome.status == AttemptStatus.RECOVERED, outcome.reason
     assert (outcome.registers[RIP], outcome.registers[RBP], outcome.registers[RSP]) == \
         (TEXT + 0x100, 0x4242, sp + 16)
     assert outcome.evidence.entry["version"] == version
