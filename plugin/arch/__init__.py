@@ -60,3 +60,5 @@ def by_name(name):
         if alias in key:
             return BY_NAME[arch]
     raise KeyError("unsupported architecture %r" % name)
+
+from plugin.arch import arm  # noqa: E402,F401  (32-bit Arm; registers itself in BY_NAME and BY_ELF_MACHINE)
