@@ -56,7 +56,7 @@ def by_name(name):
     key = name.lower()
     for alias, arch in (("x86-64", "x86_64"), ("x86_64", "x86_64"), ("amd64", "x86_64"),
                         ("aarch64", "aarch64"), ("arm64", "aarch64"),
-                        ("s390", "s390x"), ("i386", "i386"), ("i686", "i386"), ("x86", "i386")):
+                        ("s390", "s390x"), ("i386", "i386"), ("i686", "i386"), ("x86", "i386"), ("arm", "arm")):
         if alias in key:
             return BY_NAME[arch]
     raise KeyError("unsupported architecture %r" % name)

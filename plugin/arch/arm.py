@@ -6,7 +6,10 @@ GCC's CFI uses lr (14) as the return-address column. The frame pointer is
 r11 in Arm code (r7 in Thumb code, which GDB names by number). r4-r11 are
 callee-saved core registers (AAPCS 5.1.1); d8-d15 are too, but they are
 64 bits wide and the core's rules read address-sized words, so they are not
-listed. The module registers itself in plugin.arch's tables on import.
+listed. CPSR has no DWARF number; CPSR below is the plugin's own key for it
+(outside every range AADWARF assigns), so a caller's Thumb state (bit 5,
+T) can be handed to the debugger, whose Arm code asks every frame for it.
+The module registers itself in plugin.arch's tables on import.
 """
 
 from plugin import arch as arches
@@ -14,9 +17,11 @@ from plugin.arch import Arch
 
 ELF_MACHINE_ARM = 40
 D0, WCGR0, WR0 = 256, 104, 112
+CPSR = 0x1000
+CPSR_THUMB = 0x20
 
 _NAMES = {n: "r%d" % n for n in range(13)}
-_NAMES.update({13: "sp", 14: "lr", 15: "pc"})
+_NAMES.update({13: "sp", 14: "lr", 15: "pc", CPSR: "cpsr"})
 for _n in range(32):
     _NAMES[D0 + _n] = "d%d" % _n
 for _n in range(8):
