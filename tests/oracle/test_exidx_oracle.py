@@ -1,4 +1,4 @@
-"""ARM EHABI decoding equals binutils `readelf -u` and `llvm-readobj-16 --unwind`.
+"""ARM EHABI decoding equals binutils `readelf -u`, `llvm-readobj-16 --unwind` and pyelftools.
 
 Inputs: the corpus' Android `release-libmozglue.so` (its two stored dumps,
 made by readelf 2.40 and llvm-readelf 16, and the tools run here) and the
@@ -12,8 +12,15 @@ those only the personality routine is compared with it.
 """
 
 import pytest
+from elftools.elf.elffile import ELFFile
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from exidx_dumps import file_table, parse_llvm, parse_readelf, plugin_entries
+from exidx_dumps import file_table, meaning_from_text, parse_llvm, parse_readelf, plugin_entries
+from plugin import arch as arches
+from plugin.errors import DecodeError
+from plugin.formats.exidx import ExidxTable
+from plugin.memory import Region
+from plugin.strategies.exidx import plan
 from support import build, need_tool, oracle_dir, run
 
 MOZGLUE = "framehop/fixtures/android/arm/release-libmozglue.so"
@@ -114,3 +121,62 @@ def test_static_build_decodes_gcc_personality_opcodes():
     assert generic and all(e["ops"] for e in generic)
     used = {m[0] for e in ours for _, m in (e["ops"] or ())}
     assert {"vsp-add", "pop", "finish", "vsp-from-register", "pop-vfp"} <= used
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 1 << 30), st.integers(0, 255)), min_size=1, max_size=12),
+       st.booleans())
+def test_mutated_mozglue_tables_decode_or_raise_decode_error(flips, in_index):
+    """The real tables with bytes overwritten: every entry decodes and plans, or DecodeError."""
+    path = oracle_dir() / MOZGLUE
+    elf = ELFFile(open(path, "rb"))
+    sections = {name: elf.get_section_by_name(name) for name in (".ARM.exidx", ".ARM.extab")}
+    data = {name: bytearray(sec.data()) for name, sec in sections.items()}
+    target = data[".ARM.exidx" if in_index else ".ARM.extab"]
+    for position, value in flips:
+        target[position % len(target)] = value
+    regions = {name: Region.from_bytes(name, sections[name]["sh_addr"], bytes(data[name])) for name in data}
+    arch = arches.BY_NAME["arm"]
+    try:
+        table = ExidxTable(regions[".ARM.exidx"], lambda address: regions[".ARM.extab"])
+    except DecodeError:
+        return
+    for entry in table.entries():
+        try:
+            unwind = table.describe(entry, lambda address: "__gxx_personality_v0")
+        except DecodeError as exc:
+            assert exc.section in (".ARM.exidx", ".ARM.extab")
+            continue
+        if unwind.decoded:
+            plan(unwind, arch, entry.function, entry.end or entry.function + 4)
+
+
+def test_mozglue_equals_pyelftools():
+    """A third decoder: pyelftools' EHABI reader (its function offsets count from the section's
+    file offset, not its address; its mnemonics stop at the first finish)."""
+    path = oracle_dir() / MOZGLUE
+    elf = ELFFile(open(path, "rb"))
+    section = elf.get_section_by_name(".ARM.exidx")
+    shift = section["sh_addr"] - section["sh_offset"]
+    (info,) = elf.get_ehabi_infos()
+    table, names = file_table(path)
+    ours = plugin_entries(table, names)
+    assert info.num_entry() == len(ours)
+    compared = 0
+    for i, mine in enumerate(ours):
+        theirs = info.get_entry(i)
+        assert theirs.function_offset + shift == mine["function"]
+        if mine["kind"] == "cantunwind":
+            assert theirs.unwindable is False
+            continue
+        if mine["index"] is None:
+            continue                # generic model: pyelftools does not decode it either
+        assert theirs.personality == mine["index"]
+        assert bytes(theirs.bytecode_array) == b"".join(raw for raw, _ in mine["ops"])
+        items = [str(m).split(";", 1) for m in theirs.mnmemonic_array()]
+        want = [(bytes(int(b, 16) for b in raw.split()), meaning_from_text(text, llvm=True))
+                for raw, text in items]
+        assert want == mine["ops"][:len(want)]
+        assert len(want) == len(mine["ops"]) or want[-1][1] == ("finish",)
+        compared += 1
+    assert compared > 1900
