@@ -14,77 +14,12 @@ flight (the frames above it are thrower's landing pad, catcher, main), and
 (_Unwind_RaiseException and its helpers) and __cxa_throw on the stack.
 """
 
-import contextlib
-import socket
-import subprocess
-import time
-
 import pytest
 
 from gdbrun import run_gdb
-from support import build, need_tool
+from qemu_arm import BUILDS, arm_program, qemu_arm
 
-BUILDS = {
-    "arm-O0": ["-O0", "-marm"],
-    "arm-O2": ["-O2", "-marm"],
-    "thumb-O0": ["-O0", "-mthumb"],
-    "thumb-O2": ["-O2", "-mthumb"],
-    "arm-O2-fp": ["-O2", "-marm", "-fno-omit-frame-pointer"],
-    "thumb-O2-fp": ["-O2", "-mthumb", "-fno-omit-frame-pointer"],
-}
 MODES = ["plain", "alloca", "float", "varargs", "big", "throw"]
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _listening(port):
-    """Is something listening on TCP port? Read from /proc: qemu's gdbstub serves one connection only."""
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as handle:
-                lines = handle.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 3 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
-@contextlib.contextmanager
-def qemu_arm(binary, args):
-    program = need_tool("qemu-arm")
-    for _ in range(5):
-        port = _free_port()
-        proc = subprocess.Popen([program, "-g", str(port), str(binary), *args],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
-        while proc.poll() is None and not _listening(port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if proc.poll() is None and _listening(port):
-            break
-        proc.kill()
-        proc.wait()
-    else:
-        pytest.fail("qemu-arm did not start its gdbstub")
-    try:
-        yield "127.0.0.1:%d" % port
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        proc.stderr.close()
-
-
-def _program(flags):
-    need_tool("arm-linux-gnueabihf-g++")
-    return build("ehabi.cpp", ["-funwind-tables", "-static", *flags], name="ehabi-arm",
-                 compiler="arm-linux-gnueabihf-g++")
 
 
 def _run(binary, mode, breakpoint="stop_here"):
@@ -119,7 +54,7 @@ def _check(results, transcript, last="main"):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_walk_equals_gdb(name, mode):
-    results, transcript = _run(_program(BUILDS[name]), mode)
+    results, transcript = _run(arm_program(BUILDS[name]), mode)
     ours, native = _check(results, transcript)
     assert native[0]["name"] == "stop_here"
     # Evidence: each frame names its index entry, where its opcodes are and what each did.
@@ -135,7 +70,7 @@ def test_walk_from_inside_the_personality_routine(name):
     """libgcc's ___Unwind_RaiseException (assembly) is EXIDX_CANTUNWIND: the exidx walk
     equals GDB's up to it and stops there saying so; GDB's bt with the plugin's unwinder
     (exidx frames claimed, that one left to GDB's prologue analysis) is GDB's own."""
-    results, transcript = _run(_program(BUILDS[name]), "throw", breakpoint="__gxx_personality_v0")
+    results, transcript = _run(arm_program(BUILDS[name]), "throw", breakpoint="__gxx_personality_v0")
     native = results["native"]
     names = [f["name"] for f in native]
     assert names[0] == "__gxx_personality_v0" and "__cxa_throw" in names and names[-1] == "main", transcript
