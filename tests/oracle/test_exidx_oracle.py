@@ -180,3 +180,35 @@ def test_mozglue_equals_pyelftools():
         assert len(want) == len(mine["ops"]) or want[-1][1] == ("finish",)
         compared += 1
     assert compared > 1900
+
+
+def test_table_sources_decode_from_the_loaded_image():
+    """The module found from memory (PT_ARM_EXIDX, extab read from its segment) gives the
+    entries readelf lists, and a row per decoded entry."""
+    from plugin.modules import ModuleMap
+    from plugin.strategies.exidx import entry_text, table_sources
+    from plugin.targets.elf import FileTarget
+    path = _built(BUILDS["thumb-O2"])
+    target = FileTarget(str(path))
+    (module,) = ModuleMap(target).all()
+    assert module.arch.name == "arm" and module.tables[".ARM.exidx"].found_by == "PT_ARM_EXIDX"
+    problems = []
+    (source,) = table_sources(target, module, None, problems)
+    assert not problems
+    theirs = parse_readelf(_readelf(path))
+    assert [e["start"] for e in source["entries"]] == [e["function"] for e in theirs]
+    for entry, want in zip(source["entries"], theirs):
+        assert entry["kind"] == want["kind"]
+        assert bool(entry["rows_text"]) == (want["ops"] is not None)
+    level3 = [e for e in source["entries"] if e["start"] == _symbol(path, "level3")]
+    (entry,) = level3
+    # pop {r3}; pop {r14}: r3 at sp, lr at sp+4, the caller's sp 8 above.
+    assert entry["rows_text"] == ["CFA=sp+8 => r3=[CFA-8] lr=[CFA-4]"]
+    assert [i["text"] for i in entry["instructions"]][:2] == ["pop {r3}", "pop {r14}"]
+    assert any("pop {r3}" in line for line in entry_text(entry))
+
+
+def _symbol(path, name):
+    elf = ELFFile(open(path, "rb"))
+    (sym,) = elf.get_section_by_name(".symtab").get_symbol_by_name(name)
+    return sym["st_value"] & ~1
