@@ -19,6 +19,9 @@ registers popped are skipped over, not tracked (the core's rules read
 address-sized words), so those registers are unknown in the caller.
 """
 
+from dataclasses import dataclass
+from typing import List, Optional
+
 from plugin.arch import arm
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import exidx
@@ -36,15 +39,14 @@ FOUND_BY = ".ARM.exidx EHABI"
 _DW_OP_BREG0, _DW_OP_DEREF, _DW_OP_CONSTS, _DW_OP_PLUS, _DW_OP_DROP = 0x70, 0x06, 0x11, 0x22, 0x13
 
 
+@dataclass
 class Plan:
     """An entry's opcodes run symbolically: the Row, and what each instruction did."""
-
-    def __init__(self, row, effects, pc_from, skipped, refused):
-        self.row = row
-        self.effects = effects          # one sentence per executed instruction
-        self.pc_from = pc_from          # PC (popped) or LR (the finish rule)
-        self.skipped = skipped          # VFP/iWMMXt registers popped but not tracked
-        self.refused = refused          # a "refuse to unwind" instruction was reached
+    row: Row
+    effects: List[str]              # one sentence per executed instruction
+    pc_from: int                    # PC (popped) or LR (the finish rule)
+    skipped: List[str]              # VFP/iWMMXt pops: stepped over, registers not tracked
+    refused: bool                   # a "refuse to unwind" instruction was reached
 
 
 # -- symbolic values: (base, offset); base is ("reg", n) or ("load", value) ----------
@@ -73,7 +75,7 @@ def _expression(value):
     return out
 
 
-def plan(unwind, arch, start, end):
+def plan(unwind: exidx.UnwindEntry, arch, start: int, end: int) -> Plan:
     """The Plan of a decoded UnwindEntry for the range [start, end)."""
     vsp = _reg(SP)
     saved = {}                      # core register -> address value it was popped from
@@ -131,7 +133,7 @@ def plan(unwind, arch, start, end):
     return Plan(row, effects, PC if PC in saved else LR, skipped, refused)
 
 
-def at_entry(entry, arch):
+def at_entry(entry: exidx.IndexEntry, arch) -> Plan:
     """The Plan at a function's first instruction, where its opcodes do not hold yet."""
     row = Row(address=entry.function, cfa=CfaRule("register", register=SP, offset=0),
               registers={LR: Rule(SAME)}, end=entry.function + 1)
@@ -198,7 +200,7 @@ class ExidxTables(ModuleTables):
 
 # -- the step ------------------------------------------------------------------
 
-def step(frame, ctx):
+def step(frame, ctx) -> Outcome:
     """Recover frame's caller from the EHABI entry covering its lookup pc."""
     pc = ctx.lookup_pc(frame)
     module = ctx.modules.find(pc)
@@ -235,7 +237,7 @@ def step(frame, ctx):
     return apply(steps, frame, ctx, evidence)
 
 
-def apply(steps, frame, ctx, evidence):
+def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:
     """The caller's registers from a Plan: the row evaluated, pc from r15 or r14."""
     arch = ctx.arch
     evidence.rule = steps.row
@@ -266,7 +268,8 @@ def apply(steps, frame, ctx, evidence):
 
 # -- evidence and `unwind tables` -----------------------------------------------
 
-def entry_json(entry, unwind, steps, found_via=None):
+def entry_json(entry: exidx.IndexEntry, unwind: exidx.UnwindEntry, steps: Optional[Plan],
+               found_via: Optional[str] = None) -> dict:
     """The index entry, where its opcodes live, and each instruction with what it did."""
     out = {"index": entry.index, "index_offset": entry.offset, "start": entry.function,
            "end": steps.row.end if steps else entry.end, "kind": entry.kind.value,
@@ -285,7 +288,7 @@ def entry_json(entry, unwind, steps, found_via=None):
     return out
 
 
-def table_sources(target, module, address, problems):
+def table_sources(target, module, address: Optional[int], problems: List[str]) -> List[dict]:
     """[{"kind": "exidx", ...}] for a module's .ARM.exidx: every entry, or the one covering address."""
     tables = ExidxTables.of(module, target)
     table = tables.table()
@@ -319,7 +322,7 @@ def table_sources(target, module, address, problems):
              "found_by": module.tables[SECTION].found_by, "entries": entries}]
 
 
-def entry_text(entry):
+def entry_text(entry: dict) -> List[str]:
     """Lines for one entry of table_sources, for people."""
     head = "  [0x%x, 0x%x) %s" % (entry["start"], entry["end"], entry["kind"])
     if entry.get("model"):
