@@ -10,6 +10,8 @@ import pytest
 
 from support import build, need_tool
 
+SYSROOT = "/usr/arm-linux-gnueabihf"     # Debian's armhf cross libraries (libc6-armhf-cross)
+
 BUILDS = {
     "arm-O0": ["-O0", "-marm"],
     "arm-O2": ["-O2", "-marm"],
@@ -42,11 +44,14 @@ def _listening(port):
 
 
 @contextlib.contextmanager
-def qemu_arm(binary, args):
+def qemu_arm(binary, args, sysroot=None):
+    """qemu-arm stopped at the entry point with its gdbstub on a free port; yields "127.0.0.1:PORT".
+    sysroot: where a dynamic executable's loader and libraries are (qemu's -L)."""
     program = need_tool("qemu-arm")
     for _ in range(5):
         port = _free_port()
-        proc = subprocess.Popen([program, "-g", str(port), str(binary), *args],
+        prefix = ["-L", str(sysroot)] if sysroot else []
+        proc = subprocess.Popen([program, *prefix, "-g", str(port), str(binary), *args],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while proc.poll() is None and not _listening(port) and time.monotonic() < deadline:
@@ -66,7 +71,7 @@ def qemu_arm(binary, args):
         proc.stderr.close()
 
 
-def arm_program(flags):
+def arm_program(flags, static=True):
     need_tool("arm-linux-gnueabihf-g++")
-    return build("ehabi.cpp", ["-funwind-tables", "-static", *flags], name="ehabi-arm",
-                 compiler="arm-linux-gnueabihf-g++")
+    return build("ehabi.cpp", ["-funwind-tables", *(["-static"] if static else []), *flags],
+                 name="ehabi-arm", compiler="arm-linux-gnueabihf-g++")

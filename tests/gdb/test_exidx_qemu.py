@@ -17,13 +17,14 @@ flight (the frames above it are thrower's landing pad, catcher, main), and
 import pytest
 
 from gdbrun import run_gdb
-from qemu_arm import BUILDS, arm_program, qemu_arm
+from qemu_arm import BUILDS, SYSROOT, arm_program, qemu_arm
 
 MODES = ["plain", "alloca", "float", "varargs", "big", "throw"]
 
 
-def _run(binary, mode, breakpoint="stop_here"):
-    with qemu_arm(binary, [mode]) as address:
+def _run(binary, mode, breakpoint="stop_here", sysroot=None):
+    setup = ["set sysroot %s" % sysroot] if sysroot else []
+    with qemu_arm(binary, [mode], sysroot=sysroot) as address:
         return run_gdb(binary, [
             ("arch", "py", "gdb.selected_frame().architecture().name()"),
             ("enabled", "frames", None),
@@ -31,7 +32,7 @@ def _run(binary, mode, breakpoint="stop_here"):
             ("explain", "json", "unwind explain -json -sources exidx all"),
             ("disable", "cmd", "disable unwinder global unwind-plugin"),
             ("native", "frames", None),
-        ], breakpoint=breakpoint, gdb_program="gdb-multiarch", remote=address, timeout=300)
+        ], breakpoint=breakpoint, setup=setup, gdb_program="gdb-multiarch", remote=address, timeout=300)
 
 
 def _pc_sp(frames):
@@ -79,3 +80,17 @@ def test_walk_from_inside_the_personality_routine(name):
     assert _pc_sp(ours["frames"]) == _pc_sp(native[:stuck + 1])
     assert ours["stop_reason"] == "no-unwind-info" and "EXIDX_CANTUNWIND" in ours["stop_detail"]
     assert _pc_sp(results["enabled"]) == _pc_sp(native)
+
+
+@pytest.mark.parametrize("name", ["arm-O0", "thumb-O2"])
+def test_dynamic_walk_equals_gdb(name):
+    """A dynamic executable: libc, libstdc++ and libgcc_s tables read from their images in
+    memory; thrower and catcher name __gxx_personality_v0 through the PLT (`...@plt`)."""
+    results, transcript = _run(arm_program(BUILDS[name], static=False), "throw", sysroot=SYSROOT)
+    ours, native = _check(results, transcript)
+    assert native[0]["name"] == "stop_here"
+    modules = {f["module"] for f in ours}
+    assert any(m and m.startswith("libc.so") for m in modules), transcript
+    generic = [f["evidence"]["entry"] for f in results["explain"]["frames"][1:]
+               if f["evidence"]["entry"]["model"] == "generic"]
+    assert generic and all(e["decoded"] for e in generic)
