@@ -1,6 +1,7 @@
 """ARM EHABI decoding equals binutils `readelf -u`, `llvm-readobj-16 --unwind` and pyelftools.
 
-Inputs: the corpus' Android `release-libmozglue.so` (its two stored dumps,
+Inputs: Debian's armhf libc, libstdc++, libgcc_s and ld.so; the corpus'
+Android `release-libmozglue.so` (its two stored dumps,
 made by readelf 2.40 and llvm-readelf 16, and the tools run here) and the
 ehabi.cpp fixture built with arm-linux-gnueabihf-g++ in Arm and Thumb-2,
 -O0 and -O2, dynamic and static (the static one brings glibc's and
@@ -111,6 +112,21 @@ def test_built_equals_readelf_and_llvm(name):
     _same_as_llvm(ours, parse_llvm(_llvm(path)))
     decoded = [e for e in ours if e["ops"]]
     assert len(decoded) >= 6
+
+
+CROSS_LIBRARIES = ["libc.so.6", "libstdc++.so.6", "libgcc_s.so.1", "ld-linux-armhf.so.3"]
+
+
+@pytest.mark.parametrize("name", CROSS_LIBRARIES)
+def test_debian_armhf_libraries_equal_readelf_and_llvm(name):
+    """Real-world tables: Debian's armhf cross libraries (installed with g++-arm-linux-gnueabihf)."""
+    need_tool("arm-linux-gnueabihf-g++")
+    path = "/usr/arm-linux-gnueabihf/lib/" + name
+    table, names = file_table(path)
+    ours = plugin_entries(table, names)
+    assert len(ours) > 20
+    _same_as_readelf(ours, parse_readelf(_readelf(path)))
+    _same_as_llvm(ours, parse_llvm(_llvm(path)))
 
 
 def test_static_build_decodes_gcc_personality_opcodes():
