@@ -181,4 +181,4 @@ def _header_from_entry(path, runtime_entry):
         low, entry = _lowest_load(path)
     except (OSError, ValueError):
         return None
-    return runtime_entry - entry + low
+    return runtime_entry - (entry & ~1 if entry & 1 and not runtime_entry & 1 else entry) + low   # Thumb entry: GDB drops bit 0

@@ -33,6 +33,7 @@ STRATEGIES = {
     "cfi": cfi_strategy.step,
     "sframe": sframe_strategy.step,
     "compact": compact_strategy.step,
+    "exidx": __import__("plugin.strategies.exidx", fromlist=["step"]).step,
     "frame-pointer": frame_pointer_strategy.step,
     "scan": scan_strategy.step,
 }

@@ -173,7 +173,9 @@ def by_name(name):
     key = name.lower()
     for alias, arch in (("x86-64", "x86_64"), ("x86_64", "x86_64"), ("amd64", "x86_64"),
                         ("aarch64", "aarch64"), ("arm64", "aarch64"),
-                        ("s390", "s390x"), ("i386", "i386"), ("i686", "i386"), ("x86", "i386")):
+                        ("s390", "s390x"), ("i386", "i386"), ("i686", "i386"), ("x86", "i386"), ("arm", "arm")):
         if alias in key:
             return BY_NAME[arch]
     raise KeyError("unsupported architecture %r" % name)
+
+from plugin.arch import arm  # noqa: E402,F401  (32-bit Arm; registers itself in BY_NAME and BY_ELF_MACHINE)

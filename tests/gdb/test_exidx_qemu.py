@@ -1,0 +1,96 @@
+"""The `exidx` source live: ehabi.cpp built for 32-bit Arm, run under `qemu-arm -g PORT`, gdb-multiarch.
+
+Oracle: GDB's own frames (the plugin's unwinder disabled), compared by
+(pc, sp) with the plugin's walk `unwind backtrace -json -sources exidx`,
+from the stop in each mode of the fixture, for Arm and Thumb-2 code at
+-O0 and -O2, with and without frame pointers (static executables: qemu-user has no /proc for GDB, and the
+static one is found from its entry point). GDB's bt ends at main (its
+`backtrace past-main` is off); the plugin's walk goes on into glibc and
+must agree on every frame GDB shows.
+
+"throw" stops in a destructor run by a cleanup while an exception is in
+flight (the frames above it are thrower's landing pad, catcher, main), and
+"personality" stops in __gxx_personality_v0 itself, with libgcc's unwinder
+(_Unwind_RaiseException and its helpers) and __cxa_throw on the stack.
+"""
+
+import pytest
+
+from gdbrun import run_gdb
+from qemu_arm import BUILDS, SYSROOT, arm_program, qemu_arm
+
+MODES = ["plain", "alloca", "float", "varargs", "big", "throw"]
+
+
+def _run(binary, mode, breakpoint="stop_here", sysroot=None):
+    setup = ["set sysroot %s" % sysroot] if sysroot else []
+    with qemu_arm(binary, [mode], sysroot=sysroot) as address:
+        return run_gdb(binary, [
+            ("arch", "py", "gdb.selected_frame().architecture().name()"),
+            ("enabled", "frames", None),
+            ("ours", "json", "unwind backtrace -json -sources exidx"),
+            ("explain", "json", "unwind explain -json -sources exidx all"),
+            ("disable", "cmd", "disable unwinder global unwind-plugin"),
+            ("native", "frames", None),
+        ], breakpoint=breakpoint, setup=setup, gdb_program="gdb-multiarch", remote=address, timeout=300)
+
+
+def _pc_sp(frames):
+    return [(f["pc"], f["sp"]) for f in frames]
+
+
+def _check(results, transcript, last="main"):
+    assert results["arch"].startswith("arm"), results["arch"]
+    native = results["native"]
+    names = [f["name"] for f in native]
+    assert last in names, transcript
+    ours = results["ours"]["frames"]
+    assert _pc_sp(ours)[:len(native)] == _pc_sp(native), transcript
+    assert all(f["method"] == "exidx" for f in ours[1:len(native)])
+    # With the plugin's unwinder claiming frames, GDB's own bt is unchanged.
+    assert _pc_sp(results["enabled"]) == _pc_sp(native)
+    return ours, native
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_walk_equals_gdb(name, mode):
+    results, transcript = _run(arm_program(BUILDS[name]), mode)
+    ours, native = _check(results, transcript)
+    assert native[0]["name"] == "stop_here"
+    # Evidence: each frame names its index entry, where its opcodes are and what each did.
+    for frame in results["explain"]["frames"][1:len(native)]:
+        entry = frame["evidence"]["entry"]
+        assert entry["kind"] in ("inline", "table") and entry["decoded"] is True
+        assert entry["opcodes_at"] and entry["instructions"]
+        assert all(i["effect"] for i in entry["instructions"])
+
+
+@pytest.mark.parametrize("name", ["arm-O2", "thumb-O2"])
+def test_walk_from_inside_the_personality_routine(name):
+    """libgcc's ___Unwind_RaiseException (assembly) is EXIDX_CANTUNWIND: the exidx walk
+    equals GDB's up to it and stops there saying so; GDB's bt with the plugin's unwinder
+    (exidx frames claimed, that one left to GDB's prologue analysis) is GDB's own."""
+    results, transcript = _run(arm_program(BUILDS[name]), "throw", breakpoint="__gxx_personality_v0")
+    native = results["native"]
+    names = [f["name"] for f in native]
+    assert names[0] == "__gxx_personality_v0" and "__cxa_throw" in names and names[-1] == "main", transcript
+    ours = results["ours"]
+    stuck = names.index("___Unwind_RaiseException")
+    assert _pc_sp(ours["frames"]) == _pc_sp(native[:stuck + 1])
+    assert ours["stop_reason"] == "no-unwind-info" and "EXIDX_CANTUNWIND" in ours["stop_detail"]
+    assert _pc_sp(results["enabled"]) == _pc_sp(native)
+
+
+@pytest.mark.parametrize("name", ["arm-O0", "thumb-O2"])
+def test_dynamic_walk_equals_gdb(name):
+    """A dynamic executable: libc, libstdc++ and libgcc_s tables read from their images in
+    memory; thrower and catcher name __gxx_personality_v0 through the PLT (`...@plt`)."""
+    results, transcript = _run(arm_program(BUILDS[name], static=False), "throw", sysroot=SYSROOT)
+    ours, native = _check(results, transcript)
+    assert native[0]["name"] == "stop_here"
+    modules = {f["module"] for f in ours}
+    assert any(m and m.startswith("libc.so") for m in modules), transcript
+    generic = [f["evidence"]["entry"] for f in results["explain"]["frames"][1:]
+               if f["evidence"]["entry"]["model"] == "generic"]
+    assert generic and all(e["decoded"] for e in generic)
