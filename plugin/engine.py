@@ -25,6 +25,7 @@ from plugin import settings
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, SourceKind, source_names
 from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
+from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import frame_pointer as frame_pointer_strategy
 from plugin.strategies import scan as scan_strategy
 from plugin.strategies import sframe as sframe_strategy
@@ -33,7 +34,7 @@ STRATEGIES = {
     "cfi": cfi_strategy.step,
     "sframe": sframe_strategy.step,
     "compact": compact_strategy.step,
-    "exidx": __import__("plugin.strategies.exidx", fromlist=["step"]).step,
+    "exidx": exidx_strategy.step,
     "frame-pointer": frame_pointer_strategy.step,
     "scan": scan_strategy.step,
 }

@@ -8,6 +8,7 @@ from plugin.validate import agreement as row_agreement
 from plugin.errors import DecodeError
 from plugin.formats import cfi
 from plugin.render import compact_dump, sframe_dump
+from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
 from plugin.strategies.cfi import CfiTables
 
@@ -32,6 +33,7 @@ def collect(target, modules, address=None):
         sources.extend(compact_dump.table_sources(target, module, address, problems))
         sources.extend(_cfi_sources(target, module, address, problems))
         sources.extend(_sframe_sources(target, module, address, problems))
+        sources.extend(exidx_strategy.table_sources(target, module, address, problems))
         if address is not None:
             agreement = _agreement(target, module, address, problems)
     for ref, reason in modules.failed:

@@ -28,9 +28,10 @@ from plugin.formats import exidx
 from plugin.formats.exidx_ops import LR, PC, SP, OpKind
 from plugin.memory import Region, encode_sleb
 from plugin.model.evidence import StepEvidence
-from plugin.model.rules import EXPRESSION, OFFSET, SAME, CfaRule, Row, Rule
+from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.modules import region_of
-from plugin.strategies import FAILED, RECOVERED, ModuleTables, Outcome
+from plugin.strategies import ModuleTables
 from plugin.strategies.evaluate import UnwindError, evaluate_row
 
 SOURCE = "exidx"
@@ -118,25 +119,25 @@ def plan(unwind: exidx.UnwindEntry, arch, start: int, end: int) -> Plan:
         if n == SP:
             continue                # the caller's sp is the CFA
         if where[0] == vsp[0]:
-            registers[n] = Rule(OFFSET, offset=where[1] - vsp[1])
+            registers[n] = Rule(RuleKind.OFFSET, offset=where[1] - vsp[1])
         else:
-            registers[n] = Rule(EXPRESSION, expression=bytes([_DW_OP_DROP]) + _expression(where))
-    registers.setdefault(LR, Rule(SAME))
+            registers[n] = Rule(RuleKind.EXPRESSION, expression=bytes([_DW_OP_DROP]) + _expression(where))
+    registers.setdefault(LR, Rule(RuleKind.SAME))
     base, k = vsp
     if base[0] == "reg":
-        cfa = CfaRule("register", register=base[1], offset=k)
+        cfa = CfaRule(CfaKind.REGISTER, register=base[1], offset=k)
     elif k == 0 and base[1][0][0] == "reg":
-        cfa = CfaRule("register", register=base[1][0][1], offset=base[1][1], deref=True)
+        cfa = CfaRule(CfaKind.REGISTER, register=base[1][0][1], offset=base[1][1], deref=True)
     else:
-        cfa = CfaRule("expression", expression=_expression(vsp))
+        cfa = CfaRule(CfaKind.EXPRESSION, expression=_expression(vsp))
     row = Row(address=start, cfa=cfa, registers=registers, end=end)
     return Plan(row, effects, PC if PC in saved else LR, skipped, refused)
 
 
 def at_entry(entry: exidx.IndexEntry, arch) -> Plan:
     """The Plan at a function's first instruction, where its opcodes do not hold yet."""
-    row = Row(address=entry.function, cfa=CfaRule("register", register=SP, offset=0),
-              registers={LR: Rule(SAME)}, end=entry.function + 1)
+    row = Row(address=entry.function, cfa=CfaRule(CfaKind.REGISTER, register=SP, offset=0),
+              registers={LR: Rule(RuleKind.SAME)}, end=entry.function + 1)
     note = ("the pc is the function's first instruction: nothing is saved yet, so CFA = %s and "
             "the return address is in %s (the opcodes describe the body, after the prologue)"
             % (arch.name_of(SP), arch.name_of(LR)))
@@ -167,7 +168,7 @@ class ExidxTables(ModuleTables):
                 try:
                     self._table = exidx.ExidxTable(region_of(self.target, location), self._extab_region)
                 except (DecodeError, MemoryReadError) as exc:
-                    self.problems.append("%s: %s" % (SECTION, exc))
+                    self.note_problem(SECTION, exc)
         return self._table
 
     def _extab_region(self, address):
@@ -205,29 +206,31 @@ def step(frame, ctx) -> Outcome:
     pc = ctx.lookup_pc(frame)
     module = ctx.modules.find(pc)
     if module is None:
-        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc)
+        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
     tables = ExidxTables.of(module, ctx.target)
     table = tables.table()
     if table is None:
         reason = "%s has no .ARM.exidx (no PT_ARM_EXIDX program header)" % module.name
         if tables.problems:
             reason = "%s: %s" % (module.name, "; ".join(tables.problems))
-        return Outcome.not_applicable(SOURCE, reason)
+        return Outcome.not_applicable(SOURCE, reason, tables.missing_kind(FailureKind.NO_TABLE))
     entry = table.find(pc)
     if entry is None or pc >= tables.end_of(entry):
-        return Outcome.not_applicable(SOURCE, "no .ARM.exidx entry of %s covers 0x%x" % (module.name, pc))
+        return Outcome.not_applicable(SOURCE, "no .ARM.exidx entry of %s covers 0x%x" % (module.name, pc), FailureKind.NO_ENTRY)
     if entry.kind == exidx.EntryKind.CANTUNWIND:
         return Outcome.not_applicable(SOURCE, "the .ARM.exidx entry %d for 0x%x says EXIDX_CANTUNWIND"
-                                      % (entry.index, entry.function))
+                                      % (entry.index, entry.function), FailureKind.NO_ENTRY)
     try:
         unwind, steps = tables.planned(entry, ctx.symbol)
     except DecodeError as exc:
-        return Outcome.failed(SOURCE, "bad EHABI entry in %s: %s" % (module.name, exc))
+        return Outcome.failed(SOURCE, "bad EHABI entry in %s: %s" % (module.name, exc), error_kind(exc))
     if steps is None:
         return Outcome.not_applicable(SOURCE, "the .ARM.extab entry at 0x%x names personality routine 0x%x, "
-                                      "whose data layout is not known" % (entry.table, unwind.personality))
+                                      "whose data layout is not known" % (entry.table, unwind.personality),
+                                      FailureKind.NOT_SUPPORTED)
     if steps.refused:
-        return Outcome.not_applicable(SOURCE, "the opcodes of entry %d refuse to unwind" % entry.index)
+        return Outcome.not_applicable(SOURCE, "the opcodes of entry %d refuse to unwind" % entry.index,
+                                      FailureKind.NO_RETURN_ADDRESS)
     if frame.exact_pc and pc == entry.function:
         steps = at_entry(entry, module.arch)
     evidence = StepEvidence(source=SOURCE, found_by=FOUND_BY, lookup_pc=pc, module=module.name,
@@ -246,14 +249,14 @@ def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:
         result = evaluate_row(steps.row, arch, frame.registers, ctx.read_memory)
     except UnwindError as exc:
         evidence.reads = exc.reads
-        return Outcome(FAILED, SOURCE, exc.reason, evidence=evidence)
+        return Outcome.failed(SOURCE, exc.reason, exc.kind, evidence=evidence)
     evidence.cfa = result.cfa
     evidence.reads = result.reads
     caller = result.registers
     ra = caller.get(steps.pc_from)
     if ra is None:
-        return Outcome(FAILED, SOURCE, "the opcodes give no value for %s, the return address"
-                       % arch.name_of(steps.pc_from), evidence=evidence)
+        return Outcome.failed(SOURCE, "the opcodes give no value for %s, the return address"
+                              % arch.name_of(steps.pc_from), FailureKind.NO_RETURN_ADDRESS, evidence=evidence)
     if ra & 1:
         evidence.notes.append("return address 0x%x has bit 0 set: the caller runs Thumb code" % ra)
     caller[arch.pc] = ra & ~1
@@ -263,7 +266,7 @@ def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:
     if steps.skipped:
         evidence.notes.append("popped but not tracked: %s" % "; ".join(steps.skipped))
     evidence.caller_registers = caller
-    return Outcome(RECOVERED, SOURCE, registers=caller, evidence=evidence)
+    return Outcome(AttemptStatus.RECOVERED, SOURCE, registers=caller, evidence=evidence)
 
 
 # -- evidence and `unwind tables` -----------------------------------------------

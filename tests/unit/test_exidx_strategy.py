@@ -9,7 +9,8 @@ from plugin.errors import MemoryReadError
 from plugin.formats.exidx import EntryKind, IndexEntry, Model, UnwindEntry
 from plugin.formats.exidx_ops import decode_opcodes
 from plugin.model.evidence import Frame, StepEvidence
-from plugin.strategies import FAILED, RECOVERED
+from plugin.model.outcome import AttemptStatus
+FAILED, RECOVERED = AttemptStatus.FAILED, AttemptStatus.RECOVERED
 from plugin.strategies.exidx import apply, at_entry, plan
 
 ARCH = arm.ARCH
