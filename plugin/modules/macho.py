@@ -15,7 +15,7 @@ debugger reports for the image. From them:
 The header is decoded by plugin.formats.macho over a Region that reads the
 target, so a short or damaged header is a DecodeError like any other table.
 Images are never universal ("fat") in memory; fat files are a FileTarget
-matter (plugin/macho_file_target.py).
+matter (plugin/targets/macho.py).
 """
 
 import struct
@@ -23,7 +23,7 @@ import struct
 from plugin.errors import DecodeError
 from plugin.formats import macho as mf
 from plugin.memory import Region
-from plugin.modules import Module, Segment, TableLocation
+from plugin.modules.model import Module, Segment, TableLocation
 
 VM_PROT_EXECUTE = 4
 # The first four bytes of a thin Mach-O image in either byte order.

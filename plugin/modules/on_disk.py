@@ -1,12 +1,19 @@
-"""What the core reads from ELF files on disk (with pyelftools), and why.
+"""What the core reads from ELF files on disk, and why.
 
-Only what is not in the debuggee's memory: `.debug_frame` (never loaded)
-and section headers (to find `.eh_frame` when no `.eh_frame_hdr` points at
-it). Results are cached per (path, size, mtime).
+Only what is not in the debuggee's memory: `.debug_frame` (never loaded),
+section headers (to find `.eh_frame` when no `.eh_frame_hdr` points at it,
+and `.symtab`), and, for debuggers that give no header address, the file's
+link address and entry point. Section headers are read with pyelftools and
+cached per (path, size, mtime). Tables found here say so in found_by.
 """
 
 import os
+import struct
 from functools import lru_cache
+
+from plugin.errors import DecodeError
+from plugin.formats import elf
+from plugin.modules.model import Module, TableLocation
 
 
 def _key(path):
@@ -33,13 +40,13 @@ def _sections(key):
     return out
 
 
-def sections(path):
+def sections(path: str | None) -> dict[str, tuple]:
     """{name: (sh_addr, sh_size, sh_offset, sh_type)} of an ELF file, {} if it is not there."""
     key = _key(path) if path else None
     return _sections(key) if key else {}
 
 
-def section_bytes(path, name):
+def section_bytes(path: str, name: str) -> tuple[int, bytes] | None:
     """(sh_addr, bytes) of a section as stored in the file, or None."""
     info = sections(path).get(name)
     if info is None or info[3] == "SHT_NOBITS":
@@ -51,3 +58,39 @@ def section_bytes(path, name):
     if len(data) != size:
         raise OSError("%s: section %s is truncated" % (path, name))
     return addr, data
+
+
+def eh_frame_location(module: Module) -> TableLocation | None:
+    """`.eh_frame` of an ELF module by the section headers of its file, at run-time
+    addresses; for a module whose `.eh_frame_hdr` does not lead to it. None if
+    the file has no such section (or is not on disk)."""
+    info = sections(module.path).get(".eh_frame")
+    if info is None:
+        return None
+    return TableLocation(".eh_frame", info[0] + module.load_bias, info[1],
+                         "section headers of %s (no .eh_frame_hdr)" % module.path)
+
+
+def debug_frame(module: Module) -> tuple[TableLocation, bytes] | None:
+    """`.debug_frame` of an ELF module, read from its file: where it is (at link
+    addresses: the loader never maps it) and its bytes; None if there is none."""
+    found = section_bytes(module.path, ".debug_frame") if module.path and module.format == "elf" else None
+    if found is None:
+        return None
+    address, data = found
+    return (TableLocation(".debug_frame", address, len(data), "file on disk: %s" % module.path,
+                          in_memory=False), data)
+
+
+def link_layout(path: str) -> tuple[int, int]:
+    """(link address of the ELF header, e_entry) of an ELF file, from its program
+    headers (plugin.formats.elf.header_link_address). OSError if it cannot be read."""
+    with open(path, "rb") as handle:
+        try:
+            header = elf.parse_header(handle.read(elf.HEADER_SIZE))
+            handle.seek(header.phoff)
+            phdrs = elf.parse_program_headers(handle.read(header.phentsize * header.phnum), header)
+            loads = [p for p in phdrs if p.type == elf.PT_LOAD]
+            return elf.header_link_address(loads), header.entry
+        except (DecodeError, struct.error) as exc:      # not ELF, or cut short
+            raise OSError("%s: %s" % (path, exc)) from None

@@ -2,7 +2,7 @@
 
 Each segment's file bytes are placed at vmaddr + slide and zero-filled up
 to vmsize (__PAGEZERO, which maps nothing, is left out), so module
-discovery (plugin/macho_modules.py, from the header in "memory"), the
+discovery (plugin/modules/macho.py, from the header in "memory"), the
 __unwind_info lookups and STACK_IND's reads of code all go through the
 same memory path as in a live debugger. The default slide is 0: addresses
 are the file's link-time addresses, which is what `--address` takes.
