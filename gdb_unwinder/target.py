@@ -167,7 +167,7 @@ def _header_from_section(path, name, runtime_address):
     if info is None:
         return None
     low, _ = _lowest_load(path)
-    return runtime_address - info[0] + low
+    return runtime_address - info.address + low
 
 
 def _header_from_entry(path, runtime_entry):

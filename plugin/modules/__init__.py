@@ -14,6 +14,7 @@ One package, no import cycle:
 """
 
 import bisect
+from typing import NamedTuple
 
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.elf import ELF_MAGIC
@@ -22,7 +23,14 @@ from plugin.modules.macho import discover_macho, is_macho_magic
 from plugin.modules.model import Module, Segment, TableLocation, region_of
 from plugin.target import ModuleRef, Target
 
-__all__ = ["Module", "ModuleMap", "Segment", "TableLocation", "discover", "discover_elf", "region_of"]
+__all__ = ["Module", "ModuleMap", "Segment", "TableLocation", "Unreadable", "discover", "discover_elf",
+           "region_of"]
+
+
+class Unreadable(NamedTuple):
+    """A module the debugger lists but whose headers could not be read."""
+    ref: ModuleRef
+    reason: str
 
 
 def discover(target: Target, ref: ModuleRef) -> Module:
@@ -46,7 +54,7 @@ class ModuleMap:
         self.target = target
         self.generation = None
         self.modules: list[Module] = []
-        self.failed: list[tuple[ModuleRef, str]] = []
+        self.failed: list[Unreadable] = []
         self._starts = []
 
     def refresh(self) -> None:
@@ -59,7 +67,7 @@ class ModuleMap:
             try:
                 self.modules.append(discover(self.target, ref))
             except (DecodeError, MemoryReadError) as exc:
-                self.failed.append((ref, str(exc)))
+                self.failed.append(Unreadable(ref, str(exc)))
         self.modules.sort(key=lambda m: m.start)
         self._starts = [m.start for m in self.modules]
 

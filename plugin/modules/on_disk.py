@@ -10,10 +10,19 @@ cached per (path, size, mtime). Tables found here say so in found_by.
 import os
 import struct
 from functools import lru_cache
+from typing import NamedTuple
 
 from plugin.errors import DecodeError
 from plugin.formats import elf
 from plugin.modules.model import Module, TableLocation
+
+
+class SectionHeader(NamedTuple):
+    """One section header of a file on disk (pyelftools' names for the type)."""
+    address: int        # sh_addr (a link-time address)
+    size: int
+    offset: int         # sh_offset in the file
+    type: str           # e.g. "SHT_PROGBITS", "SHT_NOBITS"
 
 
 def _key(path):
@@ -34,14 +43,14 @@ def _sections(key):
         with open(path, "rb") as handle:
             elf = ELFFile(handle)
             for sec in elf.iter_sections():
-                out[sec.name] = (sec["sh_addr"], sec["sh_size"], sec["sh_offset"], sec["sh_type"])
+                out[sec.name] = SectionHeader(sec["sh_addr"], sec["sh_size"], sec["sh_offset"], sec["sh_type"])
     except (OSError, ELFError, ValueError) as exc:
         raise OSError("cannot read section headers of %s: %s" % (path, exc)) from None
     return out
 
 
-def sections(path: str | None) -> dict[str, tuple]:
-    """{name: (sh_addr, sh_size, sh_offset, sh_type)} of an ELF file, {} if it is not there."""
+def sections(path: str | None) -> dict[str, SectionHeader]:
+    """{name: SectionHeader} of an ELF file, {} if it is not there."""
     key = _key(path) if path else None
     return _sections(key) if key else {}
 
@@ -49,15 +58,14 @@ def sections(path: str | None) -> dict[str, tuple]:
 def section_bytes(path: str, name: str) -> tuple[int, bytes] | None:
     """(sh_addr, bytes) of a section as stored in the file, or None."""
     info = sections(path).get(name)
-    if info is None or info[3] == "SHT_NOBITS":
+    if info is None or info.type == "SHT_NOBITS":
         return None
-    addr, size, offset, _ = info
     with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read(size)
-    if len(data) != size:
+        handle.seek(info.offset)
+        data = handle.read(info.size)
+    if len(data) != info.size:
         raise OSError("%s: section %s is truncated" % (path, name))
-    return addr, data
+    return info.address, data
 
 
 def eh_frame_location(module: Module) -> TableLocation | None:
@@ -67,7 +75,7 @@ def eh_frame_location(module: Module) -> TableLocation | None:
     info = sections(module.path).get(".eh_frame")
     if info is None:
         return None
-    return TableLocation(".eh_frame", info[0] + module.load_bias, info[1],
+    return TableLocation(".eh_frame", info.address + module.load_bias, info.size,
                          "section headers of %s (no .eh_frame_hdr)" % module.path)
 
 

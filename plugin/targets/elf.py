@@ -39,7 +39,7 @@ class LaidOutFile(Target):
     def _file_bytes(self, offset, size):
         raise NotImplementedError
 
-    def read_memory(self, address, size):
+    def read_memory(self, address: int, size: int) -> bytes:
         i = bisect.bisect_right(self._starts, address) - 1
         if i >= 0:
             start, end, offset, filesz, _ = self._pieces[i]
@@ -49,16 +49,16 @@ class LaidOutFile(Target):
                 return data + bytes(size - len(data))
         raise MemoryReadError(address, size, "not mapped by %s" % os.path.basename(self.path))
 
-    def modules(self):
+    def modules(self) -> list[ModuleRef]:
         if self.header_address is None:
             return []
         return [ModuleRef(os.path.basename(self.path), self.header_address, self.path)]
 
-    def mappings(self):
+    def mappings(self) -> list[Mapping]:
         return [Mapping(s, e, True, False, x, self.path) for s, e, _, _, x in self._pieces]
 
 
-def symbol_in(table, address):
+def symbol_in(table: tuple[list, list], address: int) -> tuple[str, int] | None:
     """(name, start) from a ([starts], [(start, end, name)]) table, or None."""
     starts, entries = table
     i = bisect.bisect_right(starts, address) - 1
@@ -111,7 +111,7 @@ class FileTarget(LaidOutFile):
         module.segments = [Segment(s, e, x, off) for s, e, off, _, x in self._pieces]
         return module
 
-    def symbol(self, address):
+    def symbol(self, address: int) -> tuple[str, int] | None:
         table = getattr(self, "_symbols", None)
         if table is None:
             table = self._symbols = _function_symbols(self.elf, self.bias)

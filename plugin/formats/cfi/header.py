@@ -4,10 +4,18 @@ Found by PT_GNU_EH_FRAME; the table maps each FDE's initial location to the
 FDE's address, in DW_EH_PE_* encodings (LSB "Exception Frames").
 """
 
+from typing import NamedTuple
+
 from plugin.arch import Arch
 from plugin.errors import DecodeError
 from plugin.formats.cfi.entries import Deref
 from plugin.memory import PE_DATAREL, PE_INDIRECT, PE_OMIT, PE_PCREL, Cursor, Region, encoded_size
+
+
+class HdrEntry(NamedTuple):
+    """One entry of the search table."""
+    location: int           # the FDE's initial location
+    fde_address: int
 
 
 class EhFrameHdr:
@@ -59,12 +67,12 @@ class EhFrameHdr:
     def usable(self) -> bool:
         return self.why_unusable is None
 
-    def entry(self, index: int) -> tuple[int, int]:
-        """(initial location, FDE address) of table entry `index`."""
+    def entry(self, index: int) -> HdrEntry:
+        """Table entry `index`."""
         c = Cursor(self.region, self.table_offset + index * 2 * self._entry_size)
         size = self.arch.address_size
         location = c.encoded(self.table_encoding, size, self._bases, self.deref)
-        return location, c.encoded(self.table_encoding, size, self._bases, self.deref)
+        return HdrEntry(location, c.encoded(self.table_encoding, size, self._bases, self.deref))
 
     def _location(self, index):
         c = Cursor(self.region, self.table_offset + index * 2 * self._entry_size)
@@ -84,4 +92,4 @@ class EhFrameHdr:
                 low = middle
             else:
                 high = middle - 1
-        return self.entry(low)[1]
+        return self.entry(low).fde_address
