@@ -14,6 +14,7 @@ import gdb
 
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
+from plugin.modules import on_disk
 from plugin.target import Mapping, ModuleRef, Target
 
 
@@ -87,7 +88,6 @@ class GdbTarget(Target):
 
     def _modules_from_gdb(self):
         """Remote targets: header addresses from GDB's own solib list and entry point."""
-        from plugin.modules import on_disk as elf_file
         refs = []
         try:
             text = gdb.execute("info sharedlibrary", to_string=True)
@@ -98,7 +98,7 @@ class GdbTarget(Target):
             if not match:
                 continue
             text_start, path = int(match.group(1), 16), match.group(2)
-            base = _header_from_section(path, ".text", text_start, elf_file)
+            base = _header_from_section(path, ".text", text_start)
             if base is not None:
                 refs.append(ModuleRef(os.path.basename(path), base, path))
         exe = gdb.current_progspace().filename
@@ -159,21 +159,15 @@ def _proc_maps(pid):
 
 
 def _lowest_load(path):
-    from elftools.elf.elffile import ELFFile
-    with open(path, "rb") as handle:
-        elf = ELFFile(handle)
-        loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
-        entry = elf["e_entry"]
-    first = min(loads, key=lambda s: s["p_vaddr"])
-    return first["p_vaddr"] - first["p_offset"], entry
+    return on_disk.link_layout(path)
 
 
-def _header_from_section(path, name, runtime_address, elf_file):
-    info = elf_file.sections(path).get(name)
+def _header_from_section(path, name, runtime_address):
+    info = on_disk.sections(path).get(name)
     if info is None:
         return None
     low, _ = _lowest_load(path)
-    return runtime_address - info[0] + low
+    return runtime_address - info.address + low
 
 
 def _header_from_entry(path, runtime_entry):

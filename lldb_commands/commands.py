@@ -106,7 +106,7 @@ def _is_signal_trampoline(target, modules, pc):
         hit = CfiTables.of(module, target).lookup(pc)
     except Exception:        # undecodable tables: treat as an ordinary frame
         return False
-    return hit is not None and hit[2].cie.signal_frame
+    return hit is not None and hit.signal_frame
 
 
 class BacktraceCommand(_Command):

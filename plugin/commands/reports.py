@@ -73,20 +73,21 @@ def modules_report(modules):
     data = {"modules": [], "unreadable": []}
     lines = []
     for module in modules.all():
-        CfiTables.of(module, modules.target).sections()    # locate .eh_frame/.debug_frame too
+        # Discovery's tables, then where the CFI source found .eh_frame/.debug_frame.
+        found = {**module.tables, **CfiTables.of(module, modules.target).located()}
         entry = {"name": module.name, "path": module.path, "base": module.header_address,
                  "load_bias": module.load_bias, "arch": module.arch.name, "format": module.format,
                  "build_id": module.build_id, "uuid": module.uuid,
                  "segments": [{"start": s.start, "end": s.end, "executable": s.executable}
                               for s in module.segments],
                  "tables": {name: {"address": t.address, "size": t.size, "found_by": t.found_by,
-                                   "in_memory": t.in_memory} for name, t in module.tables.items()}}
+                                   "in_memory": t.in_memory} for name, t in found.items()}}
         data["modules"].append(entry)
         lines.append("%s at 0x%x (%s)" % (module.name, module.header_address, module.path or "memory only"))
-        for name, t in sorted(module.tables.items()):
+        for name, t in sorted(found.items()):
             lines.append("    %-14s 0x%x size 0x%x, found by %s%s" % (
                 name, t.address, t.size, t.found_by, "" if t.in_memory else " (read from disk)"))
-        if not module.tables:
+        if not found:
             lines.append("    no unwind tables")
     for ref, reason in modules.failed:
         data["unreadable"].append({"name": ref.name, "base": ref.header_address, "reason": reason})

@@ -15,7 +15,7 @@ debugger reports for the image. From them:
 The header is decoded by plugin.formats.macho over a Region that reads the
 target, so a short or damaged header is a DecodeError like any other table.
 Images are never universal ("fat") in memory; fat files are a FileTarget
-matter (plugin/macho_file_target.py).
+matter (plugin/targets/macho.py).
 """
 
 import struct
@@ -23,7 +23,8 @@ import struct
 from plugin.errors import DecodeError
 from plugin.formats import macho as mf
 from plugin.memory import Region
-from plugin.modules import Module, Segment, TableLocation
+from plugin.modules.model import Module, Segment, TableLocation
+from plugin.target import ModuleRef, Target
 
 VM_PROT_EXECUTE = 4
 # The first four bytes of a thin Mach-O image in either byte order.
@@ -35,17 +36,17 @@ MAX_LOAD_COMMANDS_SIZE = 1 << 20
 UNWIND_SECTIONS = ("__unwind_info", "__eh_frame")
 
 
-def is_macho_magic(head):
+def is_macho_magic(head: bytes) -> bool:
     return bytes(head[:4]) in MACHO_MAGICS
 
 
-def format_uuid(raw):
+def format_uuid(raw: bytes) -> str:
     """LC_UUID bytes as Apple prints them: 8-4-4-4-12 upper-case hex."""
     text = raw.hex().upper()
     return "-".join((text[:8], text[8:12], text[12:16], text[16:20], text[20:]))
 
 
-def read_header(target, address):
+def read_header(target: Target, address: int) -> mf.MachO:
     """MachO decoded from the header and load commands at `address` in the target."""
     head = target.read_memory(address, 28)
     if not is_macho_magic(head):
@@ -61,7 +62,7 @@ def read_header(target, address):
     return mf.MachO(region, load_address=address, mapped=True)
 
 
-def module_from_macho(image, name, path, header_address):
+def module_from_macho(image: mf.MachO, name: str, path: str | None, header_address: int) -> Module:
     """Module for a decoded MachO whose __TEXT starts at header_address + 0."""
     if image.arch is None:
         raise DecodeError("Mach-O header", 4, "unsupported cputype 0x%x" % image.cputype)
@@ -89,7 +90,7 @@ def module_from_macho(image, name, path, header_address):
     return module
 
 
-def discover_macho(target, ref):
+def discover_macho(target: Target, ref: ModuleRef) -> Module:
     """Module for the Mach-O image whose header is at ref.header_address."""
     image = read_header(target, ref.header_address)
     return module_from_macho(image, ref.name, ref.path, ref.header_address)

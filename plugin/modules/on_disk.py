@@ -1,12 +1,28 @@
-"""What the core reads from ELF files on disk (with pyelftools), and why.
+"""What the core reads from ELF files on disk, and why.
 
-Only what is not in the debuggee's memory: `.debug_frame` (never loaded)
-and section headers (to find `.eh_frame` when no `.eh_frame_hdr` points at
-it). Results are cached per (path, size, mtime).
+Only what is not in the debuggee's memory: `.debug_frame` (never loaded),
+section headers (to find `.eh_frame` when no `.eh_frame_hdr` points at it,
+and `.symtab`), and, for debuggers that give no header address, the file's
+link address and entry point. Section headers are read with pyelftools and
+cached per (path, size, mtime). Tables found here say so in found_by.
 """
 
 import os
+import struct
 from functools import lru_cache
+from typing import NamedTuple
+
+from plugin.errors import DecodeError
+from plugin.formats import elf
+from plugin.modules.model import Module, TableLocation
+
+
+class SectionHeader(NamedTuple):
+    """One section header of a file on disk (pyelftools' names for the type)."""
+    address: int        # sh_addr (a link-time address)
+    size: int
+    offset: int         # sh_offset in the file
+    type: str           # e.g. "SHT_PROGBITS", "SHT_NOBITS"
 
 
 def _key(path):
@@ -27,27 +43,62 @@ def _sections(key):
         with open(path, "rb") as handle:
             elf = ELFFile(handle)
             for sec in elf.iter_sections():
-                out[sec.name] = (sec["sh_addr"], sec["sh_size"], sec["sh_offset"], sec["sh_type"])
+                out[sec.name] = SectionHeader(sec["sh_addr"], sec["sh_size"], sec["sh_offset"], sec["sh_type"])
     except (OSError, ELFError, ValueError) as exc:
         raise OSError("cannot read section headers of %s: %s" % (path, exc)) from None
     return out
 
 
-def sections(path):
-    """{name: (sh_addr, sh_size, sh_offset, sh_type)} of an ELF file, {} if it is not there."""
+def sections(path: str | None) -> dict[str, SectionHeader]:
+    """{name: SectionHeader} of an ELF file, {} if it is not there."""
     key = _key(path) if path else None
     return _sections(key) if key else {}
 
 
-def section_bytes(path, name):
+def section_bytes(path: str, name: str) -> tuple[int, bytes] | None:
     """(sh_addr, bytes) of a section as stored in the file, or None."""
     info = sections(path).get(name)
-    if info is None or info[3] == "SHT_NOBITS":
+    if info is None or info.type == "SHT_NOBITS":
         return None
-    addr, size, offset, _ = info
     with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read(size)
-    if len(data) != size:
+        handle.seek(info.offset)
+        data = handle.read(info.size)
+    if len(data) != info.size:
         raise OSError("%s: section %s is truncated" % (path, name))
-    return addr, data
+    return info.address, data
+
+
+def eh_frame_location(module: Module) -> TableLocation | None:
+    """`.eh_frame` of an ELF module by the section headers of its file, at run-time
+    addresses; for a module whose `.eh_frame_hdr` does not lead to it. None if
+    the file has no such section (or is not on disk)."""
+    info = sections(module.path).get(".eh_frame")
+    if info is None:
+        return None
+    return TableLocation(".eh_frame", info.address + module.load_bias, info.size,
+                         "section headers of %s (no .eh_frame_hdr)" % module.path)
+
+
+def debug_frame(module: Module) -> tuple[TableLocation, bytes] | None:
+    """`.debug_frame` of an ELF module, read from its file: where it is (at link
+    addresses: the loader never maps it) and its bytes; None if there is none."""
+    found = section_bytes(module.path, ".debug_frame") if module.path and module.format == "elf" else None
+    if found is None:
+        return None
+    address, data = found
+    return (TableLocation(".debug_frame", address, len(data), "file on disk: %s" % module.path,
+                          in_memory=False), data)
+
+
+def link_layout(path: str) -> tuple[int, int]:
+    """(link address of the ELF header, e_entry) of an ELF file, from its program
+    headers (plugin.formats.elf.header_link_address). OSError if it cannot be read."""
+    with open(path, "rb") as handle:
+        try:
+            header = elf.parse_header(handle.read(elf.HEADER_SIZE))
+            handle.seek(header.phoff)
+            phdrs = elf.parse_program_headers(handle.read(header.phentsize * header.phnum), header)
+            loads = [p for p in phdrs if p.type == elf.PT_LOAD]
+            return elf.header_link_address(loads), header.entry
+        except (DecodeError, struct.error) as exc:      # not ELF, or cut short
+            raise OSError("%s: %s" % (path, exc)) from None

@@ -1,22 +1,50 @@
 """The `cfi` source: DWARF call frame information.
 
 Per module: `.eh_frame_hdr` (found by PT_GNU_EH_FRAME) is binary-searched
-for the FDE; `.eh_frame` is decoded from memory where eh_frame_ptr says;
+for the FDE; `.eh_frame` is decoded from memory where eh_frame_ptr says (or,
+with no header, where the file's section headers say: plugin/modules/on_disk.py);
 without a usable header a sorted index of `.eh_frame` is built instead; and
 `.debug_frame`, which the loader never maps, is read from the file on disk.
+Where each section was found is kept in CfiTables.located(), not written
+into the Module.
 """
 
-from plugin.modules import on_disk as elf_file
+from typing import NamedTuple
+
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.evidence import StepEvidence
+from plugin.model.rules import Row
 from plugin.formats import cfi
 from plugin.memory import Region
-from plugin.modules import TableLocation, region_of
+from plugin.modules import on_disk
+from plugin.modules.model import TableLocation, region_of
 from plugin.model.outcome import FailureKind, Outcome, error_kind
 from plugin.strategies import ModuleTables
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "cfi"
+
+
+class CfiHit(NamedTuple):
+    """The FDE that covers a pc, from CfiTables.lookup."""
+    section_name: str               # ".eh_frame", ".debug_frame", "__eh_frame"
+    section: cfi.CfiSection
+    fde: cfi.FDE
+    found_via: str                  # e.g. ".eh_frame_hdr binary search"
+
+    @property
+    def signal_frame(self) -> bool:
+        """Does the FDE's CIE mark a signal frame (augmentation 'S')?"""
+        return self.fde.cie.signal_frame
+
+
+class CfiRowHit(NamedTuple):
+    """CfiHit plus the row in force at the pc, from CfiTables.row_for."""
+    section_name: str
+    section: cfi.CfiSection
+    fde: cfi.FDE
+    found_via: str
+    row: Row
 
 
 class CfiTables(ModuleTables):
@@ -26,7 +54,8 @@ class CfiTables(ModuleTables):
     def __init__(self, module, target):
         super().__init__(module, target)
         self._loaded = {}
-        self._rows = {}         # lookup pc -> (section name, section, FDE, how, Row)
+        self._rows = {}         # lookup pc -> CfiRowHit
+        self._located = {}      # section name -> TableLocation of .eh_frame / .debug_frame
 
     def _once(self, name, load):
         if name not in self._loaded:
@@ -40,7 +69,7 @@ class CfiTables(ModuleTables):
     def _deref(self, address, size):
         return self.target.read_memory(address, size)
 
-    def eh_frame_hdr(self):
+    def eh_frame_hdr(self) -> cfi.EhFrameHdr | None:
         def load():
             location = self.module.tables.get(".eh_frame_hdr")
             if location is None:
@@ -48,7 +77,7 @@ class CfiTables(ModuleTables):
             return cfi.EhFrameHdr(region_of(self.target, location), self.module.arch, deref=self._deref)
         return self._once(".eh_frame_hdr", load)
 
-    def eh_frame(self):
+    def eh_frame(self) -> cfi.CfiSection | None:
         def load():
             hdr = self.eh_frame_hdr()
             if hdr is not None and hdr.eh_frame_ptr is not None:
@@ -68,28 +97,24 @@ class CfiTables(ModuleTables):
                 return cfi.CfiSection(region, "eh_frame", self.module.arch, bases=self._bases(),
                                       deref=self._deref)
             else:
-                info = elf_file.sections(self.module.path).get(".eh_frame")
-                if info is None:
+                location = on_disk.eh_frame_location(self.module)
+                if location is None:
                     return None
-                address = info[0] + self.module.load_bias
-                size = info[1]
-                found_by = "section headers of %s (no .eh_frame_hdr)" % self.module.path
-            self.module.tables[".eh_frame"] = TableLocation(".eh_frame", address, size, found_by)
+                address, size, found_by = location.address, location.size, location.found_by
+            self._located[".eh_frame"] = TableLocation(".eh_frame", address, size, found_by)
             region = Region(".eh_frame", address, size, self.target.read_memory, self.module.arch.byteorder)
             return cfi.CfiSection(region, "eh_frame", self.module.arch, bases=self._bases(),
                                   deref=self._deref)
         return self._once(".eh_frame", load)
 
-    def debug_frame(self):
+    def debug_frame(self) -> cfi.CfiSection | None:
         def load():
-            found = elf_file.section_bytes(self.module.path, ".debug_frame") \
-                if self.module.path and self.module.format == "elf" else None
+            found = on_disk.debug_frame(self.module)
             if found is None:
                 return None
-            address, data = found
-            self.module.tables[".debug_frame"] = TableLocation(
-                ".debug_frame", address, len(data), "file on disk: %s" % self.module.path, in_memory=False)
-            region = Region.from_bytes(".debug_frame", address, data, self.module.arch.byteorder)
+            location, data = found
+            self._located[".debug_frame"] = location
+            region = Region.from_bytes(".debug_frame", location.address, data, self.module.arch.byteorder)
             return cfi.CfiSection(region, "debug_frame", self.module.arch, bias=self.module.load_bias)
         return self._once(".debug_frame", load)
 
@@ -103,12 +128,20 @@ class CfiTables(ModuleTables):
             bases["text"] = text.start
         return bases
 
-    def sections(self):
+    def sections(self) -> list[tuple[str, cfi.CfiSection]]:
         """[(name, CfiSection)] for every CFI section this module has."""
         return [(sec.name, sec) for sec in (self.eh_frame(), self.debug_frame()) if sec is not None]
 
-    def lookup(self, pc):
-        """(section name, CfiSection, FDE, how it was found) covering pc, or None."""
+    def located(self) -> dict[str, TableLocation]:
+        """Where .eh_frame and .debug_frame were found, beyond what module
+        discovery put in module.tables (eh_frame_ptr, the file's section
+        headers, the file on disk), in the order they were found. Locates
+        them first (problems go to self.problems)."""
+        self.sections()
+        return dict(self._located)
+
+    def lookup(self, pc: int) -> CfiHit | None:
+        """The FDE covering pc, with its section and how it was found, or None."""
         eh_frame = self.eh_frame()
         if eh_frame is not None:
             hdr = self.eh_frame_hdr()
@@ -117,27 +150,27 @@ class CfiTables(ModuleTables):
                 if address is not None:
                     fde = eh_frame.fde_at(address - eh_frame.region.address)
                     if fde.start <= pc < fde.end:
-                        return ".eh_frame", eh_frame, fde, ".eh_frame_hdr binary search"
+                        return CfiHit(".eh_frame", eh_frame, fde, ".eh_frame_hdr binary search")
             else:
                 fde = eh_frame.find_fde(pc)
                 if fde is not None:
                     how = "sorted index of %s (no usable .eh_frame_hdr)" % eh_frame.name
-                    return eh_frame.name, eh_frame, fde, how
+                    return CfiHit(eh_frame.name, eh_frame, fde, how)
         debug_frame = self.debug_frame()
         if debug_frame is not None:
             fde = debug_frame.find_fde(pc)
             if fde is not None:
-                return ".debug_frame", debug_frame, fde, "sorted index of .debug_frame"
+                return CfiHit(".debug_frame", debug_frame, fde, "sorted index of .debug_frame")
         return None
 
-    def row_for(self, pc):
+    def row_for(self, pc: int) -> CfiRowHit | None:
         """lookup(pc) plus the row in force at pc, memoized: deep stacks repeat pcs."""
         hit = self._rows.get(pc)
         if hit is None:
             found = self.lookup(pc)
             if found is None:
                 return None
-            hit = found + (cfi.row_at(found[2], pc, self.module.arch),)
+            hit = CfiRowHit(*found, cfi.row_at(found.fde, pc, self.module.arch))
             if len(self._rows) >= ROW_CACHE_SIZE:
                 self._rows.clear()
             self._rows[pc] = hit
@@ -147,7 +180,7 @@ class CfiTables(ModuleTables):
 ROW_CACHE_SIZE = 8192
 
 
-def step(frame, ctx):
+def step(frame, ctx) -> Outcome:
     """Recover frame's caller from the CFI row covering its lookup pc."""
     pc = ctx.lookup_pc(frame)
     module = ctx.modules.find(pc)
@@ -161,7 +194,7 @@ def step(frame, ctx):
             if tables.problems:
                 reason += " (%s)" % "; ".join(tables.problems)
             return Outcome.not_applicable(SOURCE, reason, tables.missing_kind(FailureKind.NO_ENTRY))
-        name, section, fde, how, row = hit
+        name, section, fde, how, row = hit.section_name, hit.section, hit.fde, hit.found_via, hit.row
     except DecodeError as exc:
         return Outcome.failed(SOURCE, "bad CFI in %s: %s" % (module.name, exc), error_kind(exc))
     evidence = StepEvidence(

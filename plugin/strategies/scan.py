@@ -27,7 +27,7 @@ registers are unknown. The result is written as a Row (CFA = sp + offset,
 return address = [CFA - 1 word]) and evaluated like every table row.
 """
 
-from plugin.modules import on_disk as elf_file
+from plugin.modules import on_disk
 from plugin.arch import reader
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import StepEvidence
@@ -136,7 +136,7 @@ def has_symbol_table(module):
     cached = module.cache.get(SYMTAB_CACHE_KEY)
     if cached is None:
         try:
-            cached = ".symtab" in elf_file.sections(module.path) if module.path else False
+            cached = ".symtab" in on_disk.sections(module.path) if module.path else False
         except OSError:
             cached = False
         module.cache[SYMTAB_CACHE_KEY] = cached

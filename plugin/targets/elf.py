@@ -16,6 +16,8 @@ from elftools.elf.enums import ENUM_E_MACHINE
 
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
+from plugin.formats.elf import PT_LOAD, ProgramHeader, header_link_address
+from plugin.modules.model import Module, Segment
 from plugin.target import Mapping, ModuleRef, Target
 
 
@@ -37,7 +39,7 @@ class LaidOutFile(Target):
     def _file_bytes(self, offset, size):
         raise NotImplementedError
 
-    def read_memory(self, address, size):
+    def read_memory(self, address: int, size: int) -> bytes:
         i = bisect.bisect_right(self._starts, address) - 1
         if i >= 0:
             start, end, offset, filesz, _ = self._pieces[i]
@@ -47,16 +49,16 @@ class LaidOutFile(Target):
                 return data + bytes(size - len(data))
         raise MemoryReadError(address, size, "not mapped by %s" % os.path.basename(self.path))
 
-    def modules(self):
+    def modules(self) -> list[ModuleRef]:
         if self.header_address is None:
             return []
         return [ModuleRef(os.path.basename(self.path), self.header_address, self.path)]
 
-    def mappings(self):
+    def mappings(self) -> list[Mapping]:
         return [Mapping(s, e, True, False, x, self.path) for s, e, _, _, x in self._pieces]
 
 
-def symbol_in(table, address):
+def symbol_in(table: tuple[list, list], address: int) -> tuple[str, int] | None:
     """(name, start) from a ([starts], [(start, end, name)]) table, or None."""
     starts, entries = table
     i = bisect.bisect_right(starts, address) - 1
@@ -70,7 +72,7 @@ def symbol_in(table, address):
 class FileTarget(LaidOutFile):
     """An ELF file: PT_LOAD segments at their link address plus a bias."""
 
-    def __init__(self, path, base=None):
+    def __init__(self, path: str, base: int | None = None) -> None:
         self.path = path
         with open(path, "rb") as handle:
             self._data = handle.read()
@@ -79,16 +81,15 @@ class FileTarget(LaidOutFile):
         self.arch = arches.BY_ELF_MACHINE.get(_machine_number(elf))
         if self.arch is None:
             raise ValueError("unsupported ELF machine %s" % elf["e_machine"])
-        loads = [s for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+        loads = [ProgramHeader(PT_LOAD, s["p_flags"], s["p_offset"], s["p_vaddr"], s["p_filesz"],
+                               s["p_memsz"]) for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
         pieces = []
         if loads:
-            low = min(s["p_vaddr"] - s["p_offset"] for s in loads if s["p_offset"] == 0) \
-                if any(s["p_offset"] == 0 for s in loads) else min(s["p_vaddr"] for s in loads)
+            low = header_link_address(loads)
             self.bias = 0 if base is None else base - low
-            for s in loads:
-                start = self.bias + s["p_vaddr"]
-                pieces.append((start, start + s["p_memsz"], s["p_offset"], s["p_filesz"],
-                               bool(s["p_flags"] & 1)))
+            for p in loads:
+                start = self.bias + p.vaddr
+                pieces.append((start, start + p.memsz, p.offset, p.filesz, p.executable))
             self.header_address = self.bias + low
         else:
             self.bias = 0 if base is None else base
@@ -103,15 +104,14 @@ class FileTarget(LaidOutFile):
     def _file_bytes(self, offset, size):
         return self._data[offset:offset + size]
 
-    def section_module(self):
+    def section_module(self) -> Module:
         """A Module for a file without program headers (an object file), built from its sections."""
-        from plugin.modules import Module, Segment
         module = Module(name=os.path.basename(self.path), path=self.path, header_address=self.bias,
                         arch=self.arch, load_bias=self.bias)
         module.segments = [Segment(s, e, x, off) for s, e, off, _, x in self._pieces]
         return module
 
-    def symbol(self, address):
+    def symbol(self, address: int) -> tuple[str, int] | None:
         table = getattr(self, "_symbols", None)
         if table is None:
             table = self._symbols = _function_symbols(self.elf, self.bias)

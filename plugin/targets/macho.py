@@ -2,7 +2,7 @@
 
 Each segment's file bytes are placed at vmaddr + slide and zero-filled up
 to vmsize (__PAGEZERO, which maps nothing, is left out), so module
-discovery (plugin/macho_modules.py, from the header in "memory"), the
+discovery (plugin/modules/macho.py, from the header in "memory"), the
 __unwind_info lookups and STACK_IND's reads of code all go through the
 same memory path as in a live debugger. The default slide is 0: addresses
 are the file's link-time addresses, which is what `--address` takes.
@@ -26,6 +26,7 @@ from plugin.errors import DecodeError
 from plugin.targets.elf import LaidOutFile, symbol_in
 from plugin.formats import macho as mf
 from plugin.modules.macho import module_from_macho
+from plugin.modules.model import Module
 from plugin.memory import Region
 
 LC_SYMTAB = 0x2
@@ -38,7 +39,7 @@ CPUTYPES = {"x86_64": mf.CPU_TYPE_X86_64, "arm64": mf.CPU_TYPE_ARM64, "aarch64":
             "i386": mf.CPU_TYPE_X86}
 
 
-def cputype_of(name):
+def cputype_of(name: str) -> int:
     try:
         return CPUTYPES[name.lower()]
     except KeyError:
@@ -50,7 +51,7 @@ class MachOFileTarget(LaidOutFile):
     """A thin Mach-O file, or one slice of a universal one, mapped at base
     (the run-time address of __TEXT; None: the file's own vmaddr)."""
 
-    def __init__(self, path, base=None, arch=None):
+    def __init__(self, path: str, base: int | None = None, arch: str | None = None) -> None:
         self.path = path
         with open(path, "rb") as handle:
             data = handle.read()
@@ -96,14 +97,14 @@ class MachOFileTarget(LaidOutFile):
     def _file_bytes(self, offset, size):
         return self.image.region.read(offset, size)
 
-    def section_module(self):
+    def section_module(self) -> Module:
         """The Module of an object file, from the load commands in the file
         (its header is not in any segment, so it cannot be read from memory)."""
         image = mf.MachO(self.image.region, load_address=self.image.text_vmaddr + self.slide)
         return module_from_macho(image, os.path.basename(self.path), self.path,
                                  self._starts[0] if self._starts else self.slide)
 
-    def symbol(self, address):
+    def symbol(self, address: int) -> tuple[str, int] | None:
         if self._symbols is None:
             try:
                 self._symbols = _function_symbols(self.image, self.slide)

@@ -1,0 +1,88 @@
+"""A whole CFI section: its entries in order and a sorted index of its FDEs.
+
+CfiSection is what the rest of the plugin holds for an .eh_frame or
+.debug_frame: EntryDecoder (entries.py) decodes one entry at an offset;
+this adds the walk over the section (a zero length ends .eh_frame and is
+padding in .debug_frame) and find_fde, which uses an .eh_frame_hdr search
+table when there is a usable one and otherwise a sorted index of all FDEs,
+built once.
+"""
+
+import bisect
+from collections.abc import Iterator
+
+from plugin.arch import Arch
+from plugin.errors import DecodeError
+from plugin.formats.cfi.entries import CIE, FDE, Deref, EntryDecoder
+from plugin.formats.cfi.header import EhFrameHdr
+from plugin.memory import Region
+
+
+class CfiSection(EntryDecoder):
+    """One .eh_frame or .debug_frame section, decoded lazily and cached.
+
+    region: plugin.memory.Region of the whole section; kind: "eh_frame" or
+    "debug_frame"; arch: plugin.arch.Arch; bases: {"text": .., "data": ..}
+    for textrel/datarel pointers; deref(address, size) -> bytes for
+    DW_EH_PE_indirect; bias: added to FDE ranges and DW_CFA_set_loc targets
+    (a .debug_frame read from the file at link addresses).
+    """
+
+    def __init__(self, region: Region, kind: str, arch: Arch, bases: dict | None = None,
+                 deref: Deref | None = None, bias: int = 0) -> None:
+        super().__init__(region, kind, arch, bases, deref, bias)
+        self._fde_list = None
+        self._index = None
+
+    # -- walking the section --
+
+    def entries(self) -> Iterator[CIE | FDE]:
+        """CIE and FDE objects in section order."""
+        offset, size = 0, self.region.size
+        while offset < size:
+            header = self._header(offset)
+            if header.length == 0:
+                if self.is_eh:
+                    return                      # the zero terminator
+                offset = header.end             # .debug_frame: padding
+                continue
+            if header.is_cie:
+                yield self._cie(header)
+            else:
+                yield self._fde(header)
+            offset = header.end
+
+    def fdes(self) -> list[FDE]:
+        if self._fde_list is None:
+            self._fde_list = [e for e in self.entries() if isinstance(e, FDE)]
+        return self._fde_list
+
+    def find_fde(self, pc: int, hdr: EhFrameHdr | None = None) -> FDE | None:
+        """The FDE covering pc, or None.
+
+        With a usable EhFrameHdr, its binary search table finds the entry;
+        otherwise a sorted index of all FDEs (built once) is searched.
+        """
+        if hdr is not None and hdr.usable:
+            address = hdr.lookup(pc)
+            if address is None:
+                return None
+            offset = address - self.region.address
+            if not 0 <= offset < self.region.size:
+                raise DecodeError(hdr.region.name, hdr.table_offset,
+                                  "search table points at 0x%x, outside %s" % (address, self.name))
+            fde = self.fde_at(offset)
+            return fde if fde.start <= pc < fde.end else None
+        starts, fdes = self._sorted_index()
+        i = bisect.bisect_right(starts, pc) - 1
+        if i >= 0 and pc < fdes[i].end:
+            return fdes[i]
+        return None
+
+    def _sorted_index(self):
+        if self._index is None:
+            # Empty ranges cover nothing (they are what linkers leave of
+            # discarded functions) and would shadow real neighbours.
+            live = sorted((f for f in self.fdes() if f.end > f.start), key=lambda f: f.start)
+            self._index = ([f.start for f in live], live)
+        return self._index
