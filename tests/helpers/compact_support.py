@@ -18,6 +18,7 @@ from pathlib import Path
 from support import BUILD, FIXTURES, need_tool, run
 
 from plugin.formats import compact_unwind as cu
+from plugin.formats import compact_opcodes
 from plugin.formats.macho import MachO, fat_slices, open_slice
 from plugin.memory import Region
 
@@ -291,7 +292,7 @@ def expectation_from_objdump(desc, arch):
 
 
 def register_names(decoded, arch):
-    return [cu._register_name(arch, n) for n in decoded.registers]
+    return [compact_opcodes.register_name(arch, n) for n in decoded.registers]
 
 
 # ---------------------------------------------------------------------------
@@ -381,7 +382,7 @@ def _cfi_register(name, arch):
         if name in ("fp", "lr"):
             return {"fp": 29, "lr": 30}[name]
         if name[0] in "bdhsqv" and name[1:].isdigit():
-            return cu._ARM64_D_BASE + int(name[1:])
+            return compact_opcodes.ARM64_D_BASE + int(name[1:])
     return arch.number_of(name)
 
 
