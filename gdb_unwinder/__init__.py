@@ -6,6 +6,7 @@ def install():
     import gdb
     import gdb.unwinder
 
+    from .claim import ClaimParameter
     from .commands import register
     from .state import GdbState
     from .unwinder import PluginUnwinder
@@ -17,5 +18,6 @@ def install():
     gdb.unwinder.register_unwinder(None, state.unwinder, replace=True)
     state.connect_events()
     register(state)
+    ClaimParameter(state)
     gdb._unwind_plugin_state = state
     return state

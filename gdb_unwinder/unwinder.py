@@ -17,6 +17,8 @@ from gdb.unwinder import Unwinder
 from plugin.engine import step_frame
 from plugin.model.evidence import Frame
 
+from .claim import Claim
+
 NAME = "unwind-plugin"
 
 
@@ -72,8 +74,13 @@ class PluginUnwinder(Unwinder):
         self.claimed = 0
 
     def __call__(self, pending_frame):
+        if self.state.claim is Claim.NONE:
+            return None
+        inferior = self.state.inferior()
+        target = inferior.target
+        target.inside_unwinder = True
         try:
-            return self._unwind(pending_frame)
+            return self._unwind(pending_frame, inferior)
         except Exception as exc:        # never break `bt`: decline and remember why
             try:
                 pc = int(pending_frame.read_register("pc"))
@@ -82,19 +89,26 @@ class PluginUnwinder(Unwinder):
             self.declines.append((None, pc, "internal error: %s: %s\n%s" % (
                 type(exc).__name__, exc, traceback.format_exc(limit=4))))
             return None
+        finally:
+            target.inside_unwinder = False
 
-    def _unwind(self, pending_frame):
+    def _unwind(self, pending_frame, inferior):
         state = self.state
-        arch = state.target.set_arch(pending_frame.architecture().name())
+        arch = inferior.target.set_arch(pending_frame.architecture().name())
         registers = PendingRegisters(pending_frame, arch)
         pc = registers.get(arch.pc)
         sp = registers.get(arch.sp)
         if pc is None or sp is None:
             return None
         level = pending_frame.level()
-        frame = Frame(level=level, pc=pc, registers=registers, method="pending",
-                      exact_pc=level == 0 or (pc, sp) in state.after_signal)
-        ctx = state.unwinder_context()
+        exact = (pc, sp) in inferior.after_signal or is_innermost_physical(inferior, level, pc, sp)
+        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
+        ctx = state.unwinder_context(inferior)
+        if state.claim is Claim.AUTO:
+            reason = inferior.coverage.gdb_covers(frame, ctx, pending_frame)
+            if reason is not None:
+                self.declines.append((level, pc, reason))
+                return None
         outcome, attempts = step_frame(frame, ctx)
         if outcome is None or outcome.outermost:
             reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
@@ -107,20 +121,31 @@ class PluginUnwinder(Unwinder):
             # same registers and marks the frame "<signal handler called>", which
             # a Python unwinder cannot. The interrupted frame above it is ours
             # again, looked up at its exact pc.
-            state.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
+            inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
             self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
             return None
         start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
         info = pending_frame.create_unwind_info(FrameId(outcome.evidence.cfa, start))
         names, known, raws = arch.registers, registers.known, registers.raw
         skip = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
-        for number, value in caller.items():
-            name = names.get(number)
-            if name is None or number == skip:
+        ruled = _ruled_registers(outcome.evidence)
+        for number, name in names.items():
+            if number == skip:
                 continue
-            raw = raws.get(number)
-            if raw is None or known.get(number) != value:
-                raw = self._value(pending_frame, name, value)
+            if number in caller:
+                value = caller[number]
+                raw = raws.get(number)
+                if raw is None or known.get(number) != value:
+                    raw = self._value(pending_frame, name, value)
+            elif number in ruled:
+                continue        # undefined, or its rule could not be evaluated: not saved
+            else:
+                # GDB's rule for a register the row says nothing about: same
+                # value as in the callee (dwarf2/frame.c, "unspecified").
+                registers.get(number)
+                raw = raws.get(number)
+                if raw is None:
+                    continue
             info.add_saved_register(name, raw)
         self.claimed += 1
         return info
@@ -130,3 +155,35 @@ class PluginUnwinder(Unwinder):
         if kind is None:
             kind = self._types[name] = pending_frame.read_register(name).type
         return gdb.Value(value).cast(kind)
+
+
+def _ruled_registers(evidence):
+    """DWARF numbers the accepted row has a rule for (undefined ones included)."""
+    rule = getattr(evidence, "rule", None)
+    return getattr(rule, "registers", None) or {}
+
+
+def is_innermost_physical(inferior, level, pc, sp):
+    """Is the pending frame the thread's innermost physical frame, whatever its level?
+
+    GDB numbers inline frames too: stopped in code inlined into a function,
+    levels 0..k-1 are inline frames and the function's own (physical) frame
+    is level k, whose pc is the stop pc itself, not a return address. Its pc
+    and sp are then those of GDB's newest frame, which already exists (GDB
+    built it before asking for level k), so reading it re-enters nothing.
+    """
+    if level == 0:
+        return True
+    try:
+        key = gdb.selected_thread().ptid
+    except (gdb.error, AttributeError):
+        key = None
+    innermost = inferior.innermost.get(key)
+    if innermost is None:
+        try:
+            newest = gdb.newest_frame()
+            innermost = (int(newest.read_register("pc")), int(newest.read_register("sp")))
+        except (gdb.error, ValueError, RuntimeError):
+            return False
+        inferior.innermost[key] = innermost
+    return innermost == (pc, sp)

@@ -1,0 +1,120 @@
+"""Which frames GDB's own `bt` takes from the plugin: `set unwind claim auto|all|none`.
+
+GDB's DWARF unwinder reads the same `.eh_frame` and `.debug_frame` as the
+plugin, and a frame it builds is better than one a Python unwinder can hand
+back (GDB 13 keeps a claimed frame's saved registers as values, not
+locations: no "Saved registers" in `info frame`, no `set var` on a caller's
+register-held variables, no tail-call frames built from DW_TAG_call_site).
+So by default (`auto`) the plugin declines every frame whose lookup pc lies
+in an FDE of those sections in a module GDB has loaded as an objfile, and
+claims only where it adds: SFrame-only code, compact unwind, ARM EHABI,
+tables that exist only in memory (JIT code GDB has no objfile for), rows
+whose return address is signed with pointer authentication on a target
+whose description has no `pauth` feature (GDB then keeps the signature in
+the address), and, with `set unwind fallback on`, frame-pointer and stack
+scan frames. `all` claims every frame the plugin can recover; `none`
+claims nothing. `unwind backtrace/explain/compare` ignore this setting.
+"""
+
+import os
+from enum import Enum
+from typing import Optional
+
+import gdb
+
+from plugin.strategies.cfi import CfiTables
+
+from . import objfiles
+
+GDB_DWARF_SECTIONS = (".eh_frame", ".debug_frame")    # the tables GDB's own DWARF unwinder reads
+PAUTH_REGISTER = "pauth_dmask"     # present exactly when the target description has the pauth feature
+
+
+class Claim(str, Enum):
+    AUTO = "auto"       # decline what GDB's DWARF unwinder covers from the same table
+    ALL = "all"         # claim every frame the plugin recovers
+    NONE = "none"       # claim nothing: GDB unwinds alone
+
+
+CLAIM_HELP = {
+    Claim.AUTO: "claim only frames GDB's own DWARF unwinder cannot unwind from the same table",
+    Claim.ALL: "claim every frame the plugin recovers",
+    Claim.NONE: "claim no frame",
+}
+
+
+class GdbCoverage:
+    """Per inferior: the objfiles GDB loaded and whether the target strips pointer authentication."""
+
+    def __init__(self):
+        self._loaded = None
+        self._pauth = {}
+
+    def invalidate(self):
+        self._loaded = None
+        self._pauth.clear()
+
+    def _loaded_sets(self):
+        if self._loaded is None:
+            self._loaded = objfiles.loaded(gdb.selected_inferior().progspace)
+        return self._loaded
+
+    def loaded_by_gdb(self, module) -> bool:
+        paths, in_memory = self._loaded_sets()
+        if module.path:
+            return os.path.realpath(module.path) in paths
+        return module.header_address in in_memory
+
+    def has_pauth(self, pending_frame, arch_name) -> bool:
+        if arch_name not in self._pauth:
+            try:
+                pending_frame.read_register(PAUTH_REGISTER)
+                self._pauth[arch_name] = True
+            except (ValueError, gdb.error):
+                self._pauth[arch_name] = False
+        return self._pauth[arch_name]
+
+    def gdb_covers(self, frame, ctx, pending_frame) -> Optional[str]:
+        """Why GDB's own DWARF unwinder handles this frame from the same table, or None if it does not."""
+        pc = ctx.lookup_pc(frame)
+        module = ctx.modules.find(pc)
+        if module is None or not self.loaded_by_gdb(module):
+            return None
+        hit = CfiTables.of(module, ctx.target).row_for(pc)
+        if hit is None:
+            return None
+        section, _, fde, _, row = hit
+        if section not in GDB_DWARF_SECTIONS:
+            return None
+        if row.ra_signed and not self.has_pauth(pending_frame, ctx.arch.name):
+            return None     # GDB would keep the PAC signature in the return address
+        return "GDB's DWARF unwinder covers 0x%x (%s FDE 0x%x-0x%x in %s): left to GDB (set unwind claim auto)" \
+            % (pc, section, fde.start, fde.end, module.name)
+
+
+class ClaimParameter(gdb.Parameter):
+    """Which frames GDB's backtrace takes from the plugin's unwinder.
+
+auto: only frames GDB's own DWARF unwinder cannot unwind from the same table
+      (SFrame-only or compact-unwind code, tables only in memory, signed return
+      addresses GDB cannot strip, and with "set unwind fallback on" frame-pointer
+      and stack-scan frames). The default.
+all:  every frame the plugin recovers.
+none: no frame.
+The unwind commands always show the plugin's own walk, whatever this says."""
+
+    set_doc = "Set which frames GDB's backtrace takes from the unwind plugin."
+    show_doc = "Show which frames GDB's backtrace takes from the unwind plugin."
+
+    def __init__(self, state):
+        super().__init__("unwind claim", gdb.COMMAND_STACK, gdb.PARAM_ENUM, [c.value for c in Claim])
+        self.state = state
+        self.value = state.claim.value
+
+    def get_set_string(self):
+        self.state.claim = Claim(self.value)
+        gdb.invalidate_cached_frames()
+        return "unwind claim: %s (%s)" % (self.value, CLAIM_HELP[self.state.claim])
+
+    def get_show_string(self, value):
+        return "GDB's backtrace takes from the unwind plugin: %s (%s)." % (value, CLAIM_HELP[Claim(value)])
