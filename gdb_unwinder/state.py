@@ -29,7 +29,6 @@ class InferiorState:
         self.modules = ModuleMap(self.target)
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
-        self.innermost = {}              # thread ptid -> (pc, sp) of its innermost physical frame
         self.unwinder_context = None
 
     def modules_changed(self):
@@ -42,7 +41,6 @@ class InferiorState:
         if self.unwinder_context is not None:
             self.unwinder_context.forget_process_state()
         self.after_signal.clear()
-        self.innermost.clear()
 
 
 class SharedSettings:

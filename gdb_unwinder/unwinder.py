@@ -14,6 +14,7 @@ import traceback
 import gdb
 from gdb.unwinder import Unwinder
 
+from plugin.arch.calls import call_before
 from plugin.engine import step_frame
 from plugin.model.evidence import Frame
 
@@ -101,9 +102,9 @@ class PluginUnwinder(Unwinder):
         if pc is None or sp is None:
             return None
         level = pending_frame.level()
-        exact = (pc, sp) in inferior.after_signal or is_innermost_physical(inferior, level, pc, sp)
-        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
         ctx = state.unwinder_context(inferior)
+        exact = (pc, sp) in inferior.after_signal or is_innermost_physical(level, pc, ctx)
+        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
         if state.claim is Claim.AUTO:
             reason = inferior.coverage.gdb_covers(frame, ctx, pending_frame)
             if reason is not None:
@@ -163,27 +164,41 @@ def _ruled_registers(evidence):
     return getattr(rule, "registers", None) or {}
 
 
-def is_innermost_physical(inferior, level, pc, sp):
-    """Is the pending frame the thread's innermost physical frame, whatever its level?
+def inline_depth(pc):
+    """How many inlined-function blocks enclose pc (0 without debug information)."""
+    try:
+        block = gdb.block_for_pc(pc)
+    except (RuntimeError, gdb.error):
+        return 0
+    functions = 0
+    while block is not None:
+        if block.function is not None:
+            functions += 1
+        block = block.superblock
+    return max(functions - 1, 0)
+
+
+def is_innermost_physical(level, pc, ctx):
+    """Is the pending frame at GDB level `level` the thread's innermost physical frame?
 
     GDB numbers inline frames too: stopped in code inlined into a function,
-    levels 0..k-1 are inline frames and the function's own (physical) frame
-    is level k, whose pc is the stop pc itself, not a return address. Its pc
-    and sp are then those of GDB's newest frame, which already exists (GDB
-    built it before asking for level k), so reading it re-enters nothing.
+    levels 0..k-1 are inline frames and the function's own frame is level
+    k, whose pc is the stop pc, not a return address. No frame may be
+    asked here (GDB is computing the newest frame's id), so the answer
+    comes from the blocks at pc: the innermost physical frame has at most
+    inline_depth(pc) inline frames below it, while a caller has its callee
+    and its own inline frames at pc-1 below it, so level > inline_depth(pc-1).
+    Where both could hold (pc starts an inlined block), a return address
+    follows a call instruction and a stop pc at a block's start normally
+    does not.
     """
     if level == 0:
         return True
+    if level > inline_depth(pc):
+        return False
+    if level <= inline_depth(pc - 1):
+        return True
     try:
-        key = gdb.selected_thread().ptid
-    except (gdb.error, AttributeError):
-        key = None
-    innermost = inferior.innermost.get(key)
-    if innermost is None:
-        try:
-            newest = gdb.newest_frame()
-            innermost = (int(newest.read_register("pc")), int(newest.read_register("sp")))
-        except (gdb.error, ValueError, RuntimeError):
-            return False
-        inferior.innermost[key] = innermost
-    return innermost == (pc, sp)
+        return call_before(ctx.read_memory, ctx.arch, pc) is None
+    except Exception:           # unreadable code: the caller reading is the safe one
+        return False

@@ -90,5 +90,6 @@ SETTINGS: Tuple[Setting, ...] = (
             minimum=1, maximum=MAX_SCAN_WORDS),
     Setting("fallback", "boolean", False,
             "whether GDB's own bt may use frame-pointer and stack-scan frames", debuggers=("gdb",)),
+    Setting("claim", "enum", "auto", "which frames GDB's bt takes from the plugin: auto (only where GDB's own DWARF unwinder cannot), all, none", debuggers=("gdb",)),
 )
 SETTING_BY_NAME = {s.name: s for s in SETTINGS}
