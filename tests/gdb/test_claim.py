@@ -1,0 +1,151 @@
+"""`set unwind claim`, the innermost physical frame, cores without the executable, two inferiors.
+
+Oracles: GDB's own frames (the plugin's unwinder disabled, or GDB without
+the plugin at all).
+"""
+
+import subprocess
+
+import pytest
+
+from gdbrun import run_gdb
+from support import ROOT, build, need_tool
+from test_transcripts import inline_program
+
+CLAIMED = "gdb._unwind_plugin_state.unwinder.claimed"
+NOEH = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+
+
+def _pcs_sps(frames):
+    return [(f["pc"], f["sp"]) for f in frames]
+
+
+def test_default_auto_leaves_dwarf_frames_to_gdb():
+    binary = build("chain.c", ["-O2"])
+    results, _ = run_gdb(binary, [
+        ("show", "cmd", "show unwind claim"),
+        ("bt", "cmd", "bt"),
+        ("claimed", "py", CLAIMED),
+        ("why", "py", "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"),
+        ("ours", "json", "unwind backtrace -json"),
+        ("all", "cmd", "set unwind claim all"),
+        ("bt_all", "cmd", "bt"),
+        ("claimed_all", "py", CLAIMED),
+        ("none", "cmd", "set unwind claim none"),
+        ("bt_none", "cmd", "bt"),
+        ("claimed_none", "py", CLAIMED),
+        ("bad", "cmd", "set unwind claim sometimes"),
+    ], args=["qsort"], breakpoint="getpid")
+    assert "auto" in results["show"]
+    assert results["claimed"] == 0                       # every frame is in an .eh_frame FDE GDB reads
+    assert any("left to GDB" in reason and ".eh_frame FDE" in reason for reason in results["why"])
+    # GDB's tail-call frame (DW_TAG_call_site in libc's debug info) survives.
+    assert "__GI_qsort" in results["bt"] or "qsort" in results["bt"]
+    # The unwind commands still show the plugin's own walk.
+    assert [f["method"] for f in results["ours"]["frames"][1:4]] == ["cfi"] * 3
+    assert results["claimed_all"] > 3
+    assert results["claimed_none"] == results["claimed_all"]
+    assert isinstance(results["bad"], dict) and "error" in results["bad"]
+
+
+def test_auto_claims_frames_gdb_has_no_table_for():
+    """Without .eh_frame GDB guesses; with fallback on the plugin's frames are claimed by default."""
+    binary = build("chain.c", ["-O0"], name="chain-noeh-O0", post=NOEH)
+    results, _ = run_gdb(binary, [
+        ("on", "cmd", "set unwind fallback on"),
+        ("frames", "frames", None),
+        ("claimed", "py", CLAIMED),
+        ("none", "cmd", "set unwind claim none"),
+        ("before", "py", CLAIMED),
+        ("frames_none", "frames", None),
+        ("after", "py", CLAIMED),
+    ], args=["plain"])
+    assert results["claimed"] >= 3
+    assert [f["name"] for f in results["frames"][:5]] == ["stop_here", "level3", "level2", "level1", "main"]
+    assert results["after"] == results["before"]
+
+
+@pytest.mark.parametrize("claim", ["auto", "all"])
+def test_frame_0_in_inlined_code(claim):
+    """GDB's level 0 is an inline frame; the first physical frame (level 1) uses its exact pc."""
+    results, transcript = run_gdb(inline_program(), [
+        ("claim", "cmd", "set unwind claim %s" % claim),
+        ("all", "frames", {"include_all": True}),
+        ("enabled", "frames", None),
+        ("ours", "json", "unwind backtrace -json"),
+        ("explain", "json", "unwind explain -json all"),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], breakpoint="*outer")
+    import gdb_kinds
+    assert results["all"][0]["type"] == gdb_kinds.INLINE_FRAME, transcript
+    native = results["native"]
+    assert [f["name"] for f in native[:3]] == ["outer", "caller", "main"]
+    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    ours = results["ours"]["frames"]
+    assert _pcs_sps([{"pc": f["pc"], "sp": f["sp"]} for f in ours])[:len(native)] == _pcs_sps(native)
+    # The innermost physical frame is looked up at its own pc, not pc-1.
+    assert results["explain"]["frames"][1]["evidence"]["lookup_pc"] == native[0]["pc"]
+
+
+def _gdb_alone(args, plugin):
+    gdb = need_tool("gdb")
+    command = [gdb, "-nx", "-q", "-batch"]
+    if plugin:
+        command += ["-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT]
+    command += args
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("mode,breakpoint", [("qsort", "getpid"), ("plain", "stop_here")])
+def test_core_without_the_executable(tmp_path, mode, breakpoint):
+    binary = build("chain.c", ["-O2"])
+    core = tmp_path / "core"
+    made = _gdb_alone(["-ex", "break %s" % breakpoint, "-ex", "run %s" % mode, "-ex", "gcore %s" % core,
+                       str(binary)], plugin=False)
+    assert core.exists(), made.stdout + made.stderr
+    commands = ["-c", str(core), "-ex", "bt", "-ex", "info frame", "-ex", "frame 1", "-ex", "info frame"]
+    alone = _gdb_alone(commands, plugin=False)
+    loaded = _gdb_alone(commands + ["-ex", "unwind backtrace", "-ex", "unwind modules"], plugin=True)
+    assert "Fatal signal" not in loaded.stderr and loaded.returncode == 0, loaded.stderr[-2000:]
+    assert "#1" in alone.stdout
+    assert loaded.stdout.startswith(alone.stdout), (alone.stdout, loaded.stdout)
+    assert "[vdso]" in loaded.stdout            # GDB's in-memory objfile is located without a command
+    # With the executable too: the plugin finds its modules from GDB's objfiles (no /proc for a core).
+    with_exe = _gdb_alone([str(binary)] + commands, plugin=False)
+    with_exe_loaded = _gdb_alone([str(binary)] + commands + ["-ex", "set unwind claim all", "-ex", "bt"],
+                                 plugin=True)
+    assert with_exe_loaded.returncode == 0 and "Fatal signal" not in with_exe_loaded.stderr
+    assert with_exe_loaded.stdout.startswith(with_exe.stdout)
+
+
+def test_two_inferiors_keep_their_own_modules():
+    first = build("chain.c", ["-O2"])
+    second = build("chain.c", ["-O0"], name="chain-second")
+    results, transcript = run_gdb(first, [
+        ("mods1", "json", "unwind modules -json"),
+        ("add", "cmd", "add-inferior -exec %s" % second),
+        ("switch2", "cmd", "inferior 2"),
+        ("run2", "cmd", "run plain"),
+        ("mods2", "json", "unwind modules -json"),
+        ("ours2", "json", "unwind backtrace -json"),
+        ("switch1", "cmd", "inferior 1"),
+        ("mods1b", "json", "unwind modules -json"),
+        ("ours1", "json", "unwind backtrace -json"),
+        ("all", "cmd", "set unwind claim all"),
+        ("enabled1", "frames", None),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native1", "frames", None),
+    ], args=["plain"])
+
+    def names(key):
+        return {m["name"] for m in results[key]["modules"]}
+
+    assert first.name in names("mods1") and second.name not in names("mods1")
+    assert second.name in names("mods2") and first.name not in names("mods2"), transcript
+    assert first.name in names("mods1b") and second.name not in names("mods1b")
+    ours1 = results["ours1"]
+    assert ours1["stop_reason"] == "outermost", ours1
+    native = results["native1"]
+    assert [f["pc"] for f in ours1["frames"]][:len(native)] == [f["pc"] for f in native]
+    assert [f["pc"] for f in results["enabled1"]] == [f["pc"] for f in native]
