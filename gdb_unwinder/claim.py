@@ -27,6 +27,7 @@ from plugin.strategies.cfi import CfiTables
 from . import objfiles
 
 GDB_DWARF_SECTIONS = (".eh_frame", ".debug_frame")    # the tables GDB's own DWARF unwinder reads
+VERDICT_CACHE_SIZE = 65536
 PAUTH_REGISTER = "pauth_dmask"     # present exactly when the target description has the pauth feature
 
 
@@ -49,10 +50,13 @@ class GdbCoverage:
     def __init__(self):
         self._loaded = None
         self._pauth = {}
+        self._verdicts = {}     # lookup pc -> why GDB covers it, or None
+        self._generation = None
 
     def invalidate(self):
         self._loaded = None
         self._pauth.clear()
+        self._verdicts.clear()
 
     def _loaded_sets(self):
         if self._loaded is None:
@@ -74,9 +78,22 @@ class GdbCoverage:
                 self._pauth[arch_name] = False
         return self._pauth[arch_name]
 
-    def gdb_covers(self, frame, ctx, pending_frame) -> Optional[str]:
-        """Why GDB's own DWARF unwinder handles this frame from the same table, or None if it does not."""
-        pc = ctx.lookup_pc(frame)
+    def gdb_covers(self, pc, ctx, pending_frame) -> Optional[str]:
+        """Why GDB's own DWARF unwinder handles the frame whose lookup pc is `pc` from the
+        same table, or None if it does not."""
+        if self._generation != ctx.target.generation:      # the module list changed
+            self._generation = ctx.target.generation
+            self._verdicts.clear()
+        try:
+            return self._verdicts[pc]
+        except KeyError:
+            pass
+        if len(self._verdicts) >= VERDICT_CACHE_SIZE:
+            self._verdicts.clear()
+        verdict = self._verdicts[pc] = self._covers(pc, ctx, pending_frame)
+        return verdict
+
+    def _covers(self, pc, ctx, pending_frame):
         module = ctx.modules.find(pc)
         if module is None or not self.loaded_by_gdb(module):
             return None

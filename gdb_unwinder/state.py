@@ -29,11 +29,13 @@ class InferiorState:
         self.modules = ModuleMap(self.target)
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
+        self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
         self.unwinder_context = None
 
     def modules_changed(self):
         self.target.invalidate()
         self.coverage.invalidate()
+        self.inline_depths.clear()
         self.resumed()
 
     def resumed(self):
@@ -126,10 +128,13 @@ class GdbState:
     def unwinder_context(self, inferior=None):
         """The context GDB's unwinder uses, rebuilt only when the settings change."""
         inferior = inferior or self.inferior()
-        sources = self.unwinder_sources()
         ctx = inferior.unwinder_context
+        if ctx is not None and ctx.settings == (self.sources, self.claim_fallback):
+            return ctx
+        sources = self.unwinder_sources()
         if ctx is None or ctx.sources != sources:
             ctx = inferior.unwinder_context = UnwindContext(inferior.target, inferior.modules, sources)
+        ctx.settings = (self.sources, self.claim_fallback)     # what `sources` was derived from
         return ctx
 
     def unwinder_sources(self):

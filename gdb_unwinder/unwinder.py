@@ -98,18 +98,22 @@ class PluginUnwinder(Unwinder):
         arch = inferior.target.set_arch(pending_frame.architecture().name())
         registers = PendingRegisters(pending_frame, arch)
         pc = registers.get(arch.pc)
-        sp = registers.get(arch.sp)
-        if pc is None or sp is None:
+        if pc is None:
             return None
         level = pending_frame.level()
         ctx = state.unwinder_context(inferior)
-        exact = (pc, sp) in inferior.after_signal or is_innermost_physical(level, pc, ctx)
-        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
+        exact = is_innermost_physical(level, pc, ctx, inferior.inline_depths)
+        if not exact and inferior.after_signal:
+            exact = (pc, registers.get(arch.sp)) in inferior.after_signal
         if state.claim is Claim.AUTO:
-            reason = inferior.coverage.gdb_covers(frame, ctx, pending_frame)
+            # The common case, kept cheap: one register read and a few dict look-ups.
+            reason = inferior.coverage.gdb_covers(pc if exact else pc - 1, ctx, pending_frame)
             if reason is not None:
                 self.declines.append((level, pc, reason))
                 return None
+        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
+        if registers.get(arch.sp) is None:
+            return None
         outcome, attempts = step_frame(frame, ctx)
         if outcome is None or outcome.outermost:
             reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
@@ -164,21 +168,25 @@ def _ruled_registers(evidence):
     return getattr(rule, "registers", None) or {}
 
 
-def inline_depth(pc):
-    """How many inlined-function blocks enclose pc (0 without debug information)."""
+def inline_depth(pc, cache):
+    """How many inlined-function blocks enclose pc (0 without debug information); cached per pc."""
+    depth = cache.get(pc)
+    if depth is not None:
+        return depth
     try:
         block = gdb.block_for_pc(pc)
     except (RuntimeError, gdb.error):
-        return 0
+        block = None
     functions = 0
     while block is not None:
         if block.function is not None:
             functions += 1
         block = block.superblock
-    return max(functions - 1, 0)
+    depth = cache[pc] = max(functions - 1, 0)
+    return depth
 
 
-def is_innermost_physical(level, pc, ctx):
+def is_innermost_physical(level, pc, ctx, depths):
     """Is the pending frame at GDB level `level` the thread's innermost physical frame?
 
     GDB numbers inline frames too: stopped in code inlined into a function,
@@ -194,9 +202,9 @@ def is_innermost_physical(level, pc, ctx):
     """
     if level == 0:
         return True
-    if level > inline_depth(pc):
+    if level > inline_depth(pc, depths):
         return False
-    if level <= inline_depth(pc - 1):
+    if level <= inline_depth(pc - 1, depths):
         return True
     try:
         return call_before(ctx.read_memory, ctx.arch, pc) is None
