@@ -34,6 +34,7 @@ class GdbTarget(Target):
         self.arch = None
         self.reads = 0          # memory reads made, for the benchmark's reads-per-frame figure
         self.inside_unwinder = False     # set by the unwinder: no GDB command may run now
+        self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
 
     @property
     def scan_words(self):
@@ -60,6 +61,7 @@ class GdbTarget(Target):
 
     def set_arch(self, gdb_arch_name):
         if gdb_arch_name != self._arch_name:
+            self.gdb_arch = None
             self.arch = arches.by_name(gdb_arch_name)
             self._arch_name = gdb_arch_name
         return self.arch

@@ -95,7 +95,12 @@ class PluginUnwinder(Unwinder):
 
     def _unwind(self, pending_frame, inferior):
         state = self.state
-        arch = inferior.target.set_arch(pending_frame.architecture().name())
+        target = inferior.target
+        gdb_arch = pending_frame.architecture()      # GDB hands back one object per gdbarch
+        if gdb_arch is not target.gdb_arch:
+            target.set_arch(gdb_arch.name())
+            target.gdb_arch = gdb_arch
+        arch = target.arch
         registers = PendingRegisters(pending_frame, arch)
         pc = registers.get(arch.pc)
         if pc is None:

@@ -56,6 +56,8 @@ try:
         run("frame %d" % level)
         run("info frame")
         run("info args")
+        run("print $pc")
+        run("print $sp")
     run("frame 0")
     for step in range(1, min(levels, 6)):
         run("up")
