@@ -149,3 +149,28 @@ def test_two_inferiors_keep_their_own_modules():
     native = results["native1"]
     assert [f["pc"] for f in ours1["frames"]][:len(native)] == [f["pc"] for f in native]
     assert [f["pc"] for f in results["enabled1"]] == [f["pc"] for f in native]
+
+
+def test_vdso_is_left_to_gdb_which_loads_it_as_an_objfile():
+    """GDB reads the vdso from memory as "system-supplied DSO at 0x..." and unwinds it from its
+    .eh_frame: by default the plugin declines it; `claim all` takes it and agrees."""
+    binary = build("chain.c", ["-O2"])
+    steps = [("stop", "cmd", "break __vdso_clock_gettime"), ("go", "cmd", "continue"),
+             ("objfiles", "py", "[o.filename for o in gdb.objfiles()]"),
+             ("auto", "frames", None),
+             ("why", "py", "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"),
+             ("claimed_auto", "py", CLAIMED),
+             ("all", "cmd", "set unwind claim all"),
+             ("claim_all", "frames", None),
+             ("claimed_all", "py", CLAIMED),
+             ("disable", "cmd", "disable unwinder global unwind-plugin"),
+             ("native", "frames", None)]
+    results, transcript = run_gdb(binary, steps, args=["vdso"], breakpoint="read_clock")
+    assert any(name.startswith("system-supplied DSO at") for name in results["objfiles"])
+    native = results["native"]
+    assert "clock_gettime" in (native[0]["name"] or ""), transcript
+    assert _pcs_sps(results["auto"]) == _pcs_sps(native)
+    assert results["claimed_auto"] == 0
+    assert any("[vdso]" in reason for reason in results["why"]), results["why"]
+    assert _pcs_sps(results["claim_all"]) == _pcs_sps(native)
+    assert results["claimed_all"] > 0
