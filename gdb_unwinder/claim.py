@@ -51,12 +51,14 @@ class GdbCoverage:
         self._loaded = None
         self._pauth = {}
         self._verdicts = {}     # lookup pc -> why GDB covers it, or None
+        self.signal_pcs = set()     # covered lookup pcs in a signal trampoline (CIE augmentation 'S')
         self._generation = None
 
     def invalidate(self):
         self._loaded = None
         self._pauth.clear()
         self._verdicts.clear()
+        self.signal_pcs.clear()
 
     def _loaded_sets(self):
         if self._loaded is None:
@@ -84,12 +86,14 @@ class GdbCoverage:
         if self._generation != ctx.target.generation:      # the module list changed
             self._generation = ctx.target.generation
             self._verdicts.clear()
+            self.signal_pcs.clear()
         try:
             return self._verdicts[pc]
         except KeyError:
             pass
         if len(self._verdicts) >= VERDICT_CACHE_SIZE:
             self._verdicts.clear()
+            self.signal_pcs.clear()
         verdict = self._verdicts[pc] = self._covers(pc, ctx, pending_frame)
         return verdict
 
@@ -105,6 +109,8 @@ class GdbCoverage:
             return None
         if row.ra_signed and not self.has_pauth(pending_frame, ctx.arch.name):
             return None     # GDB would keep the PAC signature in the return address
+        if fde.cie.signal_frame:
+            self.signal_pcs.add(pc)
         return "GDB's DWARF unwinder covers 0x%x (%s FDE 0x%x-0x%x in %s): left to GDB (set unwind claim auto)" \
             % (pc, section, fde.start, fde.end, module.name)
 

@@ -38,10 +38,19 @@ class InferiorState:
         self.inline_depths.clear()
         self.resumed()
 
-    def resumed(self):
+    def stopped(self):
+        """A stop: the process may have mapped or unmapped memory while it ran.
+
+        GDB may already have built frames for the stop's own report (the
+        unwinder recorded signal-interrupted frames then): they stay.
+        """
         self.target.forget_mappings()
         if self.unwinder_context is not None:
             self.unwinder_context.forget_process_state()
+
+    def resumed(self):
+        """The process ran, or memory or registers were written: GDB rebuilds every frame."""
+        self.stopped()
         self.after_signal.clear()
 
 
@@ -92,8 +101,8 @@ class GdbState:
         gdb.events.clear_objfiles.connect(lambda event: self.modules_changed())
         gdb.events.exited.connect(lambda event: self.modules_changed())
         gdb.events.inferior_deleted.connect(self._inferior_deleted)
-        for event in (gdb.events.stop, gdb.events.cont, gdb.events.memory_changed,
-                      gdb.events.register_changed):
+        gdb.events.stop.connect(lambda event: self.stopped())
+        for event in (gdb.events.cont, gdb.events.memory_changed, gdb.events.register_changed):
             event.connect(lambda event: self.resumed())
 
     def _inferior_deleted(self, event):
@@ -104,6 +113,10 @@ class GdbState:
         # belongs to: every inferior re-reads its modules on next use.
         for state in self.inferiors.values():
             state.modules_changed()
+
+    def stopped(self):
+        for state in self.inferiors.values():
+            state.stopped()
 
     def resumed(self):
         for state in self.inferiors.values():

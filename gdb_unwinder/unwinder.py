@@ -112,8 +112,14 @@ class PluginUnwinder(Unwinder):
             exact = (pc, registers.get(arch.sp)) in inferior.after_signal
         if state.claim is Claim.AUTO:
             # The common case, kept cheap: one register read and a few dict look-ups.
-            reason = inferior.coverage.gdb_covers(pc if exact else pc - 1, ctx, pending_frame)
+            lookup = pc if exact else pc - 1
+            reason = inferior.coverage.gdb_covers(lookup, ctx, pending_frame)
             if reason is not None:
+                if lookup in inferior.coverage.signal_pcs:
+                    # GDB unwinds the trampoline; the frame it interrupted is
+                    # offered to us next and must be looked up at its exact pc.
+                    self._note_interrupted(Frame(level=level, pc=pc, registers=registers,
+                                                 method="pending", exact_pc=exact), ctx, inferior)
                 self.declines.append((level, pc, reason))
                 return None
         frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
@@ -159,6 +165,12 @@ class PluginUnwinder(Unwinder):
             info.add_saved_register(name, raw)
         self.claimed += 1
         return info
+
+    def _note_interrupted(self, frame, ctx, inferior):
+        outcome, _ = step_frame(frame, ctx)
+        if outcome is not None and outcome.signal_frame and outcome.registers:
+            arch = ctx.arch
+            inferior.after_signal.add((outcome.registers.get(arch.pc), outcome.registers.get(arch.sp)))
 
     def _value(self, pending_frame, name, value):
         kind = self._types.get(name)

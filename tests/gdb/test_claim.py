@@ -174,3 +174,20 @@ def test_vdso_is_left_to_gdb_which_loads_it_as_an_objfile():
     assert any("[vdso]" in reason for reason in results["why"]), results["why"]
     assert _pcs_sps(results["claim_all"]) == _pcs_sps(native)
     assert results["claimed_all"] > 0
+
+
+def test_auto_remembers_the_frame_a_signal_interrupted():
+    """GDB unwinds the trampoline (its FDE is in libc's .eh_frame); the plugin still notes that
+    the frame above it was interrupted, so a frame it claims there is looked up at its exact pc."""
+    binary = build("chain.c", ["-O2"])
+    results, _ = run_gdb(binary, [
+        ("frames", "frames", None),
+        ("after", "py", "sorted(gdb._unwind_plugin_state.after_signal)"),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], args=["signal"], setup=["handle SIGUSR1 nostop noprint pass"])
+    native = results["native"]
+    assert _pcs_sps(results["frames"]) == _pcs_sps(native)
+    trampoline = [f["name"] for f in native].index("__restore_rt")
+    interrupted = native[trampoline + 1]
+    assert [interrupted["pc"], interrupted["sp"]] in results["after"]
