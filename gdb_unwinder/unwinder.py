@@ -56,6 +56,22 @@ class PendingRegisters:
         value = self.known[number]
         return default if value is None else value
 
+    def same_value(self, number, name):
+        """The pending frame's own gdb.Value of a register, for GDB's same-value rule; None if unavailable."""
+        raw = self.raw.get(number)
+        if raw is None and number not in self.known:
+            try:
+                raw = self._frame.read_register(name)
+                if raw.is_optimized_out:
+                    raw = None
+            except (gdb.error, ValueError):
+                raw = None
+            if raw is None:
+                self.known[number] = None
+            else:
+                self.raw[number] = raw
+        return raw
+
     def __contains__(self, number):
         return self.get(number) is not None
 
@@ -158,8 +174,7 @@ class PluginUnwinder(Unwinder):
             else:
                 # GDB's rule for a register the row says nothing about: same
                 # value as in the callee (dwarf2/frame.c, "unspecified").
-                registers.get(number)
-                raw = raws.get(number)
+                raw = registers.same_value(number, name)
                 if raw is None:
                     continue
             info.add_saved_register(name, raw)
