@@ -1,7 +1,7 @@
 """Runs inside GDB (tests/gdb/transcripts.py starts it): one stop, a fixed list of commands, a transcript.
 
 The plan comes in UNWIND_TRANSCRIPT_PLAN (JSON): {"checkout", "plugin": bool, "setup": [cmd...],
-"program", "args", "breakpoint", "ignore": N, "frames": N, "finish": bool, "out"}.
+"program", "args", "breakpoint", "ignore": N, "frames": N, "extra": [cmd...], "finish": bool, "out"}.
 The transcript is every command and its output, in order; GDB runs it the same
 way with and without the plugin, so the two can be compared line by line.
 """
@@ -63,6 +63,8 @@ try:
         run("up")
         run("info locals")
     run("frame 0")
+    for command in plan.get("extra", []):
+        run(command)
     if plan.get("finish"):
         run("finish")
         run("bt")

@@ -35,14 +35,14 @@ def normalise(text):
 
 
 def transcript(program, args=(), breakpoint="stop_here", plugin=True, setup=(), ignore=0,
-               frames=64, finish=True, timeout=600):
+               frames=64, extra=(), finish=True, timeout=600):
     """The normalised transcript of one GDB session (see transcript_driver.py)."""
     gdb = need_tool("gdb")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "transcript.txt")
         plan = {"checkout": str(ROOT), "plugin": plugin, "setup": list(setup), "program": str(program),
                 "args": [str(a) for a in args], "breakpoint": breakpoint, "ignore": ignore,
-                "frames": frames, "finish": finish, "out": out}
+                "frames": frames, "extra": list(extra), "finish": finish, "out": out}
         env = dict(os.environ, UNWIND_TRANSCRIPT_PLAN=json.dumps(plan))
         proc = subprocess.run([gdb, "-nx", "-q", "-batch", "-x", str(DRIVER)], env=env,
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
