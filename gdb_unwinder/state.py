@@ -30,6 +30,7 @@ class InferiorState:
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
         self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
+        self.handed = {}                 # (pc, sp) of a frame the unwinder produced -> {DWARF number: gdb.Value}
         self.unwinder_context = None
 
     def modules_changed(self):
@@ -52,6 +53,7 @@ class InferiorState:
         """The process ran, or memory or registers were written: GDB rebuilds every frame."""
         self.stopped()
         self.after_signal.clear()
+        self.handed.clear()
 
 
 class SharedSettings:

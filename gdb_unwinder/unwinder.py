@@ -21,6 +21,7 @@ from plugin.model.evidence import Frame
 from .claim import Claim
 
 NAME = "unwind-plugin"
+HANDED_CACHE_SIZE = 1 << 17      # claimed frames whose registers are remembered until the next resume
 
 
 class FrameId:
@@ -42,19 +43,39 @@ class PendingRegisters:
 
     def get(self, number, default=None):
         if number not in self.known:
-            name = self._arch.registers.get(number)
             value = None
-            if name is not None:
+            raw = self.raw.get(number)
+            if raw is None:
+                name = self._arch.registers.get(number)
+                if name is not None:
+                    try:
+                        raw = self._frame.read_register(name)
+                        if raw.is_optimized_out:
+                            raw = None
+                        else:
+                            self.raw[number] = raw
+                    except (gdb.error, ValueError):
+                        raw = None
+            if raw is not None:
                 try:
-                    raw = self._frame.read_register(name)
-                    if not raw.is_optimized_out:
-                        value = int(raw) & self._arch.mask
-                        self.raw[number] = raw
+                    value = int(raw) & self._arch.mask
                 except (gdb.error, ValueError):
                     value = None
             self.known[number] = value
         value = self.known[number]
         return default if value is None else value
+
+    def prefill(self, handed):
+        """Take the registers this plugin handed GDB for this very frame (its callee's claim):
+        they are what GDB would read back, so no read_register is needed. Registers not
+        handed are unavailable, as GDB would report them."""
+        for number in self._arch.registers:
+            raw = handed.get(number)
+            if raw is None:
+                self.known[number] = None
+            else:
+                self.raw[number] = raw
+                self.known.pop(number, None)
 
     def same_value(self, number, name):
         """The pending frame's own gdb.Value of a register, for GDB's same-value rule; None if unavailable."""
@@ -138,9 +159,13 @@ class PluginUnwinder(Unwinder):
                                                  method="pending", exact_pc=exact), ctx, inferior)
                 self.declines.append((level, pc, reason))
                 return None
-        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
-        if registers.get(arch.sp) is None:
+        sp = registers.get(arch.sp)
+        if sp is None:
             return None
+        handed = inferior.handed.get((pc, sp))
+        if handed is not None:
+            registers.prefill(handed)
+        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
         outcome, attempts = step_frame(frame, ctx)
         if outcome is None or outcome.outermost:
             reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
@@ -161,6 +186,7 @@ class PluginUnwinder(Unwinder):
         names, known, raws = arch.registers, registers.known, registers.raw
         skip = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
         ruled = _ruled_registers(outcome.evidence)
+        given = {}          # DWARF number -> the gdb.Value handed to GDB: the caller's registers
         for number, name in names.items():
             if number == skip:
                 continue
@@ -178,6 +204,11 @@ class PluginUnwinder(Unwinder):
                 if raw is None:
                     continue
             info.add_saved_register(name, raw)
+            given[number] = raw
+        caller_key = (caller.get(arch.pc), caller.get(arch.sp))
+        if len(inferior.handed) >= HANDED_CACHE_SIZE:
+            inferior.handed.clear()
+        inferior.handed[caller_key] = given
         self.claimed += 1
         return info
 
