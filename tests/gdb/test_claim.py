@@ -191,3 +191,27 @@ def test_auto_remembers_the_frame_a_signal_interrupted():
     trampoline = [f["name"] for f in native].index("__restore_rt")
     interrupted = native[trampoline + 1]
     assert [interrupted["pc"], interrupted["sp"]] in results["after"]
+
+
+def test_run_twice_rereads_the_modules():
+    """A second `run` maps the program elsewhere (ASLR on): the plugin follows GDB's new objfiles."""
+    binary = build("chain.c", ["-O2"])
+    results, transcript = run_gdb(binary, [
+        ("first", "json", "unwind modules -json"),
+        ("rerun", "cmd", "run plain"),
+        ("second", "json", "unwind modules -json"),
+        ("ours", "json", "unwind backtrace -json"),
+        ("all", "cmd", "set unwind claim all"),
+        ("enabled", "frames", None),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], args=["plain"], setup=["set disable-randomization off"])
+
+    def base(key):
+        return next(m["base"] for m in results[key]["modules"] if m["name"] == binary.name)
+
+    native = results["native"]
+    assert [f["pc"] for f in results["ours"]["frames"]][:len(native)] == [f["pc"] for f in native], transcript
+    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    assert base("second") <= native[0]["pc"] < base("second") + 0x100000
+    assert base("first") != base("second")          # ASLR moved it: the old map would be wrong
