@@ -99,7 +99,19 @@ class GdbCoverage:
 
     def _covers(self, pc, ctx, pending_frame):
         module = ctx.modules.find(pc)
-        if module is None or not self.loaded_by_gdb(module):
+        if module is None:
+            # Not placed (a remote target's library without debug information
+            # cannot be located without a GDB command): if GDB has a library
+            # there, GDB knows this code and the plugin cannot tell more.
+            try:
+                library = gdb.selected_inferior().progspace.solib_name(pc)
+            except (gdb.error, RuntimeError, AttributeError):
+                library = None
+            if library:
+                return "0x%x is in %s, which GDB loaded and the plugin could not locate: left to GDB" \
+                    % (pc, library)
+            return None
+        if not self.loaded_by_gdb(module):
             return None
         hit = CfiTables.of(module, ctx.target).row_for(pc)
         if hit is None:
