@@ -31,6 +31,19 @@ def _objfiles(progspace) -> list:
         return []
 
 
+REMOTE_PREFIX = "target:"     # GDB's name for a file it reads through the remote target
+
+
+def local_path(filename) -> Optional[str]:
+    """The file on this machine for an objfile name ("target:/lib/..." when the sysroot is the
+    remote target's, which for a local gdbserver is this file system), or None."""
+    if not filename:
+        return None
+    if filename.startswith(REMOTE_PREFIX):
+        filename = filename[len(REMOTE_PREFIX):]
+    return filename if os.path.isfile(filename) else None
+
+
 def vdso_address(objfile) -> Optional[int]:
     match = VDSO_NAME.match(objfile.filename or "")
     return int(match.group(1), 16) if match else None
@@ -45,8 +58,8 @@ def loaded(progspace) -> Tuple[Set[str], Set[int]]:
         address = vdso_address(objfile)
         if address is not None:
             in_memory.add(address)
-        elif objfile.filename:
-            paths.add(os.path.realpath(objfile.filename))
+        elif local_path(objfile.filename):
+            paths.add(os.path.realpath(local_path(objfile.filename)))
     return paths, in_memory
 
 
@@ -101,8 +114,8 @@ def module_refs(progspace) -> List[ModuleRef]:
         if address is not None:
             refs.append(ModuleRef("[vdso]", address, None))
             continue
-        path = objfile.filename
-        if not path or not os.path.isfile(path):
+        path = local_path(objfile.filename)
+        if path is None:
             continue
         try:
             kind, low, functions = _layout(path)
@@ -111,9 +124,10 @@ def module_refs(progspace) -> List[ModuleRef]:
         if kind == ET_EXEC:
             refs.append(ModuleRef(os.path.basename(path), low, path))
             continue
-        searched = [objfile] + debug_files.get(path, [])
+        separate = debug_files.get(objfile.filename, [])
+        searched = [objfile] + separate
         if not functions:
-            for debug in debug_files.get(path, []):
+            for debug in separate:
                 try:
                     functions = _layout(debug.filename)[2]
                 except Exception:

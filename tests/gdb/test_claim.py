@@ -215,3 +215,45 @@ def test_run_twice_rereads_the_modules():
     assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
     assert base("second") <= native[0]["pc"] < base("second") + 0x100000
     assert base("first") != base("second")          # ASLR moved it: the old map would be wrong
+
+
+def test_remote_target_without_proc_finds_modules_from_gdbs_objfiles():
+    """gdbserver: no /proc for the plugin, libc read as "target:/lib/...". Modules are placed from
+    GDB's objfiles without any GDB command; bt is GDB's own by default and under claim all."""
+    import socket
+    import time
+    server = need_tool("gdbserver")
+    binary = build("chain.c", ["-O2"])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([server, "127.0.0.1:%d" % port, str(binary), "plain"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        results, transcript = run_gdb(binary, [
+            ("connection", "py", "gdb.selected_inferior().connection.type"),
+            ("auto", "frames", None),
+            ("claimed_auto", "py", CLAIMED),
+            ("all", "cmd", "set unwind claim all"),
+            ("enabled", "frames", None),
+            ("claimed_all", "py", CLAIMED),
+            ("modules", "json", "unwind modules -json"),
+            ("ours", "json", "unwind backtrace -json"),
+            ("disable", "cmd", "disable unwinder global unwind-plugin"),
+            ("native", "frames", None),
+        ], remote="127.0.0.1:%d" % port)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert results["connection"] == "remote"
+    native = results["native"]
+    assert _pcs_sps(results["auto"]) == _pcs_sps(native), transcript
+    assert results["claimed_auto"] == 0
+    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    assert results["claimed_all"] >= len(native) - 1
+    names = {m["name"] for m in results["modules"]["modules"]}
+    assert {binary.name, "libc.so.6", "[vdso]"} <= names, names
+    ours = results["ours"]
+    assert ours["stop_reason"] == "outermost"
+    assert [f["pc"] for f in ours["frames"]][:len(native)] == [f["pc"] for f in native]
