@@ -35,6 +35,7 @@ class GdbTarget(Target):
         self.reads = 0          # memory reads made, for the benchmark's reads-per-frame figure
         self.inside_unwinder = False     # set by the unwinder: no GDB command may run now
         self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
+        self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
 
     @property
     def scan_words(self):

@@ -35,9 +35,10 @@ class FrameId:
 class PendingRegisters:
     """The pending frame's registers by DWARF number, read only when a rule needs one."""
 
-    def __init__(self, pending_frame, arch):
+    def __init__(self, pending_frame, arch, descriptors=None):
         self._frame = pending_frame
         self._arch = arch
+        self._descriptors = descriptors or {}   # name -> gdb.RegisterDescriptor: a faster read than by name
         self.known = {}         # DWARF number -> int, or None when unreadable
         self.raw = {}           # DWARF number -> the gdb.Value read, to hand back unchanged
 
@@ -49,7 +50,7 @@ class PendingRegisters:
                 name = self._arch.registers.get(number)
                 if name is not None:
                     try:
-                        raw = self._frame.read_register(name)
+                        raw = self._frame.read_register(self._descriptors.get(name, name))
                         if raw.is_optimized_out:
                             raw = None
                         else:
@@ -82,7 +83,7 @@ class PendingRegisters:
         raw = self.raw.get(number)
         if raw is None and number not in self.known:
             try:
-                raw = self._frame.read_register(name)
+                raw = self._frame.read_register(self._descriptors.get(name, name))
                 if raw.is_optimized_out:
                     raw = None
             except (gdb.error, ValueError):
@@ -137,8 +138,9 @@ class PluginUnwinder(Unwinder):
         if gdb_arch is not target.gdb_arch:
             target.set_arch(gdb_arch.name())
             target.gdb_arch = gdb_arch
+            target.descriptors = _descriptors(gdb_arch)
         arch = target.arch
-        registers = PendingRegisters(pending_frame, arch)
+        registers = PendingRegisters(pending_frame, arch, target.descriptors)
         pc = registers.get(arch.pc)
         if pc is None:
             return None
@@ -223,6 +225,14 @@ class PluginUnwinder(Unwinder):
         if kind is None:
             kind = self._types[name] = pending_frame.read_register(name).type
         return gdb.Value(value).cast(kind)
+
+
+def _descriptors(gdb_arch):
+    """Register name -> gdb.RegisterDescriptor of an architecture (GDB 12 and later), else {}."""
+    try:
+        return {d.name: d for d in gdb_arch.registers()}
+    except (AttributeError, gdb.error):
+        return {}
 
 
 def _ruled_registers(evidence):
