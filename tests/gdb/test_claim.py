@@ -257,3 +257,30 @@ def test_remote_target_without_proc_finds_modules_from_gdbs_objfiles():
     ours = results["ours"]
     assert ours["stop_reason"] == "outermost"
     assert [f["pc"] for f in ours["frames"]][:len(native)] == [f["pc"] for f in native]
+
+
+GPRS = ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13",
+        "r14", "r15", "rip"]
+# Every physical frame's general registers as GDB shows them, walked in one expression.
+REGISTERS = ("(lambda walk: walk(walk, gdb.newest_frame(), []))(lambda w, f, acc: acc if f is None else "
+             "w(w, f.older(), acc + ([] if f.type() in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME) else "
+             "[[f.name()] + [str(f.read_register(r)) for r in %r]])))" % GPRS)
+
+
+@pytest.mark.parametrize("flags", [["-O0"], ["-O2"], ["-O2", "-fomit-frame-pointer"]], ids=["O0", "O2", "O2-nofp"])
+@pytest.mark.parametrize("mode", ["plain", "recurse", "alloca", "realign"])
+def test_claim_all_gives_every_register_gdb_gives(mode, flags):
+    """Claimed frames follow GDB's rule for registers a row does not mention (same value), and the
+    values carried from one claimed frame to the next equal GDB's own, at every frame."""
+    binary = build("chain.c", flags)
+    args = {"recurse": ["recurse", "6"], "alloca": ["alloca", "40"], "realign": ["realign", "24"]}.get(mode, [mode])
+    results, transcript = run_gdb(binary, [
+        ("all", "cmd", "set unwind claim all"),
+        ("claimed", "py", REGISTERS),
+        ("count", "py", CLAIMED),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "py", REGISTERS),
+    ], args=args)
+    native, claimed = results["native"], results["claimed"]
+    assert len(native) >= 3 and results["count"] >= len(native) - 1, transcript
+    assert claimed == native
