@@ -165,7 +165,7 @@ class SetUnwind(gdb.Command):
 
 
 PARAM_KIND = {SettingType.SOURCES: gdb.PARAM_STRING, SettingType.UNSIGNED: gdb.PARAM_ZUINTEGER,
-              SettingType.BOOLEAN: gdb.PARAM_BOOLEAN}
+              SettingType.BOOLEAN: gdb.PARAM_BOOLEAN, SettingType.CHOICE: gdb.PARAM_ENUM}
 
 
 def _holder(state, setting):
@@ -179,7 +179,12 @@ class _SettingParameter(gdb.Parameter):
     setting: Setting = None
 
     def __init__(self, state):
-        super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, PARAM_KIND[self.setting.type])
+        kind = PARAM_KIND[self.setting.type]
+        if self.setting.type == SettingType.CHOICE:
+            super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, kind,
+                             [word for word, _ in self.setting.choices])
+        else:
+            super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, kind)
         self.state = state
         self.value = self._gdb_value(self._current())
 

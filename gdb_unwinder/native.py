@@ -90,6 +90,13 @@ def innermost_registers(arch, frame=None):
         except (gdb.error, ValueError):
             continue
     registers[arch.pc] = frame.pc()
+    return registers, _exact_pc(frame), frame.level()
+
+
+def _exact_pc(frame):
+    """Is frame's pc exact (not a return address)? True for the innermost physical frame
+    (only inline frames newer than it: they share its pc) and for a frame a signal interrupted."""
     newer = frame.newer()
-    exact = newer is None or newer.type() == gdb.SIGTRAMP_FRAME
-    return registers, exact, frame.level()
+    while newer is not None and newer.type() == gdb.INLINE_FRAME:
+        newer = newer.newer()
+    return newer is None or newer.type() == gdb.SIGTRAMP_FRAME

@@ -1,4 +1,10 @@
-"""What the GDB side keeps between stops: the target, its modules, the settings.
+"""What the GDB side keeps between stops: per inferior the target and its modules; the settings.
+
+Every inferior (GDB's `inferior N`) has its own GdbTarget, ModuleMap and
+unwinder context, so two programs debugged in one session never share a
+module list. `state.target`, `state.modules` and `state.context()` are the
+selected inferior's, which is also the inferior whose frames GDB is
+unwinding when it calls the unwinder.
 
 Caches of decoded tables live in the modules and are dropped when GDB's
 objfiles change or the process exits; the mapping list (stack, JIT code) is
@@ -11,40 +17,114 @@ from plugin.engine import DEFAULT_SOURCES, UnwindContext
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, is_fallback
 from plugin.modules import ModuleMap
 
+from .claim import Claim, GdbCoverage
 from .target import GdbTarget
+
+
+class InferiorState:
+    """One inferior's target, modules, unwinder context and stop-scoped caches."""
+
+    def __init__(self, shared):
+        self.target = GdbTarget(shared)
+        self.modules = ModuleMap(self.target)
+        self.coverage = GdbCoverage()
+        self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
+        self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
+        self.handed = {}                 # (pc, sp) of a frame the unwinder produced -> {DWARF number: gdb.Value}
+        self.unwinder_context = None
+
+    def modules_changed(self):
+        self.target.invalidate()
+        self.coverage.invalidate()
+        self.inline_depths.clear()
+        self.resumed()
+
+    def stopped(self):
+        """A stop: the process may have mapped or unmapped memory while it ran.
+
+        GDB may already have built frames for the stop's own report (the
+        unwinder recorded signal-interrupted frames then): they stay.
+        """
+        self.target.forget_mappings()
+        if self.unwinder_context is not None:
+            self.unwinder_context.forget_process_state()
+
+    def resumed(self):
+        """The process ran, or memory or registers were written: GDB rebuilds every frame."""
+        self.stopped()
+        self.after_signal.clear()
+        self.handed.clear()
+
+
+class SharedSettings:
+    """Settings every inferior's target reads (`set unwind scan-words`)."""
+
+    def __init__(self):
+        self.scan_words = DEFAULT_SCAN_WORDS
 
 
 class GdbState:
     def __init__(self):
-        self.target = GdbTarget()
-        self.modules = ModuleMap(self.target)
+        self.shared = SharedSettings()
+        self.inferiors = {}              # inferior number -> InferiorState
         self.sources = DEFAULT_SOURCES
         self.max_frames = DEFAULT_MAX_FRAMES
-        self.target.scan_words = DEFAULT_SCAN_WORDS     # `set unwind scan-words`; read by UnwindContext
         self.claim_fallback = False      # may GDB's `bt` use frame-pointer / stack-scan frames?
-        self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
+        self.claim = Claim.AUTO.value    # `set unwind claim`: which frames GDB's `bt` takes from the plugin
         self.unwinder = None
-        self._unwinder_context = None
 
+    # -- the selected inferior's -------------------------------------------------
+    def inferior(self):
+        try:
+            number = gdb.selected_inferior().num
+        except (gdb.error, RuntimeError):
+            number = 0
+        state = self.inferiors.get(number)
+        if state is None:
+            state = self.inferiors[number] = InferiorState(self.shared)
+        return state
+
+    @property
+    def target(self):
+        return self.inferior().target
+
+    @property
+    def modules(self):
+        return self.inferior().modules
+
+    @property
+    def after_signal(self):
+        return self.inferior().after_signal
+
+    # -- events --------------------------------------------------------------------
     def connect_events(self):
         gdb.events.new_objfile.connect(lambda event: self.modules_changed())
+        gdb.events.free_objfile.connect(lambda event: self.modules_changed())
         gdb.events.clear_objfiles.connect(lambda event: self.modules_changed())
         gdb.events.exited.connect(lambda event: self.modules_changed())
-        gdb.events.stop.connect(lambda event: self.resumed())
-        gdb.events.cont.connect(lambda event: self.resumed())
+        gdb.events.inferior_deleted.connect(self._inferior_deleted)
+        gdb.events.stop.connect(lambda event: self.stopped())
+        for event in (gdb.events.cont, gdb.events.memory_changed, gdb.events.register_changed):
+            event.connect(lambda event: self.resumed())
+
+    def _inferior_deleted(self, event):
+        self.inferiors.pop(getattr(event.inferior, "num", None), None)
 
     def modules_changed(self):
-        self.target.invalidate()
-        if self._unwinder_context is not None:
-            self._unwinder_context.forget_process_state()
-        self.after_signal.clear()
+        # An objfile event names a program space, not always the inferior it
+        # belongs to: every inferior re-reads its modules on next use.
+        for state in self.inferiors.values():
+            state.modules_changed()
+
+    def stopped(self):
+        for state in self.inferiors.values():
+            state.stopped()
 
     def resumed(self):
-        self.target._mappings = None
-        if self._unwinder_context is not None:
-            self._unwinder_context.forget_process_state()
-        self.after_signal.clear()
+        for state in self.inferiors.values():
+            state.resumed()
 
+    # -- context -----------------------------------------------------------------
     def refresh_arch(self):
         """Arch of the selected frame (or the inferior); raises gdb.GdbError if unsupported."""
         try:
@@ -57,14 +137,20 @@ class GdbState:
             raise gdb.GdbError("unwind: architecture %s is not supported" % name) from None
 
     def context(self, sources=None):
-        return UnwindContext(self.target, self.modules, sources or self.sources)
+        inferior = self.inferior()
+        return UnwindContext(inferior.target, inferior.modules, sources or self.sources)
 
-    def unwinder_context(self):
+    def unwinder_context(self, inferior=None):
         """The context GDB's unwinder uses, rebuilt only when the settings change."""
+        inferior = inferior or self.inferior()
+        ctx = inferior.unwinder_context
+        if ctx is not None and ctx.settings == (self.sources, self.claim_fallback):
+            return ctx
         sources = self.unwinder_sources()
-        if self._unwinder_context is None or self._unwinder_context.sources != sources:
-            self._unwinder_context = self.context(sources)
-        return self._unwinder_context
+        if ctx is None or ctx.sources != sources:
+            ctx = inferior.unwinder_context = UnwindContext(inferior.target, inferior.modules, sources)
+        ctx.settings = (self.sources, self.claim_fallback)     # what `sources` was derived from
+        return ctx
 
     def unwinder_sources(self):
         """The sources GDB's `bt` may use: table sources, plus fallbacks only when enabled."""

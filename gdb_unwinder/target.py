@@ -3,8 +3,11 @@
 Modules come from the process's mappings: every mapping at file offset 0
 that starts with an ELF header is a module, the vdso included (it exists
 only in memory). Where /proc is not reachable (remote targets such as
-qemu's gdbstub) the objfiles GDB knows are located through `info
-sharedlibrary` and the executable's entry point instead.
+qemu's gdbstub, core files) the objfiles GDB has loaded are the modules,
+located without running a GDB command (see objfiles.py): the unwinder
+calls this code while GDB builds frames, and a command run from there
+(`info sharedlibrary`) re-enters frame building and crashes GDB 13.
+Outside the unwinder the slower command-based lookups are used as well.
 """
 
 import os
@@ -14,33 +17,57 @@ import gdb
 
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
-from plugin.modules import on_disk
 from plugin.target import Mapping, ModuleRef, Target
+
+from . import objfiles
 
 
 class GdbTarget(Target):
-    def __init__(self):
-        self.generation = 0
+    def __init__(self, shared=None):
+        self._generation = 0
+        self._shared = shared
+        self._own_scan_words = None
         self._modules = None
+        self._modules_complete = False   # computed outside the unwinder (GDB commands allowed)
         self._mappings = None
         self._arch_name = None
         self.arch = None
         self.reads = 0          # memory reads made, for the benchmark's reads-per-frame figure
+        self.inside_unwinder = False     # set by the unwinder: no GDB command may run now
+        self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
+        self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
+
+    @property
+    def scan_words(self):
+        """`set unwind scan-words`: shared by every inferior's target when a shared holder is given."""
+        return self._shared.scan_words if self._shared is not None else self._own_scan_words
+
+    @scan_words.setter
+    def scan_words(self, value):
+        if self._shared is not None:
+            self._shared.scan_words = value
+        else:
+            self._own_scan_words = value
 
     # -- lifecycle -----------------------------------------------------------
     def invalidate(self):
         """Modules changed (new objfile, exit...): forget everything derived from them."""
-        self.generation += 1
+        self._generation += 1
         self._modules = None
+        self._mappings = None
+
+    def forget_mappings(self):
+        """The process ran or was changed: its mappings (stacks, JIT code) may differ."""
         self._mappings = None
 
     def set_arch(self, gdb_arch_name):
         if gdb_arch_name != self._arch_name:
+            self.gdb_arch = None
             self.arch = arches.by_name(gdb_arch_name)
             self._arch_name = gdb_arch_name
         return self.arch
 
-    # -- memory --------------------------------------------------------------
+# -- memory --------------------------------------------------------------
     def read_memory(self, address, size):
         self.reads += 1
         try:
@@ -62,9 +89,21 @@ class GdbTarget(Target):
         """False where no mapping list can be had (remote stubs, cores without /proc)."""
         return bool(self.mappings())
 
+    @property
+    def generation(self):
+        """Bumped whenever the module list changes; ModuleMap re-reads it then."""
+        if self._modules is not None and not self._modules_complete and not self.inside_unwinder:
+            # Found inside the unwinder, where GDB commands cannot run: now
+            # they can, so look again (and tell the module map it changed).
+            self._modules = None
+            self._generation += 1
+        return self._generation
+
     def modules(self):
         if self._modules is None:
-            self._modules = self._modules_from_maps() or self._modules_from_gdb()
+            refs = self._modules_from_maps()
+            self._modules_complete = bool(refs) or not self.inside_unwinder
+            self._modules = refs or self._modules_from_gdb()
         return self._modules
 
     def _modules_from_maps(self):
@@ -87,32 +126,12 @@ class GdbTarget(Target):
         return refs
 
     def _modules_from_gdb(self):
-        """Remote targets: header addresses from GDB's own solib list and entry point."""
-        refs = []
-        try:
-            text = gdb.execute("info sharedlibrary", to_string=True)
-        except gdb.error:
-            text = ""
-        for line in text.splitlines():
-            match = re.match(r"\s*(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+\S+\s+(?:\(\*\)\s+)?(/\S+)", line)
-            if not match:
-                continue
-            text_start, path = int(match.group(1), 16), match.group(2)
-            base = _header_from_section(path, ".text", text_start)
-            if base is not None:
-                refs.append(ModuleRef(os.path.basename(path), base, path))
-        exe = gdb.current_progspace().filename
-        if exe:
-            try:
-                info = gdb.execute("info files", to_string=True)
-            except gdb.error:
-                info = ""
-            match = re.search(r"Entry point: (0x[0-9a-f]+)", info)
-            if match:
-                base = _header_from_entry(exe, int(match.group(1), 16))
-                if base is not None:
-                    refs.insert(0, ModuleRef(os.path.basename(exe), base, exe))
-        return refs
+        """Remote targets and cores: GDB's objfiles, located without GDB commands where possible."""
+        refs = objfiles.module_refs(gdb.selected_inferior().progspace)
+        if self.inside_unwinder:
+            return refs
+        known = {ref.path for ref in refs}
+        return refs + [ref for ref in objfiles.refs_from_commands() if ref.path not in known]
 
     # -- symbols ----------------------------------------------------------------
     def symbol(self, address):
@@ -124,6 +143,8 @@ class GdbTarget(Target):
             block = block.superblock
         if block is not None and block.function is not None:
             return block.function.print_name, block.start
+        if self.inside_unwinder:
+            return None         # minimal symbols need `info symbol`, a command
         try:
             text = gdb.execute("info symbol 0x%x" % address, to_string=True)
         except gdb.error:
@@ -136,8 +157,11 @@ class GdbTarget(Target):
 
 def _is_native():
     """Is the selected inferior a process on this machine (not a remote stub or a core)?"""
-    connection = getattr(gdb.selected_inferior(), "connection", None)   # GDB 12 and later
-    return connection is None or connection.type == "native"
+    inferior = gdb.selected_inferior()
+    connection = getattr(inferior, "connection", None)   # GDB 12 and later
+    if connection is None:
+        return inferior.pid > 0 and not hasattr(inferior, "connection")
+    return connection.type == "native"
 
 
 def _proc_maps(pid):
@@ -156,23 +180,3 @@ def _proc_maps(pid):
         out.append(Mapping(start, end, perms[0] == "r", perms[1] == "w", perms[2] == "x",
                            parts[5].strip() if len(parts) > 5 else "", int(parts[2], 16)))
     return out
-
-
-def _lowest_load(path):
-    return on_disk.link_layout(path)
-
-
-def _header_from_section(path, name, runtime_address):
-    info = on_disk.sections(path).get(name)
-    if info is None:
-        return None
-    low, _ = _lowest_load(path)
-    return runtime_address - info.address + low
-
-
-def _header_from_entry(path, runtime_entry):
-    try:
-        low, entry = _lowest_load(path)
-    except (OSError, ValueError):
-        return None
-    return runtime_entry - (entry & ~1 if entry & 1 and not runtime_entry & 1 else entry) + low   # Thumb entry: GDB drops bit 0

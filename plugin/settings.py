@@ -69,6 +69,7 @@ class SettingType(str, Enum):
     SOURCES = "sources"      # a comma-separated source list, in order
     UNSIGNED = "unsigned"    # a whole number within the setting's bounds
     BOOLEAN = "boolean"      # on or off
+    CHOICE = "choice"        # one word of the setting's choices
 
 
 class SettingError(ValueError):
@@ -79,7 +80,8 @@ class SettingError(ValueError):
         self.problem = problem
 
 
-_SYNTAX = {SettingType.SOURCES: "LIST", SettingType.UNSIGNED: "N", SettingType.BOOLEAN: "on|off"}
+_SYNTAX = {SettingType.SOURCES: "LIST", SettingType.UNSIGNED: "N", SettingType.BOOLEAN: "on|off",
+           SettingType.CHOICE: "WORD"}
 _TRUE, _FALSE = ("on", "1", "yes", "true", "enable"), ("off", "0", "no", "false", "disable")
 
 
@@ -99,6 +101,7 @@ class Setting:
     attribute: str = ""      # the attribute of a settings store (default: NAME with "_"); also the JSON key
     on_target: bool = False  # GDB keeps it on the Target, where every UnwindContext reads it
     notes: Mapping[str, str] = field(default_factory=dict)    # debugger -> what only its help says
+    choices: Tuple[Tuple[str, str], ...] = ()  # CHOICE: (word, what it means), the default first
 
     @property
     def key(self) -> str:
@@ -106,7 +109,9 @@ class Setting:
 
     @property
     def syntax(self) -> str:
-        """The placeholder of its value in usage lines: LIST, N, on|off."""
+        """The placeholder of its value in usage lines: LIST, N, on|off, auto|all|none."""
+        if self.type == SettingType.CHOICE:
+            return "|".join(word for word, _ in self.choices)
         return _SYNTAX[self.type]
 
     def default_value(self, available: Sequence[str]) -> object:
@@ -130,6 +135,11 @@ class Setting:
             if word in _TRUE or word in _FALSE:
                 return word in _TRUE
             raise SettingError(self.name, "must be on or off, not %r" % text)
+        if self.type == SettingType.CHOICE:
+            word = text.strip().lower()
+            if word in dict(self.choices):
+                return word
+            raise SettingError(self.name, "must be one of %s, not %r" % (", ".join(w for w, _ in self.choices), text))
         try:
             value = int(text.strip(), 0)
         except ValueError:
@@ -154,6 +164,8 @@ class Setting:
             if self.maximum is None:
                 return "%s (at least %d)" % (self.help, self.minimum or 0)
             return "%s (%d to %d)" % (self.help, self.minimum or 0, self.maximum)
+        if self.type == SettingType.CHOICE:
+            return "%s: %s" % (self.help, "; ".join("%s: %s" % choice for choice in self.choices))
         return "%s (on or off)" % self.help
 
     def show(self, value: object, available: Sequence[str]) -> str:
@@ -189,6 +201,16 @@ SETTINGS: Tuple[Setting, ...] = (
             requires=source_names(SourceKind.FALLBACK), attribute="claim_fallback",
             shown="GDB's backtrace {value} the plugin's fallback sources.", words=("does not use", "uses"),
             notes={"gdb": "Off by default, so GDB's own heuristics keep their place unless asked."}),
+    Setting("claim", SettingType.CHOICE, "auto",
+            "which frames GDB's own backtrace takes from the plugin's unwinder", debuggers=("gdb",),
+            choices=(("auto", "only frames GDB's own DWARF unwinder cannot unwind from the same table "
+                              "(SFrame-only or compact-unwind code, tables only in memory, signed return "
+                              "addresses GDB cannot strip, and with \"set unwind fallback on\" frame-pointer "
+                              "and stack-scan frames)"),
+                     ("all", "every frame the plugin recovers"),
+                     ("none", "no frame")),
+            shown="GDB's backtrace takes from the unwind plugin: {value}.",
+            notes={"gdb": "The unwind commands always show the plugin's own walk, whatever this says."}),
 )
 SETTING_BY_NAME = {s.name: s for s in SETTINGS}
 

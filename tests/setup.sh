@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 demo_packages=(gdb gcc libc6-dev binutils python3 python3-venv python3-pip)
 all_packages=("${demo_packages[@]}" g++ make file bzip2 lldb-16 python3-lldb-16 liblldb-16-dev
               llvm-16 clang-16 lld-16 llvm-22
-              qemu-user gdb-multiarch binutils-aarch64-linux-gnu gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf)
+              qemu-user gdb-multiarch binutils-aarch64-linux-gnu gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf
+              coreutils perl bash git sqlite3 tar gzip xz-utils make apt libc6-dbg gdbserver)   # programs tests/gdb/ runs
 if [ "${1:-all}" = demo ]; then packages=("${demo_packages[@]}"); else packages=("${all_packages[@]}"); fi
 
 SUDO=""

@@ -24,6 +24,7 @@ from support import ROOT, build  # noqa: E402
 INSIDE_GDB = r'''
 import gdb, json, statistics, time
 gdb.execute("source %(root)s/gdb_unwinder/gdbinit.py")
+gdb.execute("set unwind claim all")     # the default (auto) leaves these .eh_frame frames to GDB
 gdb.execute("file %(binary)s")
 gdb.execute("break stop_here")
 gdb.execute("run recurse %(depth)d", to_string=True)

@@ -2,8 +2,9 @@
 
 Oracle: GDB's native frames (the plugin's unwinder disabled) on fixture
 programs built at test time. The plugin's unwinder must not change `bt`,
-must actually claim the frames, and `unwind backtrace -json -sources cfi`
-must give the same physical frames.
+must actually claim the frames (with `set unwind claim all`: by default it
+leaves .eh_frame/.debug_frame frames to GDB's own DWARF unwinder), and
+`unwind backtrace -json -sources cfi` must give the same physical frames.
 """
 
 import pytest
@@ -31,6 +32,8 @@ SCENARIOS = {
     "vdso": (["vdso"], "read_clock", [], ["break __vdso_clock_gettime", "continue"]),
 }
 
+CLAIM_ALL = ["set unwind claim all"]     # prove the plugin's own unwinding inside GDB's bt
+
 STEPS = [
     ("enabled", "frames", None),
     ("ours", "json", "unwind backtrace -json -sources cfi"),
@@ -51,7 +54,8 @@ def test_bt_unchanged_and_plugin_walk_matches_gdb(scenario, flags):
     argv, breakpoint, setup, after = SCENARIOS[scenario]
     binary = build("chain.c", FLAGS[flags])
     actions = [("after%d" % i, "cmd", c) for i, c in enumerate(after)] + STEPS
-    results, transcript = run_gdb(binary, actions, args=argv, breakpoint=breakpoint, setup=setup)
+    results, transcript = run_gdb(binary, actions, args=argv, breakpoint=breakpoint,
+                                  setup=CLAIM_ALL + setup)
     native, enabled, ours = results["native"], results["enabled"], results["ours"]
     assert len(native) >= 3, transcript
     # GDB's bt is the same with the plugin's unwinder claiming frames...
@@ -129,6 +133,7 @@ def test_compare_reports_a_corrupted_return_address():
 def test_unwinder_is_listed_and_can_be_disabled():
     binary = build("chain.c", FLAGS["O2"])
     results, _ = run_gdb(binary, [
+        ("all", "cmd", "set unwind claim all"),
         ("info", "cmd", "info unwinder"),
         ("off", "cmd", "disable unwinder global unwind-plugin"),
         ("before", "py", "gdb._unwind_plugin_state.unwinder.claimed"),

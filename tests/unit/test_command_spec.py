@@ -117,7 +117,7 @@ def test_settings_parse_format_and_bounds():
     fallback = find_setting("fallback", SETTINGS)
     assert fallback.type is SettingType.BOOLEAN and fallback.show(False, DEFAULT_SOURCES).count("does not use") == 1
     assert [s.name for s in settings_for("lldb", DEFAULT_SOURCES)] == ["sources", "max-frames", "scan-words"]
-    assert [s.name for s in settings_for("gdb", ("cfi",))] == ["sources", "max-frames"]   # no fallback built
+    assert [s.name for s in settings_for("gdb", ("cfi",))] == ["sources", "max-frames", "claim"]   # no fallback built
     with pytest.raises(ValueError, match="^unknown setting 'stack-words'; the settings are: sources, max-frames, scan-words$"):
         find_setting("stack-words", settings_for("lldb", DEFAULT_SOURCES))
     assert parse_sources("cfi,cfi", DEFAULT_SOURCES) == ("cfi",)

@@ -1,0 +1,123 @@
+"""Which frames GDB's own `bt` takes from the plugin: `set unwind claim auto|all|none`.
+
+GDB's DWARF unwinder reads the same `.eh_frame` and `.debug_frame` as the
+plugin, and a frame it builds is better than one a Python unwinder can hand
+back (GDB 13 keeps a claimed frame's saved registers as values, not
+locations: no "Saved registers" in `info frame`, no `set var` on a caller's
+register-held variables, no tail-call frames built from DW_TAG_call_site).
+So by default (`auto`) the plugin declines every frame whose lookup pc lies
+in an FDE of those sections in a module GDB has loaded as an objfile, and
+claims only where it adds: SFrame-only code, compact unwind, ARM EHABI,
+tables that exist only in memory (JIT code GDB has no objfile for), rows
+whose return address is signed with pointer authentication on a target
+whose description has no `pauth` feature (GDB then keeps the signature in
+the address), and, with `set unwind fallback on`, frame-pointer and stack
+scan frames. `all` claims every frame the plugin can recover; `none`
+claims nothing. `unwind backtrace/explain/compare` ignore this setting.
+"""
+
+import os
+from enum import Enum
+from typing import Optional
+
+import gdb
+
+from plugin.strategies.cfi import CfiTables
+
+from . import objfiles
+
+GDB_DWARF_SECTIONS = (".eh_frame", ".debug_frame")    # the tables GDB's own DWARF unwinder reads
+VERDICT_CACHE_SIZE = 65536
+PAUTH_REGISTER = "pauth_dmask"     # present exactly when the target description has the pauth feature
+
+
+class Claim(str, Enum):
+    AUTO = "auto"       # decline what GDB's DWARF unwinder covers from the same table
+    ALL = "all"         # claim every frame the plugin recovers
+    NONE = "none"       # claim nothing: GDB unwinds alone
+
+
+
+
+class GdbCoverage:
+    """Per inferior: the objfiles GDB loaded and whether the target strips pointer authentication."""
+
+    def __init__(self):
+        self._loaded = None
+        self._pauth = {}
+        self._verdicts = {}     # lookup pc -> why GDB covers it, or None
+        self.signal_pcs = set()     # covered lookup pcs in a signal trampoline (CIE augmentation 'S')
+        self._generation = None
+
+    def invalidate(self):
+        self._loaded = None
+        self._pauth.clear()
+        self._verdicts.clear()
+        self.signal_pcs.clear()
+
+    def _loaded_sets(self):
+        if self._loaded is None:
+            self._loaded = objfiles.loaded(gdb.selected_inferior().progspace)
+        return self._loaded
+
+    def loaded_by_gdb(self, module) -> bool:
+        paths, in_memory = self._loaded_sets()
+        if module.path:
+            return os.path.realpath(module.path) in paths
+        return module.header_address in in_memory
+
+    def has_pauth(self, pending_frame, arch_name) -> bool:
+        if arch_name not in self._pauth:
+            try:
+                pending_frame.read_register(PAUTH_REGISTER)
+                self._pauth[arch_name] = True
+            except (ValueError, gdb.error):
+                self._pauth[arch_name] = False
+        return self._pauth[arch_name]
+
+    def gdb_covers(self, pc, ctx, pending_frame) -> Optional[str]:
+        """Why GDB's own DWARF unwinder handles the frame whose lookup pc is `pc` from the
+        same table, or None if it does not."""
+        if self._generation != ctx.target.generation:      # the module list changed
+            self._generation = ctx.target.generation
+            self._verdicts.clear()
+            self.signal_pcs.clear()
+        try:
+            return self._verdicts[pc]
+        except KeyError:
+            pass
+        if len(self._verdicts) >= VERDICT_CACHE_SIZE:
+            self._verdicts.clear()
+            self.signal_pcs.clear()
+        verdict = self._verdicts[pc] = self._covers(pc, ctx, pending_frame)
+        return verdict
+
+    def _covers(self, pc, ctx, pending_frame):
+        module = ctx.modules.find(pc)
+        if module is None:
+            # Not placed (a remote target's library without debug information
+            # cannot be located without a GDB command): if GDB has a library
+            # there, GDB knows this code and the plugin cannot tell more.
+            try:
+                library = gdb.selected_inferior().progspace.solib_name(pc)
+            except (gdb.error, RuntimeError, AttributeError):
+                library = None
+            if library:
+                return "0x%x is in %s, which GDB loaded and the plugin could not locate: left to GDB" \
+                    % (pc, library)
+            return None
+        if not self.loaded_by_gdb(module):
+            return None
+        hit = CfiTables.of(module, ctx.target).row_for(pc)
+        if hit is None:
+            return None
+        section, _, fde, _, row = hit
+        if section not in GDB_DWARF_SECTIONS:
+            return None
+        if row.ra_signed and not self.has_pauth(pending_frame, ctx.arch.name):
+            return None     # GDB would keep the PAC signature in the return address
+        if fde.cie.signal_frame:
+            self.signal_pcs.add(pc)
+        return "GDB's DWARF unwinder covers 0x%x (%s FDE 0x%x-0x%x in %s): left to GDB (set unwind claim auto)" \
+            % (pc, section, fde.start, fde.end, module.name)
+

@@ -1,0 +1,111 @@
+"""Benchmark (not a test): GDB's `bt` under each `set unwind claim` policy against GDB alone.
+
+    python3 tests/bench/bench_claim.py [--depth N] [--rounds R] [--flags -O0] [--python]
+
+Stops tests/fixtures/chain.c at the bottom of an N-deep recursion (or, with
+--python, Debian's python3 in getpid() under N levels of map() recursion: a
+varied stack of interpreter and libc frames) and times,
+in CPU seconds, a full `bt` (output discarded) per GDB command: each timed
+walk is its own top-level command (in GDB 13, walks through a Python
+unwinder slow down when GDB's own unwinder walked earlier in the same
+command). Modes, interleaved round by round in one session:
+  native  the plugin's unwinder disabled (GDB's own unwinders only)
+  auto    the default: declines what GDB's DWARF unwinder covers
+  all     claims every frame it can
+  none    called by GDB for every frame, claims nothing
+Prints the median per mode, per frame, and the ratio to native.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from support import ROOT, build  # noqa: E402
+
+MODES = ("native", "auto", "all", "none")
+
+SETUP = r'''
+import gdb, json, time
+TIMES = {mode: [] for mode in %(modes)r}
+STATE = gdb._unwind_plugin_state
+def use(mode):
+    STATE.unwinder.enabled = mode != "native"
+    if mode != "native":
+        gdb.execute("set unwind claim %%s" %% mode)
+    gdb.invalidate_cached_frames()
+def walk(mode):
+    start = time.process_time()
+    gdb.execute("bt", to_string=True)
+    TIMES[mode].append(time.process_time() - start)
+def depth():
+    count, frame = 0, gdb.newest_frame()
+    while frame is not None:
+        count, frame = count + 1, frame.older()
+    return count
+'''
+
+
+PYTHON_RECURSION = ("import os, sys; sys.setrecursionlimit(100000); "
+                    "f = lambda n: list(map(f, [n - 1])) if n else os.getpid(); f(%d)")
+
+
+def gdb_commands(binary, depth, rounds, out, python=False):
+    commands = ["set pagination off", "set confirm off",
+                "source %s/gdb_unwinder/gdbinit.py" % ROOT, "file %s" % binary]
+    if python:
+        commands += ["set breakpoint pending on", "break getpid",
+                     "run -c \"%s\"" % (PYTHON_RECURSION % depth)]
+    else:
+        commands += ["break stop_here", "run recurse %d" % depth]
+    for r in range(rounds):
+        for mode in MODES:
+            commands += ["python use(%r)" % mode, "python walk(%r)" % mode]
+    commands += ["python use('native')",
+                 "python json.dump({'times': TIMES, 'frames': depth()}, open(%r, 'w'))" % out, "kill"]
+    return commands
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--depth", type=int, default=10000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--flags", default="-O0")
+    parser.add_argument("--python", action="store_true", help="walk python3's stack instead")
+    args = parser.parse_args()
+    binary = "/usr/bin/python3" if args.python else build("chain.c", args.flags.split())
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "bench.json")
+        setup = os.path.join(tmp, "setup.py")
+        with open(setup, "w") as handle:
+            handle.write(SETUP % {"modes": MODES})
+        command = ["gdb", "-nx", "-q", "-batch"]
+        commands = gdb_commands(binary, args.depth, args.rounds, out, args.python)
+        for line in commands[:4]:
+            command += ["-ex", line]
+        command += ["-x", setup]
+        for line in commands[4:]:
+            command += ["-ex", line]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if not os.path.exists(out):
+            sys.exit("GDB failed:\n" + (proc.stdout + proc.stderr)[-3000:])
+        with open(out) as handle:
+            data = json.load(handle)
+    frames = data["frames"]
+    medians = {m: sorted(t)[len(t) // 2] for m, t in data["times"].items()}
+    what = "python3, map() recursion %d" % args.depth if args.python else \
+        "chain.c %s, recurse %d" % (args.flags, args.depth)
+    print("bt of %d frames (%s), %d rounds, CPU time, median" % (frames, what, args.rounds))
+    for mode in MODES:
+        print("  %-7s %7.3f s  %6.1f us/frame  %.2fx native"
+              % (mode, medians[mode], 1e6 * medians[mode] / frames, medians[mode] / medians["native"]))
+
+
+if __name__ == "__main__":
+    main()

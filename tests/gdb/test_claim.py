@@ -1,0 +1,286 @@
+"""`set unwind claim`, the innermost physical frame, cores without the executable, two inferiors.
+
+Oracles: GDB's own frames (the plugin's unwinder disabled, or GDB without
+the plugin at all).
+"""
+
+import subprocess
+
+import pytest
+
+from gdbrun import run_gdb
+from support import ROOT, build, need_tool
+from test_transcripts import inline_program
+
+CLAIMED = "gdb._unwind_plugin_state.unwinder.claimed"
+NOEH = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+
+
+def _pcs_sps(frames):
+    return [(f["pc"], f["sp"]) for f in frames]
+
+
+def test_default_auto_leaves_dwarf_frames_to_gdb():
+    binary = build("chain.c", ["-O2"])
+    results, _ = run_gdb(binary, [
+        ("show", "cmd", "show unwind claim"),
+        ("bt", "cmd", "bt"),
+        ("claimed", "py", CLAIMED),
+        ("why", "py", "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"),
+        ("ours", "json", "unwind backtrace -json"),
+        ("all", "cmd", "set unwind claim all"),
+        ("bt_all", "cmd", "bt"),
+        ("claimed_all", "py", CLAIMED),
+        ("none", "cmd", "set unwind claim none"),
+        ("bt_none", "cmd", "bt"),
+        ("claimed_none", "py", CLAIMED),
+        ("bad", "cmd", "set unwind claim sometimes"),
+    ], args=["qsort"], breakpoint="getpid")
+    assert "auto" in results["show"]
+    assert results["claimed"] == 0                       # every frame is in an .eh_frame FDE GDB reads
+    assert any("left to GDB" in reason and ".eh_frame FDE" in reason for reason in results["why"])
+    # GDB's tail-call frame (DW_TAG_call_site in libc's debug info) survives.
+    assert "__GI_qsort" in results["bt"] or "qsort" in results["bt"]
+    # The unwind commands still show the plugin's own walk.
+    assert [f["method"] for f in results["ours"]["frames"][1:4]] == ["cfi"] * 3
+    assert results["claimed_all"] > 3
+    assert results["claimed_none"] == results["claimed_all"]
+    assert isinstance(results["bad"], dict) and "error" in results["bad"]
+
+
+def test_auto_claims_frames_gdb_has_no_table_for():
+    """Without .eh_frame GDB guesses; with fallback on the plugin's frames are claimed by default."""
+    binary = build("chain.c", ["-O0"], name="chain-noeh-O0", post=NOEH)
+    results, _ = run_gdb(binary, [
+        ("on", "cmd", "set unwind fallback on"),
+        ("frames", "frames", None),
+        ("claimed", "py", CLAIMED),
+        ("none", "cmd", "set unwind claim none"),
+        ("before", "py", CLAIMED),
+        ("frames_none", "frames", None),
+        ("after", "py", CLAIMED),
+    ], args=["plain"])
+    assert results["claimed"] >= 3
+    assert [f["name"] for f in results["frames"][:5]] == ["stop_here", "level3", "level2", "level1", "main"]
+    assert results["after"] == results["before"]
+
+
+@pytest.mark.parametrize("claim", ["auto", "all"])
+def test_frame_0_in_inlined_code(claim):
+    """GDB's level 0 is an inline frame; the first physical frame (level 1) uses its exact pc."""
+    results, transcript = run_gdb(inline_program(), [
+        ("claim", "cmd", "set unwind claim %s" % claim),
+        ("all", "frames", {"include_all": True}),
+        ("enabled", "frames", None),
+        ("ours", "json", "unwind backtrace -json"),
+        ("explain", "json", "unwind explain -json all"),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], breakpoint="*outer")
+    import gdb_kinds
+    assert results["all"][0]["type"] == gdb_kinds.INLINE_FRAME, transcript
+    native = results["native"]
+    assert [f["name"] for f in native[:3]] == ["outer", "caller", "main"]
+    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    ours = results["ours"]["frames"]
+    assert _pcs_sps([{"pc": f["pc"], "sp": f["sp"]} for f in ours])[:len(native)] == _pcs_sps(native)
+    # The innermost physical frame is looked up at its own pc, not pc-1.
+    assert results["explain"]["frames"][1]["evidence"]["lookup_pc"] == native[0]["pc"]
+
+
+def _gdb_alone(args, plugin):
+    gdb = need_tool("gdb")
+    command = [gdb, "-nx", "-q", "-batch"]
+    if plugin:
+        command += ["-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT]
+    command += args
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("mode,breakpoint", [("qsort", "getpid"), ("plain", "stop_here")])
+def test_core_without_the_executable(tmp_path, mode, breakpoint):
+    binary = build("chain.c", ["-O2"])
+    core = tmp_path / "core"
+    made = _gdb_alone(["-ex", "break %s" % breakpoint, "-ex", "run %s" % mode, "-ex", "gcore %s" % core,
+                       str(binary)], plugin=False)
+    assert core.exists(), made.stdout + made.stderr
+    commands = ["-c", str(core), "-ex", "bt", "-ex", "info frame", "-ex", "frame 1", "-ex", "info frame"]
+    alone = _gdb_alone(commands, plugin=False)
+    loaded = _gdb_alone(commands + ["-ex", "unwind backtrace", "-ex", "unwind modules"], plugin=True)
+    assert "Fatal signal" not in loaded.stderr and loaded.returncode == 0, loaded.stderr[-2000:]
+    assert "#1" in alone.stdout
+    assert loaded.stdout.startswith(alone.stdout), (alone.stdout, loaded.stdout)
+    assert "[vdso]" in loaded.stdout            # GDB's in-memory objfile is located without a command
+    # With the executable too: the plugin finds its modules from GDB's objfiles (no /proc for a core).
+    with_exe = _gdb_alone([str(binary)] + commands, plugin=False)
+    with_exe_loaded = _gdb_alone([str(binary)] + commands + ["-ex", "set unwind claim all", "-ex", "bt"],
+                                 plugin=True)
+    assert with_exe_loaded.returncode == 0 and "Fatal signal" not in with_exe_loaded.stderr
+    assert with_exe_loaded.stdout.startswith(with_exe.stdout)
+
+
+def test_two_inferiors_keep_their_own_modules():
+    first = build("chain.c", ["-O2"])
+    second = build("chain.c", ["-O0"], name="chain-second")
+    results, transcript = run_gdb(first, [
+        ("mods1", "json", "unwind modules -json"),
+        ("add", "cmd", "add-inferior -exec %s" % second),
+        ("switch2", "cmd", "inferior 2"),
+        ("run2", "cmd", "run plain"),
+        ("mods2", "json", "unwind modules -json"),
+        ("ours2", "json", "unwind backtrace -json"),
+        ("switch1", "cmd", "inferior 1"),
+        ("mods1b", "json", "unwind modules -json"),
+        ("ours1", "json", "unwind backtrace -json"),
+        ("all", "cmd", "set unwind claim all"),
+        ("enabled1", "frames", None),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native1", "frames", None),
+    ], args=["plain"])
+
+    def names(key):
+        return {m["name"] for m in results[key]["modules"]}
+
+    assert first.name in names("mods1") and second.name not in names("mods1")
+    assert second.name in names("mods2") and first.name not in names("mods2"), transcript
+    assert first.name in names("mods1b") and second.name not in names("mods1b")
+    ours1 = results["ours1"]
+    assert ours1["stop_reason"] == "outermost", ours1
+    native = results["native1"]
+    assert [f["pc"] for f in ours1["frames"]][:len(native)] == [f["pc"] for f in native]
+    assert [f["pc"] for f in results["enabled1"]] == [f["pc"] for f in native]
+
+
+def test_vdso_is_left_to_gdb_which_loads_it_as_an_objfile():
+    """GDB reads the vdso from memory as "system-supplied DSO at 0x..." and unwinds it from its
+    .eh_frame: by default the plugin declines it; `claim all` takes it and agrees."""
+    binary = build("chain.c", ["-O2"])
+    steps = [("stop", "cmd", "break __vdso_clock_gettime"), ("go", "cmd", "continue"),
+             ("objfiles", "py", "[o.filename for o in gdb.objfiles()]"),
+             ("auto", "frames", None),
+             ("why", "py", "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"),
+             ("claimed_auto", "py", CLAIMED),
+             ("all", "cmd", "set unwind claim all"),
+             ("claim_all", "frames", None),
+             ("claimed_all", "py", CLAIMED),
+             ("disable", "cmd", "disable unwinder global unwind-plugin"),
+             ("native", "frames", None)]
+    results, transcript = run_gdb(binary, steps, args=["vdso"], breakpoint="read_clock")
+    assert any(name.startswith("system-supplied DSO at") for name in results["objfiles"])
+    native = results["native"]
+    assert "clock_gettime" in (native[0]["name"] or ""), transcript
+    assert _pcs_sps(results["auto"]) == _pcs_sps(native)
+    assert results["claimed_auto"] == 0
+    assert any("[vdso]" in reason for reason in results["why"]), results["why"]
+    assert _pcs_sps(results["claim_all"]) == _pcs_sps(native)
+    assert results["claimed_all"] > 0
+
+
+def test_auto_remembers_the_frame_a_signal_interrupted():
+    """GDB unwinds the trampoline (its FDE is in libc's .eh_frame); the plugin still notes that
+    the frame above it was interrupted, so a frame it claims there is looked up at its exact pc."""
+    binary = build("chain.c", ["-O2"])
+    results, _ = run_gdb(binary, [
+        ("frames", "frames", None),
+        ("after", "py", "sorted(gdb._unwind_plugin_state.after_signal)"),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], args=["signal"], setup=["handle SIGUSR1 nostop noprint pass"])
+    native = results["native"]
+    assert _pcs_sps(results["frames"]) == _pcs_sps(native)
+    trampoline = [f["name"] for f in native].index("__restore_rt")
+    interrupted = native[trampoline + 1]
+    assert [interrupted["pc"], interrupted["sp"]] in results["after"]
+
+
+def test_run_twice_rereads_the_modules():
+    """A second `run` maps the program elsewhere (ASLR on): the plugin follows GDB's new objfiles."""
+    binary = build("chain.c", ["-O2"])
+    results, transcript = run_gdb(binary, [
+        ("first", "json", "unwind modules -json"),
+        ("rerun", "cmd", "run plain"),
+        ("second", "json", "unwind modules -json"),
+        ("ours", "json", "unwind backtrace -json"),
+        ("all", "cmd", "set unwind claim all"),
+        ("enabled", "frames", None),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], args=["plain"], setup=["set disable-randomization off"])
+
+    def base(key):
+        return next(m["base"] for m in results[key]["modules"] if m["name"] == binary.name)
+
+    native = results["native"]
+    assert [f["pc"] for f in results["ours"]["frames"]][:len(native)] == [f["pc"] for f in native], transcript
+    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    assert base("second") <= native[0]["pc"] < base("second") + 0x100000
+    assert base("first") != base("second")          # ASLR moved it: the old map would be wrong
+
+
+def test_remote_target_without_proc_finds_modules_from_gdbs_objfiles():
+    """gdbserver: no /proc for the plugin, libc read as "target:/lib/...". Modules are placed from
+    GDB's objfiles without any GDB command; bt is GDB's own by default and under claim all."""
+    import socket
+    import time
+    server = need_tool("gdbserver")
+    binary = build("chain.c", ["-O2"])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([server, "127.0.0.1:%d" % port, str(binary), "plain"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        results, transcript = run_gdb(binary, [
+            ("connection", "py", "gdb.selected_inferior().connection.type"),
+            ("auto", "frames", None),
+            ("claimed_auto", "py", CLAIMED),
+            ("all", "cmd", "set unwind claim all"),
+            ("enabled", "frames", None),
+            ("claimed_all", "py", CLAIMED),
+            ("modules", "json", "unwind modules -json"),
+            ("ours", "json", "unwind backtrace -json"),
+            ("disable", "cmd", "disable unwinder global unwind-plugin"),
+            ("native", "frames", None),
+        ], remote="127.0.0.1:%d" % port)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert results["connection"] == "remote"
+    native = results["native"]
+    assert _pcs_sps(results["auto"]) == _pcs_sps(native), transcript
+    assert results["claimed_auto"] == 0
+    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    assert results["claimed_all"] >= len(native) - 1
+    names = {m["name"] for m in results["modules"]["modules"]}
+    assert {binary.name, "libc.so.6", "[vdso]"} <= names, names
+    ours = results["ours"]
+    assert ours["stop_reason"] == "outermost"
+    assert [f["pc"] for f in ours["frames"]][:len(native)] == [f["pc"] for f in native]
+
+
+GPRS = ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13",
+        "r14", "r15", "rip"]
+# Every physical frame's general registers as GDB shows them, walked in one expression.
+REGISTERS = ("(lambda walk: walk(walk, gdb.newest_frame(), []))(lambda w, f, acc: acc if f is None else "
+             "w(w, f.older(), acc + ([] if f.type() in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME) else "
+             "[[f.name()] + [str(f.read_register(r)) for r in %r]])))" % GPRS)
+
+
+@pytest.mark.parametrize("flags", [["-O0"], ["-O2"], ["-O2", "-fomit-frame-pointer"]], ids=["O0", "O2", "O2-nofp"])
+@pytest.mark.parametrize("mode", ["plain", "recurse", "alloca", "realign"])
+def test_claim_all_gives_every_register_gdb_gives(mode, flags):
+    """Claimed frames follow GDB's rule for registers a row does not mention (same value), and the
+    values carried from one claimed frame to the next equal GDB's own, at every frame."""
+    binary = build("chain.c", flags)
+    args = {"recurse": ["recurse", "6"], "alloca": ["alloca", "40"], "realign": ["realign", "24"]}.get(mode, [mode])
+    results, transcript = run_gdb(binary, [
+        ("all", "cmd", "set unwind claim all"),
+        ("claimed", "py", REGISTERS),
+        ("count", "py", CLAIMED),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "py", REGISTERS),
+    ], args=args)
+    native, claimed = results["native"], results["claimed"]
+    assert len(native) >= 3 and results["count"] >= len(native) - 1, transcript
+    assert claimed == native
