@@ -10,8 +10,9 @@ demo_packages=(gdb gcc libc6-dev binutils python3 python3-venv python3-pip)
 all_packages=("${demo_packages[@]}" g++ make file bzip2 lldb-16 python3-lldb-16 liblldb-16-dev
               llvm-16 clang-16 lld-16 llvm-22
               qemu-user gdb-multiarch binutils-aarch64-linux-gnu
-              libipt2 libz3-4 libcurl4 libedit2 libxml2 libzstd1 libffi8 libpython3.11)
-# ^ the last line: what the unpacked LLDB 19 and 22 (below) need at run time
+              libc6-dbg libipt2 libz3-4 libcurl4 libedit2 libxml2 libzstd1 libffi8 libpython3.11)
+# ^ libc6-dbg: glibc's inline info (tests/lldb/test_lldb_native_frames.py); the rest: what
+#   the unpacked LLDB 19 and 22 (below) need at run time
 if [ "${1:-all}" = demo ]; then packages=("${demo_packages[@]}"); else packages=("${all_packages[@]}"); fi
 
 SUDO=""

@@ -179,14 +179,17 @@ def batch_json(transcript, command):
 def physical(frames):
     """LLDB's physical frames from the driver's SBFrame list: [{pc, sp, function}].
 
-    Artificial frames are dropped; a run of inlined frames folds into one
-    physical frame with the pc and sp of its innermost member and the
-    function of the outermost (as `thread backtrace` prints them)."""
+    Artificial frames are dropped; an inlined frame folds into the frames
+    after it that are on the same stack (same CFA and sp), the group taking
+    the pc and sp of its innermost member and the function of its
+    outermost (as `thread backtrace` prints them). An inlined frame on a
+    stack of its own (LLDB flags some so) is a physical frame by itself.
+    """
+    real = [frame for frame in frames if not frame["artificial"]]
     out, first = [], None
-    for frame in frames:
-        if frame["artificial"]:
-            continue
-        if frame["inlined"]:
+    for frame, after in zip(real, real[1:] + [None]):
+        joins = frame["inlined"] and after is not None and (after["cfa"], after["sp"]) == (frame["cfa"], frame["sp"])
+        if joins:
             first = first or frame
             continue
         head = first or frame

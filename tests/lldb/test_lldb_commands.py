@@ -78,7 +78,8 @@ def backtrace_pcs(text):
         pc, rest = int(match.group(2), 16), match.group(3)
         if rest.rstrip().endswith("[artificial]"):
             continue
-        if " [inlined] " in rest:
+        # LLDB 16 and 19: "libc.so.6`caller [inlined] callee(...)"; 22: "... at msort.c:44:6 [inlined]".
+        if " [inlined] " in rest or rest.rstrip().endswith("[inlined]"):
             group = pc if group is None else group
             continue
         pcs.append(pc if group is None else group)
