@@ -116,13 +116,14 @@ def lldb_argv():
 
 
 def run_lldb(binary, actions, args=(), breakpoint="stop_here", setup=(), launch=True,
-             checkout=ROOT, timeout=600):
+             checkout=ROOT, timeout=600, core=None):
     """Run `binary` under a scripted LLDB to `breakpoint`, perform `actions`; returns (results, transcript)."""
     python = need_tool(SYSTEM_PYTHON)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
         plan = {"checkout": str(checkout), "binary": str(binary), "args": list(map(str, args)),
                 "breakpoint": breakpoint, "setup": list(setup), "launch": launch,
+                "core": str(core) if core else None,
                 "actions": list(actions), "out": out}
         proc = subprocess.run([python, str(HELPERS / "lldb_driver.py")],
                               env=lldb_env(UNWIND_TEST_PLAN=json.dumps(plan)),
