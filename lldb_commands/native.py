@@ -9,6 +9,13 @@ LLDB 16 lists more frames than there are on the stack:
   example msort_with_tmp in glibc's qsort: 0x...49a4 on the inlined frame,
   0x...4996 on the concrete one). A physical frame is therefore the whole
   group, with the pc of its first frame.
+  The flag alone does not make a group: LLDB (16, 19 and 22 alike) also
+  flags frames inlined that have no concrete frame after them (glibc's
+  _IO_new_file_xsputn stopped in `write` under fwrite: flagged inlined,
+  but its caller _IO_fwrite has another CFA and sp). Frames share a
+  physical frame only when they share its stack: the same CFA and sp (the
+  stack id LLDB itself keys frames by). An inlined frame whose next frame
+  is on another stack is a physical frame of its own.
 - a tail call is shown as an artificial frame (SBFrame.IsArtificial(),
   "[artificial]" in `thread backtrace`) rebuilt from DW_TAG_call_site
   information; it has no frame on the stack, so it is left out (GDB's
@@ -34,24 +41,37 @@ class Physical:
                 "function": self.concrete.GetFunctionName()}
 
 
-def physical(thread, last_index=None):
-    """Yield LLDB's physical frames innermost first (up to the one holding frame index last_index)."""
-    group = []
-    index = 0
+def _stack_id(frame):
+    """What LLDB's frames of one physical frame share: (CFA, sp)."""
+    return frame.GetCFA(), frame.GetSP()
+
+
+def _next_real(thread, index):
+    """(index, SBFrame) of the first frame from `index` on that is not artificial, or (None, None)."""
     while True:
         frame = thread.GetFrameAtIndex(index)
         if not frame.IsValid():
-            break
-        if frame.IsArtificial():
-            index += 1
-            continue
+            return None, None
+        if not frame.IsArtificial():
+            return index, frame
+        index += 1
+
+
+def physical(thread, last_index=None):
+    """Yield LLDB's physical frames innermost first (up to the one holding frame index last_index)."""
+    group = []
+    index, frame = _next_real(thread, 0)
+    while frame is not None:
         group.append(index)
-        if not frame.IsInlined():
+        next_index, next_frame = _next_real(thread, index + 1)
+        joins = (frame.IsInlined() and next_frame is not None
+                 and _stack_id(next_frame) == _stack_id(frame))
+        if not joins:
             yield Physical(thread.GetFrameAtIndex(group[0]), frame, group)
             if last_index is not None and index >= last_index:
                 break
             group = []
-        index += 1
+        index, frame = next_index, next_frame
 
 
 def physical_frames(thread, limit):

@@ -1,4 +1,4 @@
-"""A saved stop served to LLDB as a process: LLDB 16's scripted process.
+"""A saved stop served to LLDB as a process: LLDB's scripted process (16, 19, 22).
 
 A snapshot is what a debugger has at a stop: each thread's registers, the
 memory it can read (stacks, the loaded images) and where each image is
@@ -19,8 +19,8 @@ STOP.json:
      "regions": [{"start": INT, "data": BASE64 | "file": PATH (raw bytes, relative
                   to STOP.json), "permissions": "rwx" (a subset; default "rw"),
                   "name": STR (optional)}],
-     "threads": [{"tid": INT, "name": STR (optional), "signal": INT (default 5,
-                  SIGTRAP), "registers": {NAME: INT}}],
+     "threads": [{"tid": INT, "name": STR (optional), "signal": INT | NAME
+                  (default "SIGSTOP"), "registers": {NAME: INT}}],
      "pid": INT (optional)}
 
 Register names are LLDB's (x86_64: rax..r15, rip, rflags; arm64: x0..x28,
@@ -49,6 +49,16 @@ LLDB 16 quirks handled here:
     target already has (two entries in `image list` at one address).
   * LLDB 16 ignores launch()'s error, and `continue` "resumes" and stops
     at once at the same place: a snapshot cannot run.
+
+LLDB 19 and 22 differ:
+  * they no longer load get_loaded_images() themselves (the dynamic loader
+    is asked, and a snapshot has none), so launch() sets each image's load
+    address through SBTarget.SetModuleLoadAddress (all versions);
+  * a resume (the one `process launch` makes, `continue`) waits for a stop
+    event whatever resume() answers: resume() forces the state to running
+    and back to stopped (SBProcess.ForceScriptedState, 19 and later).
+In every version a thread stops with SIGSTOP unless the snapshot says
+otherwise, so `lldb -b` goes on after the launch.
 """
 
 import base64
@@ -60,7 +70,11 @@ import sys
 import lldb
 from lldb.plugins.scripted_process import ScriptedProcess, ScriptedThread
 
-SIGTRAP = 5
+# A snapshot is a process halted from outside: SIGSTOP, numbered as the
+# target's platform numbers it (17 on Darwin, 19 on Linux). LLDB's batch mode
+# (`lldb -b`) takes a stop by any other signal for a crash and runs no more
+# commands after it.
+DEFAULT_SIGNAL = "SIGSTOP"
 _PERMISSION_BITS = {"r": lldb.ePermissionsReadable, "w": lldb.ePermissionsWritable,
                     "x": lldb.ePermissionsExecutable}
 
@@ -134,7 +148,39 @@ class SnapshotProcess(ScriptedProcess):
         error = lldb.SBError()
         if self.problem:
             error.SetErrorString(self.problem)
+            return error
+        problem = self._load_images()
+        if problem:
+            error.SetErrorString(problem)
         return error
+
+    def _load_images(self):
+        """Load every image at its address in the target; an error line or None.
+
+        LLDB 16 loads them itself from get_loaded_images(); LLDB 19 and 22
+        leave that to the dynamic loader, which for a snapshot (no dyld, no
+        ld.so in it) loads nothing: the modules stay at 0 and `bt` shows
+        bare addresses. So the slide of each image (its load address minus
+        the file address of its header) is set here, the same in every
+        version (setting it again to the same value changes nothing).
+        """
+        target = self.target
+        if target is None or not target.IsValid():
+            return "no target to load the images into"
+        for image in self.loaded_images:
+            module = target.FindModule(lldb.SBFileSpec(image["path"]))
+            if not module.IsValid():
+                module = target.AddModule(image["path"], target.GetTriple(), image.get("uuid"))
+            if not module.IsValid():
+                return "cannot load %s" % image["path"]
+            header = module.GetObjectFileHeaderAddress()
+            if not header.IsValid():
+                return "%s has no header address" % image["path"]
+            slide = image["load_addr"] - header.GetFileAddress()
+            error = target.SetModuleLoadAddress(module, slide)
+            if not error.Success():
+                return "cannot load %s at 0x%x: %s" % (image["path"], image["load_addr"], error.GetCString())
+        return None
 
     def is_alive(self):
         return self.problem is None
@@ -204,7 +250,19 @@ class SnapshotProcess(ScriptedProcess):
     def get_process_id(self):
         return self.pid
 
-    def resume(self):
+    def resume(self, should_stop=True):
+        """A snapshot cannot run: every resume stops again at once, where it was.
+
+        LLDB 16 reports the error and stays stopped. LLDB 19 and 22 (which
+        pass should_stop) take any answer as "running" and wait for a stop
+        event, forever unless the process itself goes running and stopped
+        again (SBProcess.ForceScriptedState, which LLDB 16 lacks).
+        """
+        process = self.target.GetProcess() if self.target is not None else None
+        if process is not None and process.IsValid() and hasattr(process, "ForceScriptedState"):
+            process.ForceScriptedState(lldb.eStateRunning)
+            process.ForceScriptedState(lldb.eStateStopped)
+            return lldb.SBError()
         error = lldb.SBError()
         error.SetErrorString("a snapshot cannot run")
         return error
@@ -224,7 +282,9 @@ class SnapshotThread(ScriptedThread):
         self.tid = int(info.get("tid", index + 1))
         self.idx = index
         self.name = info.get("name") or "snapshot thread %d" % self.tid
-        self.signal = int(info.get("signal", SIGTRAP))
+        self.signal = info.get("signal", DEFAULT_SIGNAL)
+        if not isinstance(self.signal, (int, str)) or isinstance(self.signal, bool):
+            raise ValueError("thread %d: signal must be a number or a name like SIGSEGV" % self.tid)
         self.values = {name: int(value) for name, value in info.get("registers", {}).items()}
         known = {r["name"] for r in self.register_info["registers"]}
         known |= {r["alt-name"] for r in self.register_info["registers"] if "alt-name" in r}
@@ -239,7 +299,15 @@ class SnapshotThread(ScriptedThread):
         return self.name
 
     def get_stop_reason(self):
-        return {"type": lldb.eStopReasonSignal, "data": {"signal": self.signal}}
+        return {"type": lldb.eStopReasonSignal, "data": {"signal": self._signal_number()}}
+
+    def _signal_number(self):
+        """The signal as a number of the target's platform (a name is looked up there)."""
+        if isinstance(self.signal, int):
+            return self.signal
+        process = self.target.GetProcess() if self.target is not None else None
+        number = process.GetUnixSignals().GetSignalNumberFromName(self.signal) if process else -1
+        return number if number > 0 else 0
 
     def get_register_context(self):
         """The registers as LLDB's register info lays them out (little-endian)."""

@@ -7,6 +7,10 @@ Two shapes, because LLDB can hold a target with no process:
   and its header is only in memory), mappings from SBProcess.GetMemoryRegions
   (walked region by region for a scripted process, whose GetMemoryRegions
   LLDB 16 gets wrong: see lldb_commands/scripted_process.py).
+- a core (kernel, gcore, `process save-core` minidump): like live, but a
+  read the core cannot serve whole is retried page by page, each page
+  missing from the core taken from its module's file if it lies in a
+  section that is not writable (see _read_core).
 - static: `lldb-16 some.so` before `run`. There is no address space, only
   file addresses, and every module's start at its own link address (0 for
   each PIE and shared library), so two modules could claim the same address.
@@ -32,6 +36,10 @@ from plugin.target import Mapping, ModuleRef, Target
 _STOPPED = (lldb.eStateStopped, lldb.eStateCrashed, lldb.eStateSuspended)
 # SBProcess.GetPluginName() of a scripted process (lldb_commands/scripted_process.py).
 _SCRIPTED = "ScriptedProcess"
+# SBProcess.GetPluginName() of core files (kernel cores, gcore, `process save-core`).
+_CORES = ("elf-core", "mach-o-core", "minidump")
+# A core holds memory in pieces: a failed read is retried one page at a time.
+_PAGE = 4096
 # A walk of the memory regions ends after this many (a process has a few thousand at most).
 _MAX_REGIONS = 1 << 16
 
@@ -108,9 +116,12 @@ class LldbTarget(Target):
             raise MemoryReadError(address, size, "the process is not stopped")
         error = lldb.SBError()
         data = process.ReadMemory(address, size, error)
-        if not error.Success() or data is None or len(data) != size:
-            raise MemoryReadError(address, size, error.GetCString() or "short read")
-        return bytes(data)
+        if error.Success() and data is not None and len(data) == size:
+            return bytes(data)
+        why = error.GetCString() or "short read"
+        if process.GetPluginName() not in _CORES:
+            raise MemoryReadError(address, size, why)
+        return _read_core(self.sbtarget, process, address, size, why)
 
     def _read_file(self, address, size):
         """Read file addresses of the static module, one segment at a time.
@@ -203,6 +214,53 @@ class LldbTarget(Target):
                 if name and start is not None:
                     return name, start
         return None
+
+
+def _read_core(sbtarget, process, address, size, why):
+    """Read `size` bytes of a core one page at a time, each page from the core
+    or, where the core leaves it out, from the module's file.
+
+    A kernel core keeps only the first page of a file-backed read-only
+    mapping (coredump_filter), so the tables of every loaded module are
+    missing from it; and one read across a hole fails as a whole, though
+    LLDB's own `memory read` reads the part that is there. The file serves
+    only sections that are not writable (their bytes cannot have changed
+    since the load); anything else missing from the core stays unreadable.
+    """
+    out = bytearray()
+    while len(out) < size:
+        here = address + len(out)
+        chunk = min(size - len(out), _PAGE - here % _PAGE)
+        error = lldb.SBError()
+        data = process.ReadMemory(here, chunk, error)
+        if not error.Success() or data is None or len(data) != chunk:
+            data = _read_file_section(sbtarget, here, chunk)
+        if data is None:
+            raise MemoryReadError(here, size - len(out), why)
+        out += data
+    return bytes(out)
+
+
+def _read_file_section(sbtarget, address, size):
+    """Bytes at load address `address` from a read-only section of its module's file, or None."""
+    out = b""
+    while len(out) < size:
+        here = address + len(out)
+        where = sbtarget.ResolveLoadAddress(here)
+        section = where.GetSection()
+        if not section.IsValid() or section.GetPermissions() & lldb.ePermissionsWritable:
+            return None
+        load = section.GetLoadAddress(sbtarget)
+        if load == lldb.LLDB_INVALID_ADDRESS or here >= load + section.GetFileByteSize():
+            return None         # not in the file (zero fill past the file's bytes)
+        want = min(size - len(out), load + section.GetFileByteSize() - here)
+        error = lldb.SBError()
+        data = section.GetSectionData(here - load, want)
+        raw = data.ReadRawData(error, 0, want) if data.IsValid() and data.GetByteSize() == want else None
+        if raw is None or not error.Success():
+            return None
+        out += bytes(raw)
+    return out
 
 
 def _mapping(info):

@@ -6,7 +6,7 @@ program, run commands, write every result as JSON.
 
 The plan comes in the UNWIND_TEST_PLAN environment variable:
 {"checkout", "binary", "args", "breakpoint", "setup": [cmd...], "launch": bool,
- "actions": [[name, kind, payload]...], "out"}
+ "core": PATH (optional: load this core instead of launching), "actions": [[name, kind, payload]...], "out"}
 kinds: "cmd" ({ok, output, error} of an LLDB command), "json" (a command's
 output parsed as JSON, or {error}), "frames" (LLDB's frames of the selected
 thread as [{pc, sp, cfa, function, inlined, artificial}]), "py" (a Python expression
@@ -55,7 +55,11 @@ try:
         raise RuntimeError("cannot create a target for %s" % plan["binary"])
     for line in plan.get("setup", []):
         command(line)
-    if plan.get("launch", True):
+    if plan.get("core"):
+        error = lldb.SBError()
+        if not target.LoadCore(plan["core"], error).IsValid():
+            raise RuntimeError("cannot load the core %s: %s" % (plan["core"], error.GetCString()))
+    elif plan.get("launch", True):
         if plan.get("breakpoint"):
             command("breakpoint set --name %s" % plan["breakpoint"])
         launched = command("process launch -- %s" % " ".join(plan.get("args", [])))

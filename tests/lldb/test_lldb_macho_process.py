@@ -1,4 +1,4 @@
-"""An emulated Mach-O stop served to LLDB 16 as a scripted process: the plugin's walk against LLDB's.
+"""An emulated Mach-O stop served to LLDB (16, 19, 22) as a scripted process: the plugin's walk against LLDB's.
 
 tests/helpers/compact_unwind_support.py runs unwind_engine.c (built here for
 x86_64 and arm64, four flag sets each) in Unicorn and stops it at
@@ -37,9 +37,12 @@ caller's sp, which its plan computed before it rejected the return
 address); the plugin's walk rejects the step and reports the CFA as null.
 """
 
+import json
+import re
+
 import pytest
 
-from lldbrun import run_lldb
+from lldbrun import batch_json, batch_outputs, run_batch, run_lldb, version
 from compact_unwind_support import BUILDS, SENTINEL, STOPS, Emulation, build_id, frozen_at
 from lldb_macho_support import LAUNCH, emulator_snapshot, plans_from_log
 
@@ -188,3 +191,28 @@ def test_snapshot_served_as_a_process(tmp_path):
     assert module["uuid"] and "__unwind_info" in module["tables"]
     # The snapshot cannot run: `continue` leaves it where it was.
     assert results["after_continue"] == em.registers()[em.pc]
+
+
+def test_snapshot_in_batch_mode(tmp_path):
+    """`lldb -b -o "process launch -C ..." -o bt ...`: in every version the image is
+    loaded at its address, LLDB's `bt` names its functions, the plugin's walk
+    is the same, and batch mode goes on after the launch and after `continue`
+    (a snapshot stops with SIGSTOP, which batch mode does not take for a crash)."""
+    em = Emulation("x86_64", "O2-nofp")
+    _, truth = frozen_at(em, "call")
+    snapshot = emulator_snapshot(em, tmp_path / "stop.json")
+    commands = [LAUNCH % snapshot, "bt", "unwind backtrace --json", "image list", "unwind modules --json",
+                "continue", "unwind backtrace --json"]
+    status, transcript = run_batch(em.path, commands)
+    assert status == 0, transcript[-3000:]
+    outputs = dict(batch_outputs(transcript))
+    assert set(commands) <= set(outputs), ("LLDB %d stopped the batch early" % version(), transcript[-3000:])
+    assert "stop reason = signal SIGSTOP" in outputs["bt"], outputs["bt"]
+    lldb_pcs = [int(m, 16) for m in re.findall(r"frame #\d+: (0x[0-9a-f]+) \S+`\w+", outputs["bt"])]
+    ours = batch_json(transcript, "unwind backtrace --json")["frames"]
+    assert lldb_pcs == [f["pc"] for f in ours], (outputs["bt"], ours)
+    assert [f["pc"] for f in ours][1:] == [ra for _, ra, _, _ in reversed(truth)][:len(ours) - 1]
+    assert all(f["module"] == em.path.name for f in ours), ours
+    assert "0x%016x" % em.module_ref().header_address in outputs["image list"]
+    (module,) = json.loads(outputs["unwind modules --json"][outputs["unwind modules --json"].index("{"):])["modules"]
+    assert module["base"] == em.module_ref().header_address and "__unwind_info" in module["tables"]
