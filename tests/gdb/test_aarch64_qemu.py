@@ -24,15 +24,12 @@ through it with any source, and GDB's bt uses its own sigtramp unwinder for
 that frame. From `realign` it goes down to main and main's return address.
 """
 
-import contextlib
 import shutil
-import socket
 import subprocess
-import time
 
-import pytest
 
 from gdbrun import run_gdb
+from qemu_user import qemu_user
 from support import need_tool, oracle_dir
 
 DEMO = "sframe-v3-demo"
@@ -40,56 +37,8 @@ SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
 STRIP = ["--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr"]
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _listening(port):
-    """Is something listening on TCP port (any address)? Read from /proc, without connecting:
-    qemu's gdbstub serves the first connection only."""
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as handle:
-                lines = handle.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 3 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
-@contextlib.contextmanager
-def qemu(binary, args):
-    """qemu-aarch64 stopped at the entry point with its gdbstub on a free port; yields "127.0.0.1:PORT"."""
-    program = need_tool("qemu-aarch64")
-    for _ in range(5):
-        port = _free_port()
-        proc = subprocess.Popen([program, "-cpu", "max,sve=off", "-g", str(port), str(binary), *args],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
-        while proc.poll() is None and not _listening(port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if proc.poll() is None and _listening(port):
-            break
-        proc.kill()
-        proc.wait()
-    else:
-        pytest.fail("qemu-aarch64 did not start its gdbstub: %s" % proc.stderr.read().decode(errors="replace"))
-    try:
-        yield "127.0.0.1:%d" % port
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        proc.stderr.close()
-
-
 def run_under_qemu(binary, actions, args=("2",)):
-    with qemu(binary, args) as address:
+    with qemu_user("qemu-aarch64", binary, args, options=("-cpu", "max,sve=off")) as address:
         return run_gdb(binary, actions, args=(), setup=SIGNAL, gdb_program="gdb-multiarch",
                        remote=address, timeout=300)
 

@@ -1,14 +1,8 @@
 """32-bit Arm programs for live tests: ehabi.cpp built static with arm-linux-gnueabihf-g++,
 run under `qemu-arm -g PORT` (its gdbstub serves GDB's `target remote` and LLDB's `gdb-remote`)."""
 
-import contextlib
-import socket
-import subprocess
-import time
-
-import pytest
-
 from support import build, need_tool
+from qemu_user import qemu_user
 
 SYSROOT = "/usr/arm-linux-gnueabihf"     # Debian's armhf cross libraries (libc6-armhf-cross)
 
@@ -21,55 +15,9 @@ BUILDS = {
     "thumb-O2-fp": ["-O2", "-mthumb", "-fno-omit-frame-pointer"],
 }
 
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _listening(port):
-    """Is something listening on TCP port? Read from /proc: qemu's gdbstub serves one connection only."""
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as handle:
-                lines = handle.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 3 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
-@contextlib.contextmanager
 def qemu_arm(binary, args, sysroot=None):
-    """qemu-arm stopped at the entry point with its gdbstub on a free port; yields "127.0.0.1:PORT".
-    sysroot: where a dynamic executable's loader and libraries are (qemu's -L)."""
-    program = need_tool("qemu-arm")
-    for _ in range(5):
-        port = _free_port()
-        prefix = ["-L", str(sysroot)] if sysroot else []
-        proc = subprocess.Popen([program, *prefix, "-g", str(port), str(binary), *args],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
-        while proc.poll() is None and not _listening(port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if proc.poll() is None and _listening(port):
-            break
-        proc.kill()
-        proc.wait()
-    else:
-        pytest.fail("qemu-arm did not start its gdbstub")
-    try:
-        yield "127.0.0.1:%d" % port
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        proc.stderr.close()
-
+    """qemu-arm stopped at the entry point, its gdbstub on a free port: see qemu_user."""
+    return qemu_user("qemu-arm", binary, args, sysroot=sysroot)
 
 def arm_program(flags, static=True):
     need_tool("arm-linux-gnueabihf-g++")
