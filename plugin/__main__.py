@@ -43,6 +43,12 @@ def build_parser():
     t.add_argument("--sources", type=parse_source_list, metavar="LIST",
                    help="only these sources' tables, e.g. cfi,sframe (frame-pointer and scan "
                         "read a live stack and have no tables)")
+    v = sub.add_parser("validate", help="check the unwind tables of FILE against its instructions")
+    v.add_argument("file", metavar="FILE")
+    v.add_argument("--function", metavar="NAME", help="only this function, row by row")
+    v.add_argument("--address", type=parse_address, metavar="A", help="only the function holding A")
+    v.add_argument("--json", action="store_true", help="print JSON instead of text")
+    v.set_defaults(handler=lambda args: __import__("plugin.validate.offline", fromlist=["run"]).run(args))
     return parser
 
 
@@ -100,7 +106,7 @@ def main(argv=None):
     if args.command is None:
         return _fail("no command given; try: tables FILE")
     try:
-        return cmd_tables(args)
+        return getattr(args, "handler", cmd_tables)(args)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
