@@ -112,7 +112,8 @@ class CodeAnalysis:
         end = end if end is not None else self.functions.get(start, start + 1)
         self.decode_range(start, end)
         seeds = self._seeds.get(start) or self._entries(start, end)
-        analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn)
+        analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
+                            is_boundary=self._decoded.__contains__)
         self._busy.append(start)
         try:
             pads = landing.call_sites(self.read, self.lsda[start], start) if start in self.lsda else ()
@@ -153,7 +154,9 @@ class CodeAnalysis:
             seeds: Dict[int, list] = {}
             for result in self._results.values():
                 for target, state in result.exits:
-                    if target in self.functions and not entry_like(state, self.facts):
+                    # Only a function whose table says it is not entered by a call
+                    # (a .cold part) takes the frame of a jump that reaches it.
+                    if target in self.entry_states and not entry_like(state, self.facts):
                         seeds.setdefault(target, []).append((target, state))
             fresh = {t: s for t, s in seeds.items() if self._seeds.get(t) != s}
             if not fresh:

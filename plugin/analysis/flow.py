@@ -101,8 +101,10 @@ class Analyser:
     """Runs the worklist for one function of one module."""
 
     def __init__(self, facts, decode_at: Callable[[int], Optional[Insn]],
-                 read: Callable[[int, int], bytes], noreturn: Callable[[int], bool]):
+                 read: Callable[[int, int], bytes], noreturn: Callable[[int], bool],
+                 is_boundary: Callable[[int], bool] = lambda address: True):
         self.facts = facts
+        self.is_boundary = is_boundary
         self.decode_at = decode_at
         self.read = read
         self.noreturn = noreturn
@@ -254,7 +256,10 @@ class Analyser:
                 break
             entry = int.from_bytes(raw, "little", signed=relative)
             target = table + entry if relative else entry
-            if not result.start <= target < result.end:
+            if not result.start <= target < result.end or not self.is_boundary(target):
+                break               # past the table: data, or an entry of another table
+            insn = self.decode_at(target)
+            if insn is None or insn.text.startswith(("nop", "xchg ax, ax", "int3")):
                 break
             targets.append(target)
         return sorted(set(targets))
