@@ -33,6 +33,7 @@ NORETURN_NAMES = frozenset((
     "_Unwind_Resume", "err", "errx", "verr", "verrx", "_ZSt9terminatev", "_ZSt10unexpectedv",
     "Py_FatalError", "_Py_FatalErrorFunc", "_Py_FatalErrorFormat", "_PyObject_AssertFailed",
     "_dl_signal_error", "_dl_signal_exception", "_dl_fatal_printf", "__malloc_assert",
+    "__libc_start_main",
 ))
 MAX_NESTING = 64                 # callees analysed to decide "does not return", one inside another
 
@@ -70,8 +71,8 @@ class CodeAnalysis:
         self.got_names = got_names or {}
         self.stubs = list(stubs)
         self.lsda = lsda or {}          # function start -> LSDA address
-        # function start -> State (or None: cannot be set up) for functions a
-        # table says are not entered by a call (PLT resolvers, hand-written code)
+        # function start -> (address, State or None: cannot be set up) for functions
+        # a table says are not entered by a call (PLT resolvers, .cold parts, pads)
         self.entry_states = entry_states or {}
         self._results: Dict[int, FunctionAnalysis] = {}
         self._seeds: Dict[int, list] = {}
@@ -111,7 +112,9 @@ class CodeAnalysis:
             return result
         end = end if end is not None else self.functions.get(start, start + 1)
         self.decode_range(start, end)
-        seeds = self._seeds.get(start) or self._entries(start, end)
+        seeds = self._entries(start, end)
+        if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
+            seeds = [seed for seed in seeds if seed[0] != start] + self._seeds[start]
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
                             is_boundary=self._decoded.__contains__)
         self._busy.append(start)
@@ -125,12 +128,13 @@ class CodeAnalysis:
 
     def _entries(self, start, end):
         """Seeds: the entry state at start; in a PLT section at every stub too."""
+        first = None
         if start in self.entry_states:
-            state = self.entry_states[start]
-            return [] if state is None else [(start, state)]
+            address, state = self.entry_states[start]
+            first = [] if state is None else [(address, state)]
         state = entry_state(self.facts)
         if not any(lo <= start < hi for lo, hi in self.stubs):
-            return [(start, state)]
+            return first if first is not None else [(start, state)]
         seeds, jumped_to, address = [], set(), start
         previous_ends_path = True
         while address < end:
@@ -144,7 +148,8 @@ class CodeAnalysis:
             if insn.flow == Flow.JUMP:
                 jumped_to.add(insn.target)
             address = insn.end
-        return [(a, state) for a in seeds if a not in jumped_to]
+        stubs = [(a, state) for a in seeds if a not in jumped_to and (first is None or a != start)]
+        return (first or []) + stubs
 
     def analyse_all(self) -> Dict[int, FunctionAnalysis]:
         """Every function; then the parts reached by a jump with the frame set up, again with that frame."""
@@ -174,7 +179,14 @@ class CodeAnalysis:
 
     # -- calls that do not return --
 
-    def _is_noreturn(self, target: int) -> bool:
+    def _is_noreturn(self, insn) -> bool:
+        """Does the call `insn` never return? By its target's name or analysis, or its GOT slot's symbol."""
+        if insn.target is None:
+            if insn.through_memory and insn.indirect[1][0] == "addr":
+                name = self.got_names.get(insn.indirect[1][1])
+                return name is not None and is_noreturn_name(name)
+            return False
+        target = insn.target
         found = self._noreturn.get(target)
         if found is not None:
             return found

@@ -176,7 +176,7 @@ class Analyser:
                 return []
             return [(insn.target, state)]
         if flow == Flow.CALL:
-            if insn.target is not None and self.noreturn(insn.target):
+            if self.noreturn(insn):
                 return []
             return [(insn.end, self.after_call(insn, state))]
         if flow == Flow.RET:
@@ -224,6 +224,8 @@ class Analyser:
         if entry_like(state, self.facts):
             result.returns = True                      # an indirect tail call
             return []
+        if insn.through_memory and insn.indirect[1][0] == "addr":
+            return []                                  # through a GOT slot: another function's code
         result.unresolved.append(insn.address)
         return []
 
@@ -292,6 +294,7 @@ class Analyser:
                 break
             result.insns.setdefault(address, insn)
             if address not in result.states and address not in result.gave_up \
+                    and not insn.text.startswith(("nop", "xchg ax, ax", "int3")) \
                     and self._is_block_start(result, address):
                 self._merge(result, visits, work, address, first)
                 self._drain(result, visits, work)
@@ -300,9 +303,15 @@ class Analyser:
 
     @staticmethod
     def _is_block_start(result, address):
-        """Unreached code right after a path's end: where a jump-table target begins."""
-        for back in range(1, 16):
-            insn = result.insns.get(address - back)
-            if insn is not None and insn.end == address:
-                return insn.flow not in (Flow.NEXT, Flow.BRANCH)
+        """Unreached code right after a path's end (padding skipped): where a jump-table target begins."""
+        for _ in range(64):
+            previous = next((result.insns[address - back] for back in range(1, 16)
+                             if address - back in result.insns
+                             and result.insns[address - back].end == address), None)
+            if previous is None:
+                return True
+            if previous.text.startswith(("nop", "xchg ax, ax", "int3")) and previous.address not in result.states:
+                address = previous.address
+                continue
+            return previous.flow not in (Flow.NEXT, Flow.BRANCH)
         return True

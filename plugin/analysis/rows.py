@@ -104,9 +104,27 @@ def _sleb(data, i):
             return result, i
 
 
-def symbolic(expression: bytes, state: State, initial=None):
-    """The abstract value of a simple DWARF expression, or None when it uses anything else."""
+_CONSTANT_OPS = {
+    0x1A: lambda a, b: a & b, 0x21: lambda a, b: a | b, 0x27: lambda a, b: a ^ b,
+    0x1E: lambda a, b: a * b, 0x24: lambda a, b: a << b if b < 64 else 0,
+    0x25: lambda a, b: a >> b if b < 64 else 0, 0x29: lambda a, b: int(a == b),
+    0x2A: lambda a, b: int(a >= b), 0x2B: lambda a, b: int(a > b), 0x2C: lambda a, b: int(a <= b),
+    0x2D: lambda a, b: int(a < b), 0x2E: lambda a, b: int(a != b),
+}
+
+
+def symbolic(expression: bytes, state: State, initial=None, pc=None, pc_register=None):
+    """The abstract value of a simple DWARF expression, or None when it uses anything else.
+
+    With pc and pc_register, the pc register is the constant pc (the PLT
+    rules compute the CFA from rip).
+    """
     stack_ = [] if initial is None else [initial]
+
+    def register(number):
+        if pc is not None and number == pc_register:
+            return (Kind.ADDR, pc)
+        return state.reg(number)
     i = 0
     try:
         while i < len(expression):
@@ -114,11 +132,11 @@ def symbolic(expression: bytes, state: State, initial=None):
             i += 1
             if 0x70 <= op <= 0x8F:                       # DW_OP_breg0..31
                 k, i = _sleb(expression, i)
-                stack_.append(plus(state.reg(op - 0x70), k))
+                stack_.append(plus(register(op - 0x70), k))
             elif op == 0x92:                             # DW_OP_bregx
                 number, i = _uleb(expression, i)
                 k, i = _sleb(expression, i)
-                stack_.append(plus(state.reg(number), k))
+                stack_.append(plus(register(number), k))
             elif op == 0x06:                             # DW_OP_deref
                 stack_.append(state.slot(stack_.pop(), 8))
             elif op == 0x23:                             # DW_OP_plus_uconst
@@ -140,6 +158,11 @@ def symbolic(expression: bytes, state: State, initial=None):
                         return None
                     a, b = b, a
                 stack_.append(plus(a, b[1] if op == 0x22 else -b[1]))
+            elif op in _CONSTANT_OPS:
+                b, a = stack_.pop(), stack_.pop()
+                if a[0] != Kind.ADDR or b[0] != Kind.ADDR:
+                    return None
+                stack_.append((Kind.ADDR, _CONSTANT_OPS[op](a[1], b[1]) & ((1 << 64) - 1)))
             else:
                 return None
     except IndexError:
@@ -184,6 +207,6 @@ def entry_from_row(row, facts) -> Optional[State]:
                 regs[number] = caller(number)
         elif rule.kind == "offset":
             mem[(CFA, rule.offset)] = caller(number)
-        else:
+        elif rule.kind != "undefined":      # undefined (an outermost frame): nothing to track
             return None
     return State(regs, mem)

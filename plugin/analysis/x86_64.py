@@ -212,6 +212,8 @@ def decode(address, size, mnemonic, op_str):
     elif mnemonic == "call":
         insn.flow = Flow.CALL
         insn.target = first[1] if first is not None and first[0] == "imm" else None
+        if first is not None and first[0] == "mem" and first[1][0] == "addr":
+            insn.indirect, insn.through_memory = ("mem", first[1]), True     # call *GOT(%rip)
     elif mnemonic == "jmp":
         _jump(insn, first)
     elif mnemonic.startswith("j") or mnemonic.startswith("loop"):

@@ -67,10 +67,10 @@ class SourceSummary:
         return dict(self.__dict__)
 
 
-def judge_cfa(row, state: State, facts, arch, explain: bool = True) -> Finding:
+def judge_cfa(row, state: State, facts, arch, explain: bool = True, pc: int = None) -> Finding:
     cfa = row.cfa
     if cfa.kind == "expression":
-        value = arows.symbolic(cfa.expression, state)
+        value = arows.symbolic(cfa.expression, state, pc=pc, pc_register=arch.pc)
     else:
         value = arows.plus(state.reg(cfa.register), cfa.offset)
         if cfa.deref:
@@ -168,10 +168,11 @@ def _value_text(value, arch) -> str:
     return "a value computed by this function"
 
 
-def judge_row(row, state: State, facts, arch, registers, explain: bool = True) -> List[Finding]:
-    """Findings for the CFA and each of `registers` (DWARF numbers)."""
+def judge_row(row, state: State, facts, arch, registers, explain: bool = True,
+              pc: int = None) -> List[Finding]:
+    """Findings for the CFA and each of `registers` (DWARF numbers), at pc."""
     slots_of = saved_slots(state)
-    findings = [judge_cfa(row, state, facts, arch, explain)]
+    findings = [judge_cfa(row, state, facts, arch, explain, pc)]
     if findings[0].verdict == Verdict.UNKNOWN:
         # A row whose CFA the code does not place may describe another frame
         # on purpose (longjmp, context switches): its rules are not judged.
@@ -250,7 +251,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                     summary.uncovered += 1
                     continue
                 registers = checked_registers(source, facts)
-                findings = judge_row(row, state, facts, arch, registers, explain=False)
+                findings = judge_row(row, state, facts, arch, registers, explain=False, pc=address)
                 verdict = overall(findings)
                 if verdict == Verdict.WRONG and address in result.assumed:
                     verdict = Verdict.UNKNOWN       # reached only through an unresolved indirect jump
@@ -259,7 +260,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                 if keep_detail:
                     line["sources"][source] = {"verdict": verdict.value, "row": row.text(arch)}
                 if verdict == Verdict.WRONG:
-                    findings = judge_row(row, state, facts, arch, registers)
+                    findings = judge_row(row, state, facts, arch, registers, pc=address)
                     report.disagreements.append(Disagreement(
                         address, name, source, insn.text, row.text(arch), arows.text(state, facts, arch),
                         [f for f in findings if f.verdict == Verdict.WRONG]))

@@ -120,9 +120,12 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     report.problems.extend(sframe_tables.problems)
     functions = {start: fde.end for start, fde in fdes.items()}
     if sframe_section is not None:
+        starts = sorted(functions)
         for sfde in sframe_section.fdes:
-            if sfde.end > sfde.start:
-                functions.setdefault(sfde.start, sfde.end)
+            i = bisect.bisect_right(starts, sfde.start) - 1
+            inside_cfi = i >= 0 and sfde.start < functions[starts[i]]
+            if sfde.end > sfde.start and not inside_cfi:
+                functions[sfde.start] = sfde.end    # only SFrame covers it: analysed on its own
     bias = module.load_bias
     stubs = []
     if module.path:
@@ -135,19 +138,11 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
         found = symbol(address) if symbol else None
         return found[0] if found and found[1] == address else None
 
-    entry_states = {}
-    for start, fde in fdes.items():
-        try:
-            first = cfi.row_at(fde, start, arch)
-        except DecodeError:
-            continue
-        if first is not None and not arows.is_abi_entry(first, code_analysis.FACTS[arch.name]):
-            entry_states[start] = arows.entry_from_row(first, code_analysis.FACTS[arch.name])
     analysis = code_analysis.CodeAnalysis(arch, target.read_memory, sorted(functions.items()),
                                           symbol=symbol_name, got_names=_got_names(target, bias),
                                           stubs=stubs,
-                                          lsda={s: f.lsda for s, f in fdes.items() if f.lsda},
-                                          entry_states=entry_states)
+                                          lsda={s: f.lsda for s, f in fdes.items() if f.lsda})
+    analysis.entry_states.update(_table_entries(analysis, fdes, arch))
     chosen = sorted((s, e) for s, e in functions.items() if select is None or select(s, e))
     analysis.analyse_all()
     cfi_rows, sframe_rows = _Rows(), _Rows()
@@ -186,6 +181,29 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
                 "instructions": function.detail})
     report.seconds = time.perf_counter() - began
     return report
+
+
+def _table_entries(analysis, fdes, arch):
+    """{start: (address, State or None)} for functions whose table says they are not entered by a call.
+
+    A leading nop is skipped: GCC starts an FDE with one when its first
+    real instruction is a landing pad (a pad at offset 0 would read as "no
+    pad"), and the row after the nop is the pad's frame.
+    """
+    facts = analysis.facts
+    out = {}
+    for start, fde in fdes.items():
+        address = start
+        insn = analysis.decode_at(start)
+        if insn is not None and insn.text.startswith("nop") and insn.end < fde.end:
+            address = insn.end
+        try:
+            first = cfi.row_at(fde, address, arch)
+        except DecodeError:
+            continue
+        if first is not None and not arows.is_abi_entry(first, facts):
+            out[start] = (address, arows.entry_from_row(first, facts))
+    return out
 
 
 def _sframe_rows(section, problems):
