@@ -171,6 +171,10 @@ def _value_text(value, arch) -> str:
 def judge_row(row, state: State, facts, arch, registers, explain: bool = True,
               pc: int = None) -> List[Finding]:
     """Findings for the CFA and each of `registers` (DWARF numbers), at pc."""
+    ra = row.registers.get(facts.RA)
+    if ra is not None and ra.kind == UNDEFINED:
+        # An outermost frame (_start, thread entry): it has no caller, so its CFA means nothing.
+        return [Finding("cfa", Verdict.UNKNOWN, "", "", "the row marks an outermost frame")]
     slots_of = saved_slots(state)
     findings = [judge_cfa(row, state, facts, arch, explain, pc)]
     if findings[0].verdict == Verdict.UNKNOWN:
