@@ -19,6 +19,7 @@ from plugin.analysis.state import (CFA, OTHER, Kind, State, addr, caller, join, 
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
 MAX_TABLE_ENTRIES = 4096
 BOUND = 1000                      # pseudo-register the decoders set to the last compared immediate
+CLOBBERED = unknown("clobbered by a call")
 
 
 @dataclass
@@ -194,7 +195,7 @@ class Analyser:
         if sp[0] == Kind.STACK:
             after.forget_below(sp)
         for number in facts.CALL_CLOBBERED:
-            after.regs[number] = unknown("clobbered by the call at 0x%x" % insn.address)
+            after.regs[number] = CLOBBERED
         if facts.RA_REGISTER is not None:
             after.regs[facts.RA_REGISTER] = OTHER
         return after

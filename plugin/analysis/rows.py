@@ -22,7 +22,12 @@ def cfa_of(state: State, facts) -> Optional[Tuple[int, int, bool]]:
     register; a realigned frame (DRAP) is found through the slot the frame
     pointer addresses that holds the CFA.
     """
-    order = [facts.SP, facts.FP] + sorted(r for r in state.regs if r not in (facts.SP, facts.FP) and r >= 0)
+    regs = state.regs
+    for number in (facts.SP, facts.FP):
+        value = regs.get(number)
+        if value is not None and value[0] == Kind.STACK and value[1] == CFA:
+            return number, -value[2], False
+    order = [facts.SP, facts.FP] + sorted(r for r in regs if r not in (facts.SP, facts.FP) and r >= 0)
     for number in order:
         value = state.regs.get(number)
         if value is not None and value[0] == Kind.STACK and value[1] == CFA:

@@ -118,19 +118,33 @@ class State:
 
 def join(old: State, new: State, where: int) -> Tuple[State, bool]:
     """(old met with new, whether it changed). Disagreeing values become unknown."""
-    if old.regs == new.regs and old.mem == new.mem:
+    regs = _meet(old.regs, new.regs, UNSET, where)
+    mem = _meet(old.mem, new.mem, None, where)
+    if regs is None and mem is None:
         return old, False
-    changed = False
-    regs = dict(old.regs)
-    for number in set(old.regs) | set(new.regs):
-        a, b = old.regs.get(number, UNSET), new.regs.get(number, UNSET)
-        if a != b and a[0] != Kind.UNKNOWN:
-            regs[number] = unknown("paths disagree at 0x%x" % where)
-            changed = True
-    mem = dict(old.mem)
-    for key in set(old.mem) | set(new.mem):
-        a, b = old.mem.get(key), new.mem.get(key)
-        if a != b and (a is None or a[0] != Kind.UNKNOWN):
-            mem[key] = unknown("paths disagree at 0x%x" % where)
-            changed = True
-    return State(regs, mem), changed
+    return State(old.regs if regs is None else regs, old.mem if mem is None else mem), True
+
+
+def _meet(old: dict, new: dict, missing, where):
+    """old met with new, or None when that is old itself."""
+    if old == new:
+        return None
+    out = None
+    disagree = None
+    for key, a in old.items():
+        if a[0] == Kind.UNKNOWN:
+            continue
+        b = new.get(key, missing)
+        if a != b:
+            if out is None:
+                out = dict(old)
+                disagree = unknown("paths disagree at 0x%x" % where)
+            out[key] = disagree
+    for key in new.keys() - old.keys():
+        if missing is not None and missing[0] == Kind.UNKNOWN:
+            continue                      # absent from old: already unknown there
+        if out is None:
+            out = dict(old)
+            disagree = unknown("paths disagree at 0x%x" % where)
+        out[key] = disagree
+    return out

@@ -187,6 +187,32 @@ def judge_row(row, state: State, facts, arch, registers, explain: bool = True,
     return findings
 
 
+def quick_verdict(row, state: State, facts, arch, registers, pc) -> Verdict:
+    """overall(judge_row(...)) without building findings: most rows are right."""
+    ra = row.registers.get(facts.RA)
+    if ra is not None and ra.kind == UNDEFINED:
+        return Verdict.UNKNOWN
+    cfa = judge_cfa(row, state, facts, arch, False, pc).verdict
+    if cfa == Verdict.UNKNOWN:
+        return cfa
+    verdict = cfa
+    slots_of = None
+    regs = state.regs
+    rules = row.registers
+    for number in registers:
+        rule = rules.get(number)
+        if (rule is None or rule.kind == SAME) and regs.get(number) == (Kind.CALLER, number):
+            continue                              # the common case: unchanged and said so
+        if slots_of is None:
+            slots_of = saved_slots(state)
+        found, _ = _judge_register(number, rule, state, facts, arch, slots_of)
+        if found == Verdict.WRONG:
+            return found
+        if found == Verdict.UNKNOWN:
+            verdict = Verdict.UNKNOWN if verdict == Verdict.RIGHT else verdict
+    return verdict
+
+
 def overall(findings: List[Finding]) -> Verdict:
     verdicts = {f.verdict for f in findings}
     if Verdict.WRONG in verdicts:
@@ -255,8 +281,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                     summary.uncovered += 1
                     continue
                 registers = checked_registers(source, facts)
-                findings = judge_row(row, state, facts, arch, registers, explain=False, pc=address)
-                verdict = overall(findings)
+                verdict = quick_verdict(row, state, facts, arch, registers, address)
                 if verdict == Verdict.WRONG and address in result.assumed:
                     verdict = Verdict.UNKNOWN       # reached only through an unresolved indirect jump
                 summary.checked += 1

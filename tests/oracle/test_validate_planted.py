@@ -33,16 +33,16 @@ def wrong(report, source):
     return sorted({d["address"] for d in report["disagreements"] if d["source"] == source})
 
 
-def labels(path):
-    nm = need_tool("nm")
+def labels(path, nm_name="nm"):
+    nm = need_tool(nm_name)
     out = subprocess.run([nm, str(path)], capture_output=True, text=True, check=True).stdout
     return {parts[2]: int(parts[0], 16) for parts in (line.split() for line in out.splitlines())
             if len(parts) == 3}
 
 
-def instructions(path):
+def instructions(path, objdump_name="objdump"):
     """Instruction addresses, as objdump decodes them."""
-    objdump = need_tool("objdump")
+    objdump = need_tool(objdump_name)
     out = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True,
                          text=True, check=True).stdout
     found = []
@@ -53,9 +53,9 @@ def instructions(path):
     return found
 
 
-def planted_ranges(path, numbers):
-    names = labels(path)
-    addresses = instructions(path)
+def planted_ranges(path, numbers, prefix=""):
+    names = labels(path, prefix + "nm")
+    addresses = instructions(path, prefix + "objdump")
     return sorted(a for n in numbers for a in addresses
                   if names["bad_%d_begin" % n] <= a < names["bad_%d_end" % n])
 
@@ -145,3 +145,30 @@ def test_plt_got_sframe_row_of_ld_2_46_is_wrong():
     [d] = report["disagreements"]
     assert (d["source"], d["address"], d["instruction"]) == ("sframe", 0x1080, "jmp qword ptr [rip + 0x2f5a]")
     assert (d["items"][0]["table"], d["items"][0]["analysis"]) == ("rsp+16", "rsp+8")
+
+
+A64 = "aarch64-linux-gnu-"
+
+
+def _build_aarch64(tmp_path, name, defines):
+    source = ROOT / "tests" / "fixtures" / "validate_planted_aarch64.S"
+    text = subprocess.run([need_tool("cpp"), "-P", *defines, str(source)], capture_output=True,
+                          text=True, check=True).stdout
+    (tmp_path / (name + ".s")).write_text(text)
+    subprocess.run([need_tool(A64 + "as"), "--gsframe", "-o", str(tmp_path / (name + ".o")),
+                    str(tmp_path / (name + ".s"))], check=True, capture_output=True)
+    out = tmp_path / (name + ".so")
+    subprocess.run([need_tool(A64 + "ld"), "-shared", "-o", str(out), str(tmp_path / (name + ".o"))],
+                   check=True, capture_output=True)
+    return out
+
+
+def test_aarch64_planted_errors_and_twin(tmp_path):
+    """stp/ldp with writeback, mov x29, sp, str of x19: the same four mistakes on aarch64."""
+    planted = _build_aarch64(tmp_path, "planted", [])
+    report = validate(planted)
+    assert report["arch"] == "aarch64" and report["unknown"] == 0
+    assert wrong(report, "cfi") == planted_ranges(planted, (1, 2, 3, 4), A64)
+    assert wrong(report, "sframe") == planted_ranges(planted, (1, 2, 4), A64)
+    twin = validate(_build_aarch64(tmp_path, "twin", ["-DCORRECT"]))
+    assert twin["disagreements"] == [] and twin["sources"]["cfi"]["right"] == twin["instructions"]
