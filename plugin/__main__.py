@@ -48,6 +48,12 @@ def build_parser():
     t.add_argument(sources.spelled(LLDB_STYLE), type=parse_source_list, metavar=sources.metavar,
                    help="only these sources' tables: %s (frame-pointer and scan read a live stack "
                         "and have no tables)" % sources.help)
+    v = sub.add_parser("validate", help="check the unwind tables of FILE against its instructions")
+    v.add_argument("file", metavar="FILE")
+    v.add_argument("--function", metavar="NAME", help="only this function, row by row")
+    v.add_argument("--address", type=parse_address, metavar="A", help="only the function holding A")
+    v.add_argument("--json", action="store_true", help="print JSON instead of text")
+    v.set_defaults(handler=cmd_validate)
     return parser
 
 
@@ -58,6 +64,11 @@ def parse_source_list(text):
         return convert(OPTIONS["sources"], text, DEFAULT_SOURCES)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_validate(args):
+    from plugin.validate import offline
+    return offline.run(args)
 
 
 def cmd_tables(args):
@@ -106,7 +117,7 @@ def main(argv=None):
     if args.command is None:
         return _fail("no command given; try: tables FILE")
     try:
-        return cmd_tables(args)
+        return getattr(args, "handler", cmd_tables)(args)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

@@ -1,0 +1,223 @@
+"""What a function's instructions do to the stack, over capstone.
+
+From a function's first instruction every path is followed (plugin.analysis.flow),
+tracking the stack pointer's offset from the CFA, which registers hold
+stack addresses (a frame pointer, a DRAP register), where the caller's
+callee-saved registers and the return address are stored, and what is in
+each register. The result per instruction is a State, or no state with a
+reason. Per-architecture instruction patterns live in x86_64.py and
+aarch64.py; plugin.analysis.rows turns a State into an unwind row.
+
+CodeAnalysis serves one module: it decodes lazily from the target's memory,
+decides which called functions never return (by name, through PLT stubs,
+and by analysing the callee), and analyses a function's `.cold` part with
+the frame of the jump that reaches it.
+"""
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from plugin.analysis import aarch64, landing, x86_64
+from plugin.analysis.flow import Analyser, FunctionAnalysis, entry_like, entry_state
+from plugin.analysis.ops import Flow
+
+FACTS = {"x86_64": x86_64, "aarch64": aarch64}
+
+# Functions that never return, by symbol name (C library, C++ runtime, CPython).
+NORETURN_NAMES = frozenset((
+    "abort", "exit", "_exit", "_Exit", "quick_exit", "__stack_chk_fail", "__stack_chk_fail_local",
+    "__assert_fail", "__assert_perror_fail", "__libc_fatal", "__fortify_fail", "__chk_fail",
+    "longjmp", "_longjmp", "siglongjmp", "__longjmp_chk", "__libc_longjmp", "__libc_siglongjmp",
+    "pthread_exit", "thrd_exit", "__cxa_throw", "__cxa_rethrow", "__cxa_bad_cast",
+    "__cxa_bad_typeid", "__cxa_pure_virtual", "__cxa_deleted_virtual",
+    "__cxa_throw_bad_array_new_length", "__cxa_call_unexpected", "__cxa_call_terminate",
+    "_Unwind_Resume", "err", "errx", "verr", "verrx", "_ZSt9terminatev", "_ZSt10unexpectedv",
+    "Py_FatalError", "_Py_FatalErrorFunc", "_Py_FatalErrorFormat", "_PyObject_AssertFailed",
+    "_dl_signal_error", "_dl_signal_exception", "_dl_fatal_printf", "__malloc_assert",
+    "__libc_start_main",
+))
+MAX_NESTING = 64                 # callees analysed to decide "does not return", one inside another
+
+
+def supported(arch) -> bool:
+    return arch.name in FACTS
+
+
+def is_noreturn_name(name: str) -> bool:
+    name = name.split("@")[0]
+    return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)
+
+
+class CodeAnalysis:
+    """The instruction analysis of one module's functions.
+
+    read(address, size) -> bytes reads code; functions is the sorted list of
+    (start, end) ranges with table entries (or symbols); symbol(address) ->
+    name or None; stubs: (start, end) ranges of PLT sections, whose every
+    stub is an entry.
+    """
+
+    def __init__(self, arch, read: Callable[[int, int], bytes],
+                 functions: Sequence[Tuple[int, int]] = (), symbol=None, got_names=None,
+                 stubs: Sequence[Tuple[int, int]] = (), lsda=None, entry_states=None):
+        import capstone
+        self.arch = arch
+        self.facts = FACTS[arch.name]
+        self.read = read
+        cs_arch, cs_mode = self.facts.CAPSTONE
+        self._cs = capstone.Cs(getattr(capstone, cs_arch), getattr(capstone, cs_mode))
+        self._decoded: Dict[int, object] = {}
+        self.functions = {start: end for start, end in functions}
+        self.symbol = symbol
+        self.got_names = got_names or {}
+        self.stubs = list(stubs)
+        self.lsda = lsda or {}          # function start -> LSDA address
+        # function start -> (address, State or None: cannot be set up) for functions
+        # a table says are not entered by a call (PLT resolvers, .cold parts, pads)
+        self.entry_states = entry_states or {}
+        self._results: Dict[int, FunctionAnalysis] = {}
+        self._seeds: Dict[int, list] = {}
+        self._busy: List[int] = []
+        self._noreturn: Dict[int, bool] = {}
+
+    # -- decoding --
+
+    def decode_at(self, address):
+        insn = self._decoded.get(address)
+        if insn is None:
+            try:
+                code = self.read(address, 16)
+            except Exception:       # unreadable: no instruction here
+                return None
+            for found in self._cs.disasm_lite(code, address, 1):
+                insn = self._decoded[address] = self.facts.decode(*found)
+        return insn
+
+    def decode_range(self, start, end):
+        """Linear sweep of [start, end) into the cache; jumps elsewhere decode on demand."""
+        try:
+            code = self.read(start, end - start)
+        except Exception:
+            return
+        decode = self.facts.decode
+        cache = self._decoded
+        for found in self._cs.disasm_lite(code, start):
+            if found[0] not in cache:
+                cache[found[0]] = decode(*found)
+
+    # -- functions --
+
+    def function(self, start: int, end: Optional[int] = None) -> FunctionAnalysis:
+        result = self._results.get(start)
+        if result is not None:
+            return result
+        end = end if end is not None else self.functions.get(start, start + 1)
+        self.decode_range(start, end)
+        seeds = self._entries(start, end)
+        if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
+            seeds = [seed for seed in seeds if seed[0] != start] + self._seeds[start]
+        analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
+                            is_boundary=self._decoded.__contains__)
+        self._busy.append(start)
+        try:
+            pads = landing.call_sites(self.read, self.lsda[start], start) if start in self.lsda else ()
+            result = analyser.run(start, end, seeds, pads)
+        finally:
+            self._busy.pop()
+        self._results[start] = result
+        return result
+
+    def _entries(self, start, end):
+        """Seeds: the entry state at start; in a PLT section at every stub too."""
+        first = None
+        if start in self.entry_states:
+            address, state = self.entry_states[start]
+            first = [] if state is None else [(address, state)]
+        state = entry_state(self.facts)
+        if not any(lo <= start < hi for lo, hi in self.stubs):
+            return first if first is not None else [(start, state)]
+        seeds, jumped_to, address = [], set(), start
+        previous_ends_path = True
+        while address < end:
+            insn = self.decode_at(address)
+            if insn is None:
+                break
+            if previous_ends_path and not insn.text.startswith(("nop", "xchg ax, ax")):
+                seeds.append(address)
+            if not insn.text.startswith(("nop", "xchg ax, ax")):
+                previous_ends_path = insn.flow in (Flow.JUMP, Flow.INDIRECT)
+            if insn.flow == Flow.JUMP:
+                jumped_to.add(insn.target)
+            address = insn.end
+        stubs = [(a, state) for a in seeds if a not in jumped_to and (first is None or a != start)]
+        return (first or []) + stubs
+
+    def analyse_all(self) -> Dict[int, FunctionAnalysis]:
+        """Every function; then the parts reached by a jump with the frame set up, again with that frame."""
+        for start, end in sorted(self.functions.items()):
+            self.function(start, end)
+        for _ in range(3):
+            seeds: Dict[int, list] = {}
+            for result in self._results.values():
+                for target, state in result.exits:
+                    # Only a function whose table says it is not entered by a call
+                    # (a .cold part) takes the frame of a jump that reaches it.
+                    if target in self.entry_states and not entry_like(state, self.facts):
+                        seeds.setdefault(target, []).append((target, state))
+            fresh = {t: s for t, s in seeds.items() if self._seeds.get(t) != s}
+            if not fresh:
+                break
+            for target, found in fresh.items():
+                self._seeds[target] = found
+                self._results.pop(target, None)
+            for target in fresh:
+                self.function(target)
+        return self._results
+
+    def is_continuation(self, start: int) -> bool:
+        """True when the function at start is entered by jumps from another's frame (a .cold part)."""
+        return start in self._seeds
+
+    # -- calls that do not return --
+
+    def _is_noreturn(self, insn) -> bool:
+        """Does the call `insn` never return? By its target's name or analysis, or its GOT slot's symbol."""
+        if insn.target is None:
+            if insn.through_memory and insn.indirect[1][0] == "addr":
+                name = self.got_names.get(insn.indirect[1][1])
+                return name is not None and is_noreturn_name(name)
+            return False
+        target = insn.target
+        found = self._noreturn.get(target)
+        if found is not None:
+            return found
+        answer = self._decide_noreturn(target)
+        self._noreturn[target] = answer
+        return answer
+
+    def _decide_noreturn(self, target):
+        name = self.symbol(target) if self.symbol else None
+        if name is None:
+            name = self._stub_name(target)
+        if name is not None:
+            return is_noreturn_name(name)
+        if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
+            result = self.function(target)
+            return not result.returns and not result.unresolved and bool(result.states)
+        return False
+
+    def _stub_name(self, target):
+        """The symbol a PLT stub jumps to, through its GOT slot."""
+        address = target
+        for _ in range(2):
+            insn = self.decode_at(address)
+            if insn is None:
+                return None
+            if insn.flow == Flow.INDIRECT and insn.through_memory:
+                slot = insn.indirect[1]
+                if slot[0] == "addr":
+                    return self.got_names.get(slot[1])
+                return None
+            if insn.flow != Flow.NEXT or insn.effects:
+                return None
+            address = insn.end
+        return None

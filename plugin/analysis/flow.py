@@ -1,0 +1,318 @@
+"""Follow every path of one function: a worklist over instructions, joining where paths meet.
+
+The state before each reached instruction is what the analysis knows there
+(plugin.analysis.state). Paths end at returns, tail calls (a jump out of
+the function with the stack as it was at entry), calls of functions that do
+not return, hlt/ud2/brk, and jumps the analysis cannot follow. Jumps out of
+the function with the frame still set up are recorded as exits: they reach
+a part of the same function placed elsewhere (GCC's `.cold` parts), which
+the module driver then analyses with this state instead of an entry state.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from plugin.analysis.ops import Flow, Insn
+from plugin.analysis.state import (CFA, OTHER, Kind, State, addr, caller, join, plus, stack,
+                                   unknown)
+
+MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
+MAX_TABLE_ENTRIES = 4096
+BOUND = 1000                      # pseudo-register the decoders set to the last compared immediate
+CLOBBERED = unknown("clobbered by a call")
+
+
+@dataclass
+class FunctionAnalysis:
+    start: int
+    end: int
+    insns: Dict[int, Insn]
+    states: Dict[int, State]                         # the state before each reached instruction
+    returns: bool = False                            # some path reaches a return or a tail call
+    exits: List[Tuple[int, State]] = field(default_factory=list)    # (target, state) frame still set up
+    unresolved: List[int] = field(default_factory=list)            # indirect jumps not followed
+    gave_up: Dict[int, str] = field(default_factory=dict)          # address -> why no state there
+    assumed: set = field(default_factory=set)        # reached only through an unresolved indirect jump
+
+
+def entry_state(arch_facts) -> State:
+    regs = {arch_facts.SP: stack(CFA, arch_facts.ENTRY_SP)}
+    for number in arch_facts.CALLEE_SAVED:
+        regs[number] = caller(number)
+    if arch_facts.RA_REGISTER is not None:
+        regs[arch_facts.RA_REGISTER] = caller(arch_facts.RA_REGISTER)
+    mem = {(CFA, k): caller(r) for k, r in arch_facts.ENTRY_SLOTS.items()}
+    return State(regs, mem)
+
+
+def entry_like(state: State, arch_facts) -> bool:
+    """The frame is torn down: the stack pointer is where it was at entry."""
+    return state.reg(arch_facts.SP) == stack(CFA, arch_facts.ENTRY_SP)
+
+
+def evaluate(expr, state: State):
+    kind = expr[0]
+    if kind == "reg":
+        return state.reg(expr[1])
+    if kind == "add":
+        return plus(evaluate(expr[1], state), expr[2])
+    if kind == "load":
+        return state.slot(evaluate(expr[1], state), expr[2])
+    if kind == "addr":
+        return addr(expr[1])
+    if kind == "other":
+        return OTHER
+    if kind == "align":
+        value = evaluate(expr[1], state)
+        if value[0] == Kind.STACK:
+            return stack(("align", expr[2]), 0)
+        return unknown("realigned a stack pointer the analysis did not know")
+    if kind == "table":
+        base = state.reg(expr[1])
+        bound = state.regs.get(BOUND)
+        count = bound[1] + 1 if bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < 4096 else None
+        return (Kind.TABLE, base[1], expr[2], count) if base[0] == Kind.ADDR else OTHER
+    if kind == "target":
+        a, b = state.reg(expr[1]), state.reg(expr[2])
+        if a[0] == Kind.ADDR:
+            a, b = b, a
+        if a[0] == Kind.TABLE and b[0] == Kind.ADDR and a[1] == b[1]:
+            return (Kind.TARGET, a[1], a[2], a[3])
+        return OTHER
+    return unknown(expr[1] if len(expr) > 1 and isinstance(expr[1], str) else "not followed")
+
+
+def apply(insn: Insn, state: State, sp: int) -> State:
+    out = state.copy()
+    for effect in insn.effects:
+        if effect[0] == "set":
+            value = evaluate(effect[2], out)
+            if effect[1] == sp and value[0] not in (Kind.STACK, Kind.UNKNOWN):
+                value = unknown("%s sets the stack pointer to a value the analysis does not know"
+                                % insn.text)
+            out.regs[effect[1]] = value
+        else:
+            out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
+    for temporary in [r for r in out.regs if r < 0]:
+        del out.regs[temporary]
+    return out
+
+
+class Analyser:
+    """Runs the worklist for one function of one module."""
+
+    def __init__(self, facts, decode_at: Callable[[int], Optional[Insn]],
+                 read: Callable[[int, int], bytes], noreturn: Callable[[int], bool],
+                 is_boundary: Callable[[int], bool] = lambda address: True):
+        self.facts = facts
+        self.is_boundary = is_boundary
+        self.decode_at = decode_at
+        self.read = read
+        self.noreturn = noreturn
+
+    def run(self, start: int, end: int, seeds: List[Tuple[int, State]], pads=()) -> FunctionAnalysis:
+        """pads: [(call-site start, end, landing pad)] from the function's LSDA."""
+        result = FunctionAnalysis(start, end, {}, {})
+        visits: Dict[int, int] = {}
+        work = []
+        for address, state in seeds:
+            self._merge(result, visits, work, address, state)
+        self._drain(result, visits, work)
+        if pads:
+            self._landing_pads(result, visits, work, pads)
+        self._assume_indirect_targets(result, visits, work)
+        return result
+
+    def _merge(self, result, visits, work, address, state):
+        if address in result.gave_up:
+            return
+        old = result.states.get(address)
+        if old is None:
+            result.states[address] = state
+            work.append(address)
+            return
+        merged, changed = join(old, state, address)
+        if changed:
+            count = visits.get(address, 0) + 1
+            visits[address] = count
+            if count > MAX_VISITS:
+                result.gave_up[address] = "the paths reaching it did not settle"
+                del result.states[address]
+                return
+            result.states[address] = merged
+            work.append(address)
+
+    def _drain(self, result, visits, work):
+        facts = self.facts
+        while work:
+            address = work.pop()
+            state = result.states.get(address)
+            if state is None:
+                continue
+            insn = result.insns.get(address)
+            if insn is None:
+                insn = self.decode_at(address)
+                if insn is None:
+                    result.gave_up[address] = "cannot decode an instruction here"
+                    del result.states[address]
+                    continue
+                result.insns[address] = insn
+            after = apply(insn, state, facts.SP)
+            for target, out in self._successors(result, insn, after):
+                if result.start <= target < result.end:
+                    self._merge(result, visits, work, target, out)
+                else:
+                    result.exits.append((target, out))
+
+    def _successors(self, result, insn, state):
+        facts = self.facts
+        flow = insn.flow
+        if flow == Flow.NEXT:
+            return [(insn.end, state)]
+        if flow == Flow.BRANCH:
+            return [(insn.target, state), (insn.end, state)]
+        if flow == Flow.JUMP:
+            if not result.start <= insn.target < result.end and entry_like(state, facts):
+                result.returns = True                  # a tail call
+                return []
+            return [(insn.target, state)]
+        if flow == Flow.CALL:
+            if self.noreturn(insn):
+                return []
+            return [(insn.end, self.after_call(insn, state))]
+        if flow == Flow.RET:
+            result.returns = True
+            return []
+        if flow == Flow.STOP:
+            return []
+        return self._indirect(result, insn, state)
+
+    def after_call(self, insn, state):
+        """The state a call returns with (or an exception lands with): callee-saved registers kept."""
+        facts = self.facts
+        after = state.copy()
+        sp = after.reg(facts.SP)
+        if sp[0] == Kind.STACK:
+            after.forget_below(sp)
+        for number in facts.CALL_CLOBBERED:
+            after.regs[number] = CLOBBERED
+        if facts.RA_REGISTER is not None:
+            after.regs[facts.RA_REGISTER] = OTHER
+        return after
+
+    def _landing_pads(self, result, visits, work, pads):
+        """Enter each landing pad with the state after the calls of its call-site range."""
+        for _ in range(8):
+            before = dict(result.states)
+            for start, end, pad in pads:
+                inside = result.start <= pad < result.end
+                for address in [a for a in result.states if start <= a < end]:
+                    insn = result.insns.get(address)
+                    if insn is not None and insn.flow == Flow.CALL:
+                        state = self.after_call(insn, apply(insn, result.states[address], self.facts.SP))
+                        if inside:
+                            self._merge(result, visits, work, pad, state)
+                        elif (pad, state) not in result.exits:
+                            result.exits.append((pad, state))
+            self._drain(result, visits, work)
+            if result.states == before:
+                return
+
+    def _indirect(self, result, insn, state):
+        targets = self._table_targets(result, insn, state)
+        if targets:
+            return [(t, state) for t in targets]
+        if entry_like(state, self.facts):
+            result.returns = True                      # an indirect tail call
+            return []
+        if insn.through_memory and insn.indirect[1][0] == "addr":
+            return []                                  # through a GOT slot: another function's code
+        result.unresolved.append(insn.address)
+        return []
+
+    def _table_targets(self, result, insn, state):
+        """Targets of a jump table the code indexes, read while they stay inside the function."""
+        expr = insn.indirect
+        if expr is None:
+            return []
+        if expr[0] == "mem" and expr[1][0] == "indexed":
+            base = state.reg(expr[1][1])
+            if base[0] != Kind.ADDR:
+                return []
+            table, size, relative = base[1], self.facts.POINTER_SIZE, False
+            bound = state.regs.get(BOUND)
+            count = bound[1] + 1 if bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < 4096 \
+                else MAX_TABLE_ENTRIES
+        else:
+            if expr[0] == "mem":
+                return []
+            value = evaluate(expr, state)
+            if value[0] != Kind.TARGET:
+                return []
+            table, size, relative = value[1], value[2], True
+            count = value[3] or MAX_TABLE_ENTRIES
+        targets = []
+        for index in range(count):
+            try:
+                raw = self.read(table + index * size, size)
+            except Exception:       # the table runs out of readable memory: it ended
+                break
+            entry = int.from_bytes(raw, "little", signed=relative)
+            target = table + entry if relative else entry
+            if not result.start <= target < result.end or not self.is_boundary(target):
+                break               # past the table: data, or an entry of another table
+            insn = self.decode_at(target)
+            if insn is None or insn.text.startswith(("nop", "xchg ax, ax", "int3")):
+                break
+            targets.append(target)
+        return sorted(set(targets))
+
+    def _assume_indirect_targets(self, result, visits, work):
+        """Code reached by no followed path, when every unresolved indirect jump agrees on the frame.
+
+        Such code is almost always a jump table's target the analysis could
+        not read. Its rows are marked `assumed`.
+        """
+        if not result.unresolved:
+            return
+        states = []
+        for address in result.unresolved:
+            state = result.states.get(address)
+            if state is not None:
+                states.append(apply(result.insns[address], state, self.facts.SP))
+        if not states:
+            return
+        first = states[0]
+        frame = (first.reg(self.facts.SP),) + tuple(first.reg(r) for r in self.facts.CALLEE_SAVED)
+        for other in states[1:]:
+            if (other.reg(self.facts.SP),) + tuple(other.reg(r) for r in self.facts.CALLEE_SAVED) != frame:
+                return
+        address = result.start
+        reached_before = set(result.states)
+        while address < result.end:
+            insn = result.insns.get(address) or self.decode_at(address)
+            if insn is None:
+                break
+            result.insns.setdefault(address, insn)
+            if address not in result.states and address not in result.gave_up \
+                    and not insn.text.startswith(("nop", "xchg ax, ax", "int3")) \
+                    and self._is_block_start(result, address):
+                self._merge(result, visits, work, address, first)
+                self._drain(result, visits, work)
+            address = insn.end
+        result.assumed = set(result.states) - reached_before
+
+    @staticmethod
+    def _is_block_start(result, address):
+        """Unreached code right after a path's end (padding skipped): where a jump-table target begins."""
+        for _ in range(64):
+            previous = next((result.insns[address - back] for back in range(1, 16)
+                             if address - back in result.insns
+                             and result.insns[address - back].end == address), None)
+            if previous is None:
+                return True
+            if previous.text.startswith(("nop", "xchg ax, ax", "int3")) and previous.address not in result.states:
+                address = previous.address
+                continue
+            return previous.flow not in (Flow.NEXT, Flow.BRANCH)
+        return True

@@ -1,0 +1,63 @@
+"""The small vocabulary per-architecture decoders translate instructions into.
+
+An instruction becomes a list of effects on registers and stack slots, and a
+control-flow kind. Only what matters to the stack and to callee-saved
+registers is spelled out; any other register an instruction writes is set
+to OTHER, so the analysis never believes a register still holds the
+caller's value after the code changed it.
+
+Expressions (tuples):
+  ("reg", r)                 the value of register r
+  ("add", expr, k)           expr + k
+  ("load", addr_expr, size)  the stack slot at addr_expr
+  ("addr", a)                a known address (rip-relative lea, adrp/add)
+  ("other",)                 a computed value
+  ("unknown", reason)        anything
+  ("align", expr, at)        expr rounded down: a fresh stack base named by the instruction
+  ("table", base_reg, size)  an entry of a jump table at the address in base_reg
+  ("target", r1, r2)         table entry + table base: a jump-table target
+Effects:
+  ("set", r, expr) and ("store", addr_expr, size, expr) are applied in order,
+  each reading the state left by the previous one.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional
+
+
+class Flow(str, Enum):
+    NEXT = "next"            # falls through
+    JUMP = "jump"            # direct jump to target
+    BRANCH = "branch"        # conditional: target or next
+    CALL = "call"            # direct (target) or indirect (None) call, then next
+    RET = "ret"
+    STOP = "stop"            # hlt, ud2, brk: the path ends here
+    INDIRECT = "indirect"    # jump to a computed address (jump table or tail call)
+
+
+@dataclass
+class Insn:
+    address: int
+    size: int
+    text: str
+    effects: list = field(default_factory=list)
+    flow: Flow = Flow.NEXT
+    target: Optional[int] = None
+    indirect: Optional[tuple] = None      # INDIRECT: expression of the target, or ("mem", expr, scale)
+    through_memory: bool = False          # INDIRECT through a memory operand (GOT slot, vtable)
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+
+def reg(number):
+    return ("reg", number)
+
+
+def add(expr, k):
+    return ("add", expr, k) if k else expr
+
+
+OTHER = ("other",)

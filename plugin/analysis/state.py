@@ -1,0 +1,150 @@
+"""What the analysis knows at one instruction: abstract register and stack-slot values.
+
+A value is one of:
+
+- ``caller(r)``: the caller's value of register r, untouched (for the return
+  address column: the return address the call pushed or put in the link
+  register);
+- ``stack(base, k)``: the address base + k, where base is the CFA or the
+  result of one stack realignment (an ``and`` of the stack pointer, whose
+  relation to the CFA is unknown);
+- ``addr(a)``: a known constant address (rip-relative ``lea``), kept only to
+  follow jump tables;
+- ``OTHER``: a value computed here, known not to be any of the above;
+- ``unknown(reason)``: anything (paths disagree, loaded from memory the
+  analysis does not follow, an adjustment by a register).
+
+A State maps DWARF register numbers to values (absent: unknown) and stack
+slots, (base, offset) pairs, to the value last stored there (absent: not
+written by this function). Join is the lattice meet used where paths meet:
+equal values stay, different ones become unknown.
+"""
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Dict, Tuple
+
+
+class Kind(str, Enum):
+    CALLER = "caller"
+    STACK = "stack"
+    ADDR = "addr"
+    TABLE = "table"        # a value loaded from a jump table at a known address (entry, scale, signed)
+    TARGET = "target"      # table entry + table base: a jump target
+    OTHER = "other"
+    UNKNOWN = "unknown"
+
+
+CFA = "cfa"                # the base of stack values relative to the canonical frame address
+
+Value = Tuple              # (Kind, ...) see the constructors below
+
+
+def caller(register: int) -> Value:
+    return (Kind.CALLER, register)
+
+
+def stack(base, offset: int) -> Value:
+    return (Kind.STACK, base, offset)
+
+
+def addr(address: int) -> Value:
+    return (Kind.ADDR, address)
+
+
+OTHER: Value = (Kind.OTHER,)
+
+
+def unknown(reason: str) -> Value:
+    return (Kind.UNKNOWN, reason)
+
+
+UNSET = unknown("not tracked")
+
+
+def plus(value: Value, k: int) -> Value:
+    """value + k for stack and address values; other values become OTHER or stay unknown."""
+    if value[0] == Kind.STACK:
+        return (Kind.STACK, value[1], value[2] + k)
+    if value[0] == Kind.ADDR:
+        return (Kind.ADDR, value[1] + k)
+    if value[0] == Kind.UNKNOWN:
+        return value
+    return OTHER
+
+
+@dataclass
+class State:
+    regs: Dict[int, Value]
+    mem: Dict[tuple, Value]
+
+    def reg(self, number: int) -> Value:
+        return self.regs.get(number, UNSET)
+
+    def copy(self) -> "State":
+        return State(dict(self.regs), dict(self.mem))
+
+    def slot(self, address: Value, size: int = 8) -> Value:
+        """What a load of `size` bytes from the stack address gives."""
+        if address[0] == Kind.UNKNOWN:
+            return address
+        if address[0] != Kind.STACK:
+            return OTHER               # not this frame's stack: not a saved register
+        found = self.mem.get((address[1], address[2]))
+        if found is None:
+            return unknown("loaded from a stack slot this function did not write")
+        return found if size == 8 else OTHER
+
+    def store(self, address: Value, size: int, value: Value) -> None:
+        """Record a store; a store through an untracked pointer is assumed not to hit saved slots."""
+        if address[0] != Kind.STACK:
+            return
+        base, offset = address[1], address[2]
+        for key in [k for k in self.mem if k[0] == base and k[1] < offset + size and offset < k[1] + 8]:
+            del self.mem[key]
+        if value[0] == Kind.UNKNOWN:
+            self.mem[(base, offset)] = value
+        elif size == 8 and value[0] != Kind.OTHER:
+            self.mem[(base, offset)] = value
+        # Anything else leaves the slot absent: it holds nothing the analysis tracks.
+
+    def forget_below(self, address: Value) -> None:
+        """A call: the callee's frame overwrites everything below the stack pointer."""
+        if address[0] != Kind.STACK:
+            return
+        for key in [k for k in self.mem if k[0] == address[1] and k[1] < address[2]]:
+            del self.mem[key]
+
+
+def join(old: State, new: State, where: int) -> Tuple[State, bool]:
+    """(old met with new, whether it changed). Disagreeing values become unknown."""
+    regs = _meet(old.regs, new.regs, UNSET, where)
+    mem = _meet(old.mem, new.mem, None, where)
+    if regs is None and mem is None:
+        return old, False
+    return State(old.regs if regs is None else regs, old.mem if mem is None else mem), True
+
+
+def _meet(old: dict, new: dict, missing, where):
+    """old met with new, or None when that is old itself."""
+    if old == new:
+        return None
+    out = None
+    disagree = None
+    for key, a in old.items():
+        if a[0] == Kind.UNKNOWN:
+            continue
+        b = new.get(key, missing)
+        if a != b:
+            if out is None:
+                out = dict(old)
+                disagree = unknown("paths disagree at 0x%x" % where)
+            out[key] = disagree
+    for key in new.keys() - old.keys():
+        if missing is not None and missing[0] == Kind.UNKNOWN:
+            continue                      # absent from old: already unknown there
+        if out is None:
+            out = dict(old)
+            disagree = unknown("paths disagree at 0x%x" % where)
+        out[key] = disagree
+    return out
