@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping, Optional, Sequence, Tuple
 
+from plugin.model.vocabulary import Vocabulary
+
 
 class SourceKind(str, Enum):
     """Where a source's answer comes from."""
@@ -16,34 +18,48 @@ class SourceKind(str, Enum):
     FALLBACK = "fallback"    # the stack itself (a heuristic: tried only where no table covers the frame)
 
 
+class Trust(Vocabulary):
+    """How a frame was found, from most to least reliable (after Breakpad's trust levels):
+    the source's name, or `context` for the innermost frame. Each says its "found by" words."""
+    CONTEXT = ("context", "given by the debugger (innermost frame)")
+    CFI = ("cfi", "call frame info")
+    SFRAME = ("sframe", "SFrame")
+    COMPACT = ("compact", "compact unwind info")
+    EXIDX = ("exidx", "ARM exception index")
+    FRAME_POINTER = ("frame-pointer", "frame pointer")
+    SCAN = ("scan", "stack scanning")
+
+
 @dataclass(frozen=True)
 class Source:
-    name: str                # the name used everywhere: settings, options, JSON
+    name: Trust              # the name used everywhere: settings, options, JSON
     kind: SourceKind
-    trust: str               # "found by" words, after Breakpad's trust levels
     description: str
+
+    @property
+    def trust(self) -> str:
+        return self.name.description
 
 
 # In the canonical order a frame tries them (see DESIGN.md). `context` is not
 # a source: it marks the innermost frame, whose registers the debugger gave.
 SOURCES: Tuple[Source, ...] = (
-    Source("cfi", SourceKind.TABLE, "call frame info", "DWARF CFI: .eh_frame, .debug_frame, __eh_frame"),
-    Source("sframe", SourceKind.TABLE, "SFrame", "SFrame v1/v2/v3 (.sframe)"),
-    Source("compact", SourceKind.TABLE, "compact unwind info", "Apple compact unwind (__unwind_info)"),
-    Source("exidx", SourceKind.TABLE, "ARM exception index", "ARM EHABI (.ARM.exidx/.ARM.extab)"),
-    Source("frame-pointer", SourceKind.FALLBACK, "frame pointer", "the frame-pointer chain"),
-    Source("scan", SourceKind.FALLBACK, "stack scanning", "stack words that look like return addresses"),
+    Source(Trust.CFI, SourceKind.TABLE, "DWARF CFI: .eh_frame, .debug_frame, __eh_frame"),
+    Source(Trust.SFRAME, SourceKind.TABLE, "SFrame v1/v2/v3 (.sframe)"),
+    Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)"),
+    Source(Trust.EXIDX, SourceKind.TABLE, "ARM EHABI (.ARM.exidx/.ARM.extab)"),
+    Source(Trust.FRAME_POINTER, SourceKind.FALLBACK, "the frame-pointer chain"),
+    Source(Trust.SCAN, SourceKind.FALLBACK, "stack words that look like return addresses"),
 )
-CONTEXT = "context"
-CONTEXT_TRUST = "given by the debugger (innermost frame)"
+CONTEXT = Trust.CONTEXT.value
 
 SOURCE_BY_NAME = {s.name: s for s in SOURCES}
-TRUST_WORDS = {CONTEXT: CONTEXT_TRUST, **{s.name: s.trust for s in SOURCES}}
+TRUST_WORDS = {member.value: member.description for member in Trust}
 
 
 def source_names(kind: Optional[SourceKind] = None, available=None) -> Tuple[str, ...]:
     """Source names in canonical order, optionally of one kind and among `available`."""
-    return tuple(s.name for s in SOURCES
+    return tuple(s.name.value for s in SOURCES
                  if (kind is None or s.kind == kind) and (available is None or s.name in available))
 
 
