@@ -19,14 +19,9 @@ from plugin.memory import Region
 
 
 class CfiSection(EntryDecoder):
-    """One .eh_frame or .debug_frame section, decoded lazily and cached.
-
-    region: plugin.memory.Region of the whole section; kind: "eh_frame" or
-    "debug_frame"; arch: plugin.arch.Arch; bases: {"text": .., "data": ..}
-    for textrel/datarel pointers; deref(address, size) -> bytes for
-    DW_EH_PE_indirect; bias: added to FDE ranges and DW_CFA_set_loc targets
-    (a .debug_frame read from the file at link addresses).
-    """
+    """One .eh_frame or .debug_frame section, decoded lazily and cached: the
+    EntryDecoder (whose docstring lists the arguments) plus the walk over the
+    whole section, find_fde and the sorted index."""
 
     def __init__(self, region: Region, kind: str, arch: Arch, bases: dict | None = None,
                  deref: Deref | None = None, bias: int = 0) -> None:
