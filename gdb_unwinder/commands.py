@@ -76,7 +76,15 @@ def run_explain(state, given):
     which = given.value if given.value is not None else gdb.selected_frame().level()
     arch, bt = _from_newest(state, given.sources)
     reports.attach_native(bt, native.native_frames(state, len(bt.frames) + 1), state.context(given.sources))
-    return reports.explain_report(bt, arch, which)
+    return reports.explain_report(bt, arch, which, given.verbose, _width())
+
+
+def _width():
+    """GDB's `width` setting: None when unlimited (0 or None)."""
+    try:
+        return gdb.parameter("width") or None
+    except RuntimeError:
+        return None
 
 
 def run_tables(state, given):

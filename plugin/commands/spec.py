@@ -70,6 +70,7 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("sources", "s", OptionKind.SOURCES, "comma-separated unwind sources, in order", "LIST",
            example="cfi,frame-pointer"),
     Option("count", "c", OptionKind.COUNT, "stop after N frames", "N", debuggers=(Debugger.LLDB,)),
+    Option("verbose", "v", OptionKind.FLAG, "also show the raw DWARF operations of each expression"),
     Option("all", "a", OptionKind.FLAG, "every entry of every module instead of one address",
            debuggers=(Debugger.LLDB,)),
 )}

@@ -171,7 +171,7 @@ def test_signal_frame_explained_and_selected_frames():
     assert _pcs(limited["frames"]) == _pcs(frames[trampoline + 1:trampoline + 4])
     assert [f["level"] for f in results["explain2"]["frames"]] == [2]
     text = results["explain_text"]["output"]
-    assert "__restore_rt" in text and "debugger's own unwinder: agrees" in text
+    assert "__restore_rt" in text and "verdict: the debugger's own unwinder agrees" in text
     # The vdso is a module that exists only in memory: found, with its tables, and no path.
     modules = {m["name"]: m for m in results["modules"]["modules"]}
     assert modules["[vdso]"]["path"] is None

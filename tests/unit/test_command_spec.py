@@ -31,7 +31,7 @@ GDB, LLDB = Debugger.GDB, Debugger.LLDB
 def test_usage_lines_spell_options_in_each_debuggers_style():
     assert BACKTRACE.usage(GDB) == "unwind backtrace [-json] [-sources LIST] [N]"
     assert BACKTRACE.usage(LLDB) == "unwind backtrace [--json] [--sources LIST] [--count N]"
-    assert EXPLAIN.usage(GDB) == "unwind explain [-json] [-sources LIST] [LEVEL|all]"
+    assert EXPLAIN.usage(GDB) == "unwind explain [-json] [-sources LIST] [-verbose] [LEVEL|all]"
     assert TABLES.usage(LLDB) == "unwind tables [--json] [--all] ADDRESS|FUNCTION"
     assert [c.name for c in commands_for(GDB)] == ["backtrace", "explain", "tables", "compare", "modules"]
     assert [c.name for c in commands_for(LLDB)][-1] == "settings"
@@ -70,7 +70,7 @@ def test_gdb_style_options():
     given = parse_gdb(BACKTRACE, ["-sources", "scan,cfi", "-json", "3"], DEFAULT_SOURCES)
     assert (given.json, given.sources, given.value) == (True, ("scan", "cfi"), 3)
     assert parse_gdb(BACKTRACE, ["--", "2"], ("cfi",)).sources == ("cfi",)     # the current setting
-    with pytest.raises(ValueError, match=r"^unknown option -bogus \(options: -json -sources\)$"):
+    with pytest.raises(ValueError, match=r"^unknown option -bogus \(options: -json -sources -verbose\)$"):
         parse_gdb(EXPLAIN, ["-bogus"], DEFAULT_SOURCES)
     with pytest.raises(ValueError, match="unknown option -count"):          # an LLDB-only option
         parse_gdb(BACKTRACE, ["-count", "2"], DEFAULT_SOURCES)
