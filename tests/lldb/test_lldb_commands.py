@@ -398,5 +398,5 @@ def test_missing_pyelftools_is_one_line(tmp_path):
     lines = [line for line in transcript.splitlines() if "unwind plugin" in line]
     assert len(lines) == 1, transcript
     assert lines[0].startswith("unwind plugin: not loaded: pyelftools is missing for LLDB's Python 3.")
-    assert "pip install pyelftools" in lines[0]
+    assert "pip install pyelftools" in lines[0] and "apt-get install python3-pyelftools" in lines[0]
     assert "'unwind' is not a known command" in transcript       # nothing half-registered
