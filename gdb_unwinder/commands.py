@@ -149,13 +149,38 @@ class _SpecCommand(gdb.Command):
         gdb.write((json.dumps(data, indent=1) if given.json else text) + "\n")
 
     def complete(self, text, word):
-        if word is not None and word.startswith("-"):
-            options = ["-" + o.name for o in self.spec.options_for(GDB)]
-            return [o for o in options if o.startswith(word)]
-        kind = self.spec.words_for(GDB).kind
-        if kind is WordsKind.LEVEL:
-            return [w for w in ("all",) if w.startswith(word or "")]
-        return gdb.COMPLETE_SYMBOL if kind is WordsKind.EXPRESSION else gdb.COMPLETE_NONE
+        """Completes from the whole line: GDB splits words at "-" and ",", so `word` alone misleads."""
+        candidates, partial = complete_words(self.spec, text, self.state.sources)
+        if candidates is None:
+            kind = self.spec.words_for(GDB).kind
+            return gdb.COMPLETE_SYMBOL if kind is WordsKind.EXPRESSION else gdb.COMPLETE_NONE
+        cut = len(partial) - len(word or "")       # GDB replaces only `word`, the tail of `partial`
+        return [c[cut:] for c in candidates if c.startswith(partial)]
+
+
+def complete_words(spec, text, sources):
+    """(candidates, the partial word they complete) for a line; candidates None: GDB's own symbols."""
+    tokens = text.split(" ")
+    partial, before = tokens[-1], [t for t in tokens[:-1] if t]
+    options = {"-" + o.name: o for o in spec.options_for(GDB)}
+    previous = before[-1] if before else ""
+    takes = [o for name, o in options.items() if previous.startswith("-") and len(previous) > 1
+             and name.startswith(previous) and o.metavar]
+    if takes:
+        if takes[0].name == "sources":
+            done, _, last = partial.rpartition(",")
+            head = done + "," if done else ""
+            chosen = done.split(",") if done else []
+            return [head + s for s in DEFAULT_SOURCES if s not in chosen], partial
+        return [], partial
+    if partial.startswith("-"):
+        return sorted(options), partial
+    kind = spec.words_for(GDB).kind
+    if kind is WordsKind.LEVEL:
+        return ["all"], partial
+    if kind is WordsKind.EXPRESSION:
+        return None, partial
+    return [], partial
 
 
 def _command_class(spec):
@@ -168,12 +193,29 @@ def _command_class(spec):
 class SetUnwind(gdb.Command):
     """Settings of the unwind plugin."""
 
-    def __init__(self, verb):
+    def __init__(self, verb, state=None):
         super().__init__("%s unwind" % verb, gdb.COMMAND_STACK, gdb.COMPLETE_NONE, prefix=True)
+        self.verb, self.state = verb, state
+
+    def invoke(self, argument, from_tty):
+        if argument.strip():
+            raise gdb.GdbError("unwind: no setting %r; try \"help %s unwind\"" % (argument.strip(), self.verb))
+        if self.verb != "show":
+            gdb.execute("help set unwind", from_tty)
+            return
+        for setting in settings_for(GDB.value, DEFAULT_SOURCES):     # every setting, as `show print` lists its own
+            shown = gdb.execute("show unwind " + setting.name, to_string=True).strip()
+            gdb.write("%s:  %s\n" % (setting.name, shown))
 
 
 PARAM_KIND = {SettingType.SOURCES: gdb.PARAM_STRING, SettingType.UNSIGNED: gdb.PARAM_ZUINTEGER,
               SettingType.BOOLEAN: gdb.PARAM_BOOLEAN}
+UNLIMITED = 2 ** 63 - 1         # what `unlimited` stores for a count with no upper bound (max-frames)
+
+
+def _unbounded(setting):
+    """A count with no maximum takes GDB's `unlimited`, as `set backtrace limit` does."""
+    return setting.type == SettingType.UNSIGNED and setting.maximum is None
 
 
 def _holder(state, setting):
@@ -187,7 +229,8 @@ class _SettingParameter(gdb.Parameter):
     setting: Setting = None
 
     def __init__(self, state):
-        super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, PARAM_KIND[self.setting.type])
+        kind = gdb.PARAM_ZUINTEGER_UNLIMITED if _unbounded(self.setting) else PARAM_KIND[self.setting.type]
+        super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, kind)
         self.state = state
         self.value = self._gdb_value(self._current())
 
@@ -195,6 +238,8 @@ class _SettingParameter(gdb.Parameter):
         return getattr(_holder(self.state, self.setting), self.setting.key)
 
     def _gdb_value(self, value):
+        if _unbounded(self.setting) and value >= UNLIMITED:
+            return -1           # GDB's spelling of unlimited for PARAM_ZUINTEGER_UNLIMITED
         return self.setting.format(value) if self.setting.type == SettingType.SOURCES else value
 
     def get_set_string(self):
@@ -202,6 +247,8 @@ class _SettingParameter(gdb.Parameter):
         try:
             if setting.type == SettingType.BOOLEAN:
                 value = bool(self.value)
+            elif _unbounded(setting) and self.value == -1:
+                value = UNLIMITED
             else:
                 value = setting.parse("" if self.value is None else str(self.value), DEFAULT_SOURCES)
         except ValueError as exc:
@@ -211,10 +258,13 @@ class _SettingParameter(gdb.Parameter):
         setattr(_holder(self.state, setting), setting.key, value)
         self.value = self._gdb_value(value)
         gdb.invalidate_cached_frames()      # GDB's own frames may now unwind differently
-        return "unwind %s: %s" % (setting.name, setting.format(value))
+        return "unwind %s: %s" % (setting.name, "unlimited" if self.value == -1 else setting.format(value))
 
     def get_show_string(self, value):
-        return self.setting.show(self._current(), DEFAULT_SOURCES)
+        current = self._current()
+        if _unbounded(self.setting) and current >= UNLIMITED:
+            return self.setting.show(current, DEFAULT_SOURCES).replace(str(current), "unlimited")
+        return self.setting.show(current, DEFAULT_SOURCES)
 
 
 def _parameter_class(setting):
@@ -233,6 +283,6 @@ def register(state):
     for spec in commands:
         _command_class(spec)(state)
     SetUnwind("set")
-    SetUnwind("show")
+    SetUnwind("show", state)
     for setting in settings_for(GDB.value, DEFAULT_SOURCES):
         _parameter_class(setting)(state)

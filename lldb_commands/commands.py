@@ -114,7 +114,8 @@ class BacktraceCommand(_Command):
     spec = catalog.BACKTRACE
 
     def run(self, given, exe_ctx):
-        target, _, _, _, bt = self._walk(exe_ctx, given.sources, given.count, from_selected=True)
+        limit = given.count if given.count is not None else given.value     # -c N, or N / -N as in GDB
+        target, _, _, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True)
         return reports.backtrace_report(bt, target.arch)
 
 

@@ -14,14 +14,14 @@ GDB, LLDB = Debugger.GDB, Debugger.LLDB
 BACKTRACE = CommandSpec(
     "backtrace", "Print the plugin's own backtrace from the selected frame.",
     ("json", "sources", "count"),
-    words=(Words(WordsKind.COUNT, "[N]", (GDB,)),),
+    words=(Words(WordsKind.COUNT, "[N|-N]"),),
     about="""One line per frame: level, pc, function, module, and which source found it
 (e.g. "found by: .eh_frame CFI"), then the reason the walk stopped.""",
-    notes={GDB: """N limits the number of frames. {sources} picks and orders the sources for
+    notes={GDB: """N shows the innermost N frames, -N the outermost N (as "bt -N" does). {sources} picks and orders the sources for
 this walk only (see "set unwind sources").
 Sources: {source_names}.""",
            LLDB: """Levels count physical frames (LLDB's inlined frames are not separate frames here).
-{count} N stops after N frames; {sources} picks and orders the sources for
+N (or {count} N) shows the innermost N frames, -N the outermost N; {sources} picks and orders the sources for
 this walk. Sources: {source_names}."""},
     json_keys=("version", "frames", "stop_reason", "stop_detail", "stop_attempts"))
 

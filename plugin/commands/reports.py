@@ -13,7 +13,9 @@ from plugin.strategies.cfi import CfiTables
 def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None):
     bt = unwind(state_target, registers, sources=sources, max_frames=max_frames, modules=modules,
                 exact_pc=exact_pc, first_level=first_level)
-    if limit is not None and len(bt.frames) > limit:
+    if limit is not None and limit < 0:
+        bt.frames = bt.frames[limit:]           # the outermost -limit frames; the stop reason is the walk's
+    elif limit is not None and len(bt.frames) > limit:
         bt.frames = bt.frames[:limit]
         bt.stop_reason, bt.stop_detail = "limit", "stopped after %d frame%s as asked" % (limit, "" if limit == 1 else "s")
     return bt
