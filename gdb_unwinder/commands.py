@@ -18,6 +18,7 @@ from plugin.commands.catalog import PREFIX_SUMMARY, commands_for
 from plugin.commands.options import parse_gdb
 from plugin.commands.spec import ArgumentError, CommandSpec, Debugger, WordsKind
 from plugin.engine import DEFAULT_SOURCES
+from plugin.render.style import Styled, plain
 from plugin.settings import Setting, SettingError, SettingType, settings_for
 
 from . import native
@@ -68,7 +69,7 @@ def _from_newest(state, sources):
 def run_backtrace(state, given):
     _need_process()
     arch, bt = _walk(state, given.sources, given.value)
-    return reports.backtrace_report(bt, arch)
+    return reports.backtrace_report(bt, arch, gdb_style())
 
 
 def run_explain(state, given):
@@ -76,7 +77,36 @@ def run_explain(state, given):
     which = given.value if given.value is not None else gdb.selected_frame().level()
     arch, bt = _from_newest(state, given.sources)
     reports.attach_native(bt, native.native_frames(state, len(bt.frames) + 1), state.context(given.sources))
-    return reports.explain_report(bt, arch, which, given.verbose, _width())
+    return reports.explain_report(bt, arch, which, given.verbose, _width(), gdb_style())
+
+
+_COLOURS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36,
+            "white": 37}
+_INTENSITY = {"bold": 1, "dim": 2}
+
+
+def gdb_style():
+    """A styler using GDB's own `style function|address|filename` settings; plain when styling is off."""
+    try:
+        if not gdb.parameter("style enabled"):
+            return plain
+        codes = {}
+        for kind in Styled:
+            parts = []
+            colour = gdb.parameter("style %s foreground" % kind.value)
+            if colour in _COLOURS:
+                parts.append(str(_COLOURS[colour]))
+            intensity = gdb.parameter("style %s intensity" % kind.value)
+            if intensity in _INTENSITY:
+                parts.append(str(_INTENSITY[intensity]))
+            codes[kind] = ";".join(parts)
+    except RuntimeError:            # a GDB without these settings: no colour
+        return plain
+
+    def style(kind, text):
+        code = codes.get(kind)
+        return "\x1b[%sm%s\x1b[m" % (code, text) if code else text
+    return style
 
 
 def _width():
@@ -272,7 +302,9 @@ def _parameter_class(setting):
     return type(setting.key.title().replace("_", "") + "Parameter", (_SettingParameter,), {
         "__doc__": "\n\n".join(filter(None, (words[0].upper() + words[1:] + ".", setting.notes.get(GDB.value)))),
         "setting": setting,
-        "set_doc": "Set %s." % setting.help, "show_doc": "Show %s." % setting.help})
+        # "unwind NAME" in the first line, so `apropos unwind` finds every setting.
+        "set_doc": "Set unwind %s: %s." % (setting.name, setting.help),
+        "show_doc": "Show unwind %s: %s." % (setting.name, setting.help)})
 
 
 def register(state):

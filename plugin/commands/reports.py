@@ -6,6 +6,7 @@ gather registers and native frames, call these, and print one of the two.
 
 from plugin.validate import compare as comparing
 from plugin.render import explain, tables
+from plugin.render.style import plain
 from plugin.engine import UnwindContext, unwind
 from plugin.strategies.cfi import CfiTables
 
@@ -21,8 +22,8 @@ def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, f
     return bt
 
 
-def backtrace_report(bt, arch):
-    return explain.backtrace_json(bt, arch), explain.backtrace_text(bt, arch)
+def backtrace_report(bt, arch, style=plain):
+    return explain.backtrace_json(bt, arch), explain.backtrace_text(bt, arch, style)
 
 
 def attach_native(bt, native, ctx):
@@ -38,7 +39,7 @@ def attach_native(bt, native, ctx):
     return rows
 
 
-def explain_report(bt, arch, which, verbose=False, width=None):
+def explain_report(bt, arch, which, verbose=False, width=None, style=plain):
     """which: a level (int) or "all". verbose: raw DWARF operations too; width: wrap text there."""
     if which == "all":
         frames = bt.frames
@@ -49,7 +50,7 @@ def explain_report(bt, arch, which, verbose=False, width=None):
                              % (which, bt.frames[0].level, bt.frames[-1].level, bt.stop_reason))
     data = {"version": explain.JSON_VERSION, "frames": [explain.frame_json(f, arch, detail=True) for f in frames],
             "stop_reason": bt.stop_reason, "stop_detail": bt.stop_detail}
-    text = explain.explain_frames_text(bt.frames, frames, arch, verbose, width)
+    text = explain.explain_frames_text(bt.frames, frames, arch, verbose, width, style)
     if which == "all" or frames[-1] is bt.frames[-1]:
         text += "\n\n" + "\n".join(explain.wrap(line, width) for line in explain.stop_text(bt).split("\n"))
     return data, text

@@ -10,6 +10,7 @@ import textwrap
 from plugin.model.outcome import AttemptStatus
 from plugin.model.stops import describe
 from plugin.render.expression import row_order, row_rules
+from plugin.render.style import Styled, plain
 from plugin.settings import TRUST_WORDS
 
 
@@ -83,32 +84,32 @@ def backtrace_json(bt, arch, detail=False):
     }
 
 
-def frame_line(frame, width=16):
-    where = frame.function or "??"
-    line = "#%-3d 0x%0*x in %s" % (frame.level, width, frame.pc, where)
+def frame_line(frame, width=16, style=plain):
+    where = style(Styled.FUNCTION, frame.function or "??")
+    line = "#%-3d %s in %s" % (frame.level, style(Styled.ADDRESS, "0x%0*x" % (width, frame.pc)), where)
     if frame.module:
-        line += " from %s" % frame.module
+        line += " from %s" % style(Styled.FILE, frame.module)
     line += "  [found by: %s]" % found_by(frame)
     if frame.signal_frame:
         line += " <signal handler called>"
     return line
 
 
-def backtrace_text(bt, arch):
+def backtrace_text(bt, arch, style=plain):
     width = 2 * arch.address_size
-    lines = [frame_line(f, width) for f in bt.frames]
+    lines = [frame_line(f, width, style) for f in bt.frames]
     # The reason's name first (scripts match it), then what happened in words.
     lines.append(stop_text(bt))
     return "\n".join(lines)
 
 
-def _where(frame):
+def _where(frame, style=plain):
     """`by_value in demo`, `?? in libc.so.6`."""
-    text = frame.function or "??"
-    return text + (" in %s" % frame.module if frame.module else "")
+    text = style(Styled.FUNCTION, frame.function or "??")
+    return text + (" in %s" % style(Styled.FILE, frame.module) if frame.module else "")
 
 
-def explain_text(frame, arch, callee=None, verbose=False, width=None):
+def explain_text(frame, arch, callee=None, verbose=False, width=None, style=plain):
     """How `frame` was recovered, top-down like a proof: where from, by which row, what was read.
 
     callee: the frame below (level - 1) the evidence was computed from, when
@@ -118,13 +119,14 @@ def explain_text(frame, arch, callee=None, verbose=False, width=None):
     ev = frame.evidence
     lines = []
     if ev is None:
-        lines.append("#%d %s: the innermost frame, registers from the debugger" % (frame.level, _where(frame)))
+        lines.append("#%d %s: the innermost frame, registers from the debugger" % (frame.level, _where(frame, style)))
         lines.append("  pc = 0x%x, sp = %s" % (frame.pc, hexa(frame.registers.get(arch.sp))))
     else:
         below = "frame #%d" % (frame.level - 1)
         if callee is not None:
-            below += " (%s)" % ", ".join(x for x in (callee.function or "??", callee.module) if x)
-        lines.append("#%d %s: recovered from %s by %s" % (frame.level, _where(frame), below, ev.found_by))
+            below += " (%s)" % ", ".join([style(Styled.FUNCTION, callee.function or "??")]
+                                         + ([style(Styled.FILE, callee.module)] if callee.module else []))
+        lines.append("#%d %s: recovered from %s by %s" % (frame.level, _where(frame, style), below, ev.found_by))
         lines.append("  trust: %s" % TRUST_WORDS.get(frame.method, frame.method))
         lines.append("  pc 0x%x%s" % (frame.pc, " <signal handler called>" if frame.signal_frame else ""))
         if ev.module or ev.section:
@@ -202,10 +204,10 @@ def wrap(line, width):
                          break_on_hyphens=False)
 
 
-def explain_frames_text(frames, chosen, arch, verbose=False, width=None):
+def explain_frames_text(frames, chosen, arch, verbose=False, width=None, style=plain):
     """explain_text for each of `chosen`, each with its callee from `frames`."""
     by_level = {f.level: f for f in frames}
-    return "\n\n".join(explain_text(f, arch, by_level.get(f.level - 1), verbose, width) for f in chosen)
+    return "\n\n".join(explain_text(f, arch, by_level.get(f.level - 1), verbose, width, style) for f in chosen)
 
 
 def native_text(native):
