@@ -126,8 +126,27 @@ def run_tables(state, given):
         address = int(value)
     except (gdb.error, ValueError) as exc:
         raise gdb.GdbError("unwind tables: cannot evaluate %r: %s" % (expression, exc)) from None
+    if gdb.selected_inferior().pid == 0:
+        return _static_tables(address)
     state.refresh_arch()
     return reports.tables_report(state.target, state.modules, address)
+
+
+def _static_tables(address):
+    """No process: the tables of the program's file, laid out at its link addresses, as LLDB does."""
+    from plugin.modules import ModuleMap
+    from plugin.targets.elf import FileTarget
+    path = gdb.current_progspace().filename
+    if not path:
+        raise gdb.GdbError("unwind tables: no program and no process; load one with \"file PROGRAM\"")
+    try:
+        target = FileTarget(path)
+    except (OSError, ValueError) as exc:
+        raise gdb.GdbError("unwind tables: cannot read %s: %s" % (path, exc)) from None
+    modules = ModuleMap(target)
+    if target.header_address is None:       # an object file: its sections are the module
+        modules.add(target.section_module())
+    return reports.tables_report(target, modules, address)
 
 
 def run_compare(state, given):

@@ -68,3 +68,21 @@ def test_styles_completion_settings_and_help():
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def test_static_tables_without_a_process():
+    """`unwind tables FUNCTION` before `run` reads the program's file, and agrees with the offline command."""
+    import json
+    import subprocess
+    import sys
+    binary = build("chain.c", ["-O2"])
+    gdb = subprocess.run([need_tool("gdb"), "-q", "-batch", "-nx", "-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT,
+                          "-ex", "unwind tables -json level3", str(binary)], capture_output=True, text=True, timeout=120)
+    ours = json.loads(gdb.stdout)
+    entry = ours["sources"][0]["entries"][0]
+    offline = subprocess.run([sys.executable, "-m", "plugin", "tables", str(binary), "--json",
+                              "--address", str(entry["start"])], capture_output=True, text=True, cwd=ROOT)
+    assert ours["problems"] == [] and ours["sources"] == json.loads(offline.stdout)["sources"]
+    # readelf, an oracle this project did not write, has the same FDE range
+    frames = subprocess.run(["readelf", "--debug-dump=frames", str(binary)], capture_output=True, text=True).stdout
+    assert "pc=%016x..%016x" % (entry["start"], entry["end"]) in frames
