@@ -18,6 +18,7 @@ from plugin.commands.catalog import PREFIX_SUMMARY, commands_for
 from plugin.commands.options import parse_gdb
 from plugin.commands.spec import ArgumentError, CommandSpec, Debugger, WordsKind
 from plugin.engine import DEFAULT_SOURCES
+from plugin.render.style import Styled, plain
 from plugin.settings import Setting, SettingError, SettingType, settings_for
 
 from . import native
@@ -68,7 +69,7 @@ def _from_newest(state, sources):
 def run_backtrace(state, given):
     _need_process()
     arch, bt = _walk(state, given.sources, given.value)
-    return reports.backtrace_report(bt, arch)
+    return reports.backtrace_report(bt, arch, gdb_style())
 
 
 def run_explain(state, given):
@@ -76,7 +77,44 @@ def run_explain(state, given):
     which = given.value if given.value is not None else gdb.selected_frame().level()
     arch, bt = _from_newest(state, given.sources)
     reports.attach_native(bt, native.native_frames(state, len(bt.frames) + 1), state.context(given.sources))
-    return reports.explain_report(bt, arch, which)
+    return reports.explain_report(bt, arch, which, given.verbose, _width(), gdb_style())
+
+
+_COLOURS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36,
+            "white": 37}
+_INTENSITY = {"bold": 1, "dim": 2}
+
+
+def gdb_style():
+    """A styler using GDB's own `style function|address|filename` settings; plain when styling is off."""
+    try:
+        if not gdb.parameter("style enabled"):
+            return plain
+        codes = {}
+        for kind in Styled:
+            parts = []
+            colour = gdb.parameter("style %s foreground" % kind.value)
+            if colour in _COLOURS:
+                parts.append(str(_COLOURS[colour]))
+            intensity = gdb.parameter("style %s intensity" % kind.value)
+            if intensity in _INTENSITY:
+                parts.append(str(_INTENSITY[intensity]))
+            codes[kind] = ";".join(parts)
+    except RuntimeError:            # a GDB without these settings: no colour
+        return plain
+
+    def style(kind, text):
+        code = codes.get(kind)
+        return "\x1b[%sm%s\x1b[m" % (code, text) if code else text
+    return style
+
+
+def _width():
+    """GDB's `width` setting: None when unlimited (0 or None)."""
+    try:
+        return gdb.parameter("width") or None
+    except RuntimeError:
+        return None
 
 
 def run_tables(state, given):
@@ -88,8 +126,27 @@ def run_tables(state, given):
         address = int(value)
     except (gdb.error, ValueError) as exc:
         raise gdb.GdbError("unwind tables: cannot evaluate %r: %s" % (expression, exc)) from None
+    if gdb.selected_inferior().pid == 0:
+        return _static_tables(address)
     state.refresh_arch()
     return reports.tables_report(state.target, state.modules, address)
+
+
+def _static_tables(address):
+    """No process: the tables of the program's file, laid out at its link addresses, as LLDB does."""
+    from plugin.modules import ModuleMap
+    from plugin.targets.elf import FileTarget
+    path = gdb.current_progspace().filename
+    if not path:
+        raise gdb.GdbError("unwind tables: no program and no process; load one with \"file PROGRAM\"")
+    try:
+        target = FileTarget(path)
+    except (OSError, ValueError) as exc:
+        raise gdb.GdbError("unwind tables: cannot read %s: %s" % (path, exc)) from None
+    modules = ModuleMap(target)
+    if target.header_address is None:       # an object file: its sections are the module
+        modules.add(target.section_module())
+    return reports.tables_report(target, modules, address)
 
 
 def run_compare(state, given):
@@ -141,13 +198,38 @@ class _SpecCommand(gdb.Command):
         gdb.write((json.dumps(data, indent=1) if given.json else text) + "\n")
 
     def complete(self, text, word):
-        if word is not None and word.startswith("-"):
-            options = ["-" + o.name for o in self.spec.options_for(GDB)]
-            return [o for o in options if o.startswith(word)]
-        kind = self.spec.words_for(GDB).kind
-        if kind is WordsKind.LEVEL:
-            return [w for w in ("all",) if w.startswith(word or "")]
-        return gdb.COMPLETE_SYMBOL if kind is WordsKind.EXPRESSION else gdb.COMPLETE_NONE
+        """Completes from the whole line: GDB splits words at "-" and ",", so `word` alone misleads."""
+        candidates, partial = complete_words(self.spec, text, self.state.sources)
+        if candidates is None:
+            kind = self.spec.words_for(GDB).kind
+            return gdb.COMPLETE_SYMBOL if kind is WordsKind.EXPRESSION else gdb.COMPLETE_NONE
+        cut = len(partial) - len(word or "")       # GDB replaces only `word`, the tail of `partial`
+        return [c[cut:] for c in candidates if c.startswith(partial)]
+
+
+def complete_words(spec, text, sources):
+    """(candidates, the partial word they complete) for a line; candidates None: GDB's own symbols."""
+    tokens = text.split(" ")
+    partial, before = tokens[-1], [t for t in tokens[:-1] if t]
+    options = {"-" + o.name: o for o in spec.options_for(GDB)}
+    previous = before[-1] if before else ""
+    takes = [o for name, o in options.items() if previous.startswith("-") and len(previous) > 1
+             and name.startswith(previous) and o.metavar]
+    if takes:
+        if takes[0].name == "sources":
+            done, _, last = partial.rpartition(",")
+            head = done + "," if done else ""
+            chosen = done.split(",") if done else []
+            return [head + s for s in DEFAULT_SOURCES if s not in chosen], partial
+        return [], partial
+    if partial.startswith("-"):
+        return sorted(options), partial
+    kind = spec.words_for(GDB).kind
+    if kind is WordsKind.LEVEL:
+        return ["all"], partial
+    if kind is WordsKind.EXPRESSION:
+        return None, partial
+    return [], partial
 
 
 def _command_class(spec):
@@ -160,12 +242,29 @@ def _command_class(spec):
 class SetUnwind(gdb.Command):
     """Settings of the unwind plugin."""
 
-    def __init__(self, verb):
+    def __init__(self, verb, state=None):
         super().__init__("%s unwind" % verb, gdb.COMMAND_STACK, gdb.COMPLETE_NONE, prefix=True)
+        self.verb, self.state = verb, state
+
+    def invoke(self, argument, from_tty):
+        if argument.strip():
+            raise gdb.GdbError("unwind: no setting %r; try \"help %s unwind\"" % (argument.strip(), self.verb))
+        if self.verb != "show":
+            gdb.execute("help set unwind", from_tty)
+            return
+        for setting in settings_for(GDB.value, DEFAULT_SOURCES):     # every setting, as `show print` lists its own
+            shown = gdb.execute("show unwind " + setting.name, to_string=True).strip()
+            gdb.write("%s:  %s\n" % (setting.name, shown))
 
 
 PARAM_KIND = {SettingType.SOURCES: gdb.PARAM_STRING, SettingType.UNSIGNED: gdb.PARAM_ZUINTEGER,
               SettingType.BOOLEAN: gdb.PARAM_BOOLEAN, SettingType.CHOICE: gdb.PARAM_ENUM}
+UNLIMITED = 2 ** 63 - 1         # what `unlimited` stores for a count with no upper bound (max-frames)
+
+
+def _unbounded(setting):
+    """A count with no maximum takes GDB's `unlimited`, as `set backtrace limit` does."""
+    return setting.type == SettingType.UNSIGNED and setting.maximum is None
 
 
 def _holder(state, setting):
@@ -179,7 +278,7 @@ class _SettingParameter(gdb.Parameter):
     setting: Setting = None
 
     def __init__(self, state):
-        kind = PARAM_KIND[self.setting.type]
+        kind = gdb.PARAM_ZUINTEGER_UNLIMITED if _unbounded(self.setting) else PARAM_KIND[self.setting.type]
         if self.setting.type == SettingType.CHOICE:
             super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, kind,
                              [word for word, _ in self.setting.choices])
@@ -192,6 +291,8 @@ class _SettingParameter(gdb.Parameter):
         return getattr(_holder(self.state, self.setting), self.setting.key)
 
     def _gdb_value(self, value):
+        if _unbounded(self.setting) and value >= UNLIMITED:
+            return -1           # GDB's spelling of unlimited for PARAM_ZUINTEGER_UNLIMITED
         return self.setting.format(value) if self.setting.type == SettingType.SOURCES else value
 
     def get_set_string(self):
@@ -199,6 +300,8 @@ class _SettingParameter(gdb.Parameter):
         try:
             if setting.type == SettingType.BOOLEAN:
                 value = bool(self.value)
+            elif _unbounded(setting) and self.value == -1:
+                value = UNLIMITED
             else:
                 value = setting.parse("" if self.value is None else str(self.value), DEFAULT_SOURCES)
         except ValueError as exc:
@@ -208,10 +311,13 @@ class _SettingParameter(gdb.Parameter):
         setattr(_holder(self.state, setting), setting.key, value)
         self.value = self._gdb_value(value)
         gdb.invalidate_cached_frames()      # GDB's own frames may now unwind differently
-        return "unwind %s: %s" % (setting.name, setting.format(value))
+        return "unwind %s: %s" % (setting.name, "unlimited" if self.value == -1 else setting.format(value))
 
     def get_show_string(self, value):
-        return self.setting.show(self._current(), DEFAULT_SOURCES)
+        current = self._current()
+        if _unbounded(self.setting) and current >= UNLIMITED:
+            return self.setting.show(current, DEFAULT_SOURCES).replace(str(current), "unlimited")
+        return self.setting.show(current, DEFAULT_SOURCES)
 
 
 def _parameter_class(setting):
@@ -219,7 +325,9 @@ def _parameter_class(setting):
     return type(setting.key.title().replace("_", "") + "Parameter", (_SettingParameter,), {
         "__doc__": "\n\n".join(filter(None, (words[0].upper() + words[1:] + ".", setting.notes.get(GDB.value)))),
         "setting": setting,
-        "set_doc": "Set %s." % setting.help, "show_doc": "Show %s." % setting.help})
+        # "unwind NAME" in the first line, so `apropos unwind` finds every setting.
+        "set_doc": "Set unwind %s: %s." % (setting.name, setting.help),
+        "show_doc": "Show unwind %s: %s." % (setting.name, setting.help)})
 
 
 def register(state):
@@ -230,6 +338,6 @@ def register(state):
     for spec in commands:
         _command_class(spec)(state)
     SetUnwind("set")
-    SetUnwind("show")
+    SetUnwind("show", state)
     for setting in settings_for(GDB.value, DEFAULT_SOURCES):
         _parameter_class(setting)(state)

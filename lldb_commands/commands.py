@@ -33,6 +33,7 @@ class _Command:
 
     def __init__(self, debugger, internal_dict):
         self.state = state_for(debugger)
+        self.debugger = debugger        # for the terminal's width
 
     @property
     def name(self):
@@ -113,7 +114,8 @@ class BacktraceCommand(_Command):
     spec = catalog.BACKTRACE
 
     def run(self, given, exe_ctx):
-        target, _, _, _, bt = self._walk(exe_ctx, given.sources, given.count, from_selected=True)
+        limit = given.count if given.count is not None else given.value     # -c N, or N / -N as in GDB
+        target, _, _, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True)
         return reports.backtrace_report(bt, target.arch)
 
 
@@ -125,7 +127,8 @@ class ExplainCommand(_Command):
         which = given.value if given.value is not None else native.physical_frame(thread, selected)[1]
         native_frames = native.physical_frames(thread, len(bt.frames) + 1)
         reports.attach_native(bt, native_frames, self.state.context(target, modules, given.sources))
-        return reports.explain_report(bt, target.arch, which)
+        width = self.debugger.GetTerminalWidth()
+        return reports.explain_report(bt, target.arch, which, given.verbose, width or None)
 
 
 class CompareCommand(_Command):

@@ -1,4 +1,5 @@
-"""Offline command line: `python -m plugin tables FILE [--address ADDR] [--json] [--arch ARCH]`.
+"""Offline command line: `python -m plugin tables FILE [--address ADDR] [--json] [--arch ARCH]`,
+and `python -m plugin gdbinit|lldbinit [--append]` (the line that loads the plugin).
 
 The file is laid out in memory as the loader would (FileTarget), so the
 tables printed here come through the same discovery and decoders as in a
@@ -54,6 +55,12 @@ def build_parser():
     v.add_argument("--address", type=parse_address, metavar="A", help="only the function holding A")
     v.add_argument("--json", action="store_true", help="print JSON instead of text")
     v.set_defaults(handler=cmd_validate)
+    for name, rc in (("gdbinit", "~/.gdbinit"), ("lldbinit", "~/.lldbinit")):
+        init = sub.add_parser(name, help="print the line that loads the plugin from %s" % rc,
+                              description="Print the line to put in %s to load this installation's "
+                                          "plugin; --append adds it there (once)." % rc)
+        init.add_argument("--append", action="store_true", help="add the line to %s unless it is there" % rc)
+        init.add_argument("--file", metavar="PATH", help="the init file to append to (default %s)" % rc)
     return parser
 
 
@@ -116,6 +123,16 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command is None:
         return _fail("no command given; try: tables FILE")
+    if args.command in ("gdbinit", "lldbinit"):
+        from plugin import install
+        if not args.append:
+            print(install.init_line(args.command))
+            return 0
+        try:
+            print(install.append_line(args.command, args.file))
+        except OSError as exc:
+            return _fail("cannot append: %s" % exc)
+        return 0
     try:
         return getattr(args, "handler", cmd_tables)(args)
     except BrokenPipeError:

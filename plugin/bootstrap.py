@@ -1,8 +1,9 @@
 """Find pyelftools for a debugger's embedded Python.
 
 GDB and LLDB embed the system Python, which may not be the interpreter
-that ran pip. Both loaders put the checkout on sys.path, then call
-ensure_pyelftools(): it looks in the checkout's .venv, then in the
+that ran pip. Both loaders put the checkout (or the site-packages pip installed the
+plugin into) on sys.path, then call ensure_pyelftools(): it looks beside
+the plugin, in the checkout's .venv, then in the
 site-packages of the python3 interpreters on PATH. Only the standard
 library is used here, since this runs before anything else can be imported.
 """
@@ -14,6 +15,8 @@ import sys
 
 
 def _find(checkout):
+    if os.path.isdir(os.path.join(checkout, "elftools")):
+        return checkout         # installed by pip: pyelftools sits beside the plugin in site-packages
     version = "python%d.%d" % sys.version_info[:2]
     for pattern in (os.path.join(checkout, ".venv", "lib", version, "site-packages"),
                     os.path.join(checkout, ".venv", "lib", "python3*", "site-packages")):
@@ -51,6 +54,9 @@ def ensure_pyelftools(checkout):
 
 
 def missing_message(debugger_name):
-    return ("unwind plugin: not loaded: pyelftools is missing for %s's Python %s; run: "
-            "/usr/bin/python3 -m pip install pyelftools (or the README's set-up command)"
-            % (debugger_name, sys.version.split()[0]))
+    """One line: what is missing, and the two installs that work on Debian 12 (PEP 668 refuses a bare pip)."""
+    python = "python%d.%d" % sys.version_info[:2]       # the debugger's own interpreter, by name
+    return ("unwind plugin: not loaded: pyelftools is missing for %s's Python %s; install it with "
+            "`sudo apt-get install python3-pyelftools` (Debian, Ubuntu) or "
+            "`%s -m pip install pyelftools --user --break-system-packages`"
+            % (debugger_name, sys.version.split()[0], python))

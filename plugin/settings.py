@@ -77,7 +77,10 @@ def parse_sources(text: str, available=None) -> Tuple[str, ...]:
     for name in names:
         if name not in available:
             raise ValueError("unknown source %r; choose from: %s" % (name, ", ".join(available)))
-    return tuple(dict.fromkeys(names))
+    repeated = sorted({name for name in names if names.count(name) > 1}, key=names.index)
+    if repeated:
+        raise ValueError("source %s named twice; name each source once, in order" % ", ".join(repeated))
+    return tuple(names)
 
 
 class SettingType(str, Enum):

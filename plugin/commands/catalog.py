@@ -14,28 +14,30 @@ GDB, LLDB = Debugger.GDB, Debugger.LLDB
 BACKTRACE = CommandSpec(
     "backtrace", "Print the plugin's own backtrace from the selected frame.",
     ("json", "sources", "count"),
-    words=(Words(WordsKind.COUNT, "[N]", (GDB,)),),
+    words=(Words(WordsKind.COUNT, "[N|-N]"),),
     about="""One line per frame: level, pc, function, module, and which source found it
 (e.g. "found by: .eh_frame CFI"), then the reason the walk stopped.""",
-    notes={GDB: """N limits the number of frames. {sources} picks and orders the sources for
+    notes={GDB: """N shows the innermost N frames, -N the outermost N (as "bt -N" does). {sources} picks and orders the sources for
 this walk only (see "set unwind sources").
 Sources: {source_names}.""",
            LLDB: """Levels count physical frames (LLDB's inlined frames are not separate frames here).
-{count} N stops after N frames; {sources} picks and orders the sources for
+N (or {count} N) shows the innermost N frames, -N the outermost N; {sources} picks and orders the sources for
 this walk. Sources: {source_names}."""},
-    json_keys=("frames", "stop_reason", "stop_detail", "stop_attempts"))
+    json_keys=("version", "frames", "stop_reason", "stop_detail", "stop_attempts"))
 
 EXPLAIN = CommandSpec(
     "explain", "Explain how the plugin recovered one frame, or all of them.",
-    ("json", "sources"),
+    ("json", "sources", "verbose"),
     words=(Words(WordsKind.LEVEL, "[LEVEL|all]"),),
     about="""Shows the module and section, the table entry (FDE and CIE offsets and the
-range they cover), the row in readable form (CFA=rsp+16 => rip=[CFA-8]),
+range they cover), the row in readable form (CFA = rsp+16, rip = [CFA-8]),
 every value read and the address it came from, the sources tried first and
 why they were rejected, and whether {debugger}'s own unwinder agrees.
+Expressions are written readably (CFA = *(rsp+160)); {verbose} adds the
+raw DWARF operations. Text wraps at the terminal's width.
 LEVEL counts physical frames from the innermost one (default: the selected
 frame's).""",
-    json_keys=("frames", "stop_reason", "stop_detail"))
+    json_keys=("version", "frames", "stop_reason", "stop_detail"))
 
 TABLES = CommandSpec(
     "tables", "Show every unwind table entry that covers an address or function.",

@@ -25,6 +25,7 @@ class Given:
     sources: Tuple[str, ...] = ()
     count: Optional[int] = None
     all: bool = False
+    verbose: bool = False
     words: List[str] = field(default_factory=list)
     value: object = None        # the words' meaning (CommandSpec.check_words)
 
@@ -52,7 +53,7 @@ def parse_gdb(spec: CommandSpec, argv: Sequence[str], default_sources: Sequence[
             given.words.extend(argv[i + 1:])
             break
         if word.startswith("-") and not _is_number(word):
-            option = options.get(word.lstrip("-"))
+            option = _gdb_option(options, word.lstrip("-"))
             if option is None:
                 raise ValueError("unknown option %s (options: %s)" % (word, spec.describe_options(Debugger.GDB)))
             if option.kind is OptionKind.FLAG:
@@ -69,6 +70,16 @@ def parse_gdb(spec: CommandSpec, argv: Sequence[str], default_sources: Sequence[
         i += 1
     given.value = spec.check_words(Debugger.GDB, given.words, vars(given))
     return given
+
+
+def _gdb_option(options, name: str) -> Optional[Option]:
+    """GDB's rule: an option may be abbreviated to any unique prefix (`-j` for `-json`)."""
+    if name in options:
+        return options[name]
+    matches = [o for n, o in options.items() if name and n.startswith(name)]
+    if len(matches) > 1:
+        raise ValueError("ambiguous option -%s: %s" % (name, ", ".join("-" + o.name for o in matches)))
+    return matches[0] if matches else None
 
 
 class _Parser(argparse.ArgumentParser):

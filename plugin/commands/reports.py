@@ -6,6 +6,7 @@ gather registers and native frames, call these, and print one of the two.
 
 from plugin.validate import compare as comparing
 from plugin.render import explain, tables
+from plugin.render.style import plain
 from plugin.engine import UnwindContext, unwind
 from plugin.strategies.cfi import CfiTables
 
@@ -13,14 +14,16 @@ from plugin.strategies.cfi import CfiTables
 def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None):
     bt = unwind(state_target, registers, sources=sources, max_frames=max_frames, modules=modules,
                 exact_pc=exact_pc, first_level=first_level)
-    if limit is not None and len(bt.frames) > limit:
+    if limit is not None and limit < 0:
+        bt.frames = bt.frames[limit:]           # the outermost -limit frames; the stop reason is the walk's
+    elif limit is not None and len(bt.frames) > limit:
         bt.frames = bt.frames[:limit]
-        bt.stop_reason, bt.stop_detail = "limit", "stopped after %d frames as asked" % limit
+        bt.stop_reason, bt.stop_detail = "limit", "stopped after %d frame%s as asked" % (limit, "" if limit == 1 else "s")
     return bt
 
 
-def backtrace_report(bt, arch):
-    return explain.backtrace_json(bt, arch), explain.backtrace_text(bt, arch)
+def backtrace_report(bt, arch, style=plain):
+    return explain.backtrace_json(bt, arch), explain.backtrace_text(bt, arch, style)
 
 
 def attach_native(bt, native, ctx):
@@ -36,8 +39,8 @@ def attach_native(bt, native, ctx):
     return rows
 
 
-def explain_report(bt, arch, which):
-    """which: a level (int) or "all"."""
+def explain_report(bt, arch, which, verbose=False, width=None, style=plain):
+    """which: a level (int) or "all". verbose: raw DWARF operations too; width: wrap text there."""
     if which == "all":
         frames = bt.frames
     else:
@@ -45,11 +48,11 @@ def explain_report(bt, arch, which):
         if not frames:
             raise ValueError("no frame at level %d: the plugin's walk has levels %d to %d (%s)"
                              % (which, bt.frames[0].level, bt.frames[-1].level, bt.stop_reason))
-    data = {"frames": [explain.frame_json(f, arch, detail=True) for f in frames],
+    data = {"version": explain.JSON_VERSION, "frames": [explain.frame_json(f, arch, detail=True) for f in frames],
             "stop_reason": bt.stop_reason, "stop_detail": bt.stop_detail}
-    text = "\n\n".join(explain.explain_text(f, arch) for f in frames)
+    text = explain.explain_frames_text(bt.frames, frames, arch, verbose, width, style)
     if which == "all" or frames[-1] is bt.frames[-1]:
-        text += "\n\nBacktrace stopped: %s: %s" % (bt.stop_reason, bt.stop_detail)
+        text += "\n\n" + "\n".join(explain.wrap(line, width) for line in explain.stop_text(bt).split("\n"))
     return data, text
 
 

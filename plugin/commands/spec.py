@@ -70,6 +70,7 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("sources", "s", OptionKind.SOURCES, "comma-separated unwind sources, in order", "LIST",
            example="cfi,frame-pointer"),
     Option("count", "c", OptionKind.COUNT, "stop after N frames", "N", debuggers=(Debugger.LLDB,)),
+    Option("verbose", "v", OptionKind.FLAG, "also show the raw DWARF operations of each expression"),
     Option("all", "a", OptionKind.FLAG, "every entry of every module instead of one address",
            debuggers=(Debugger.LLDB,)),
 )}
@@ -209,12 +210,12 @@ def _whole(word: str) -> Optional[int]:
 
 
 def frame_count(words: Sequence[str]) -> Optional[int]:
-    """[N]: a positive frame count, or None when no word is given."""
+    """[N]: the innermost N frames (N > 0), the outermost -N (N < 0, as GDB's `bt -N`), or None."""
     if not words:
         return None
     count = _whole(words[0]) if len(words) == 1 else None
-    if count is None or count <= 0:
-        raise ArgumentError("expected a positive frame count, got %r" % " ".join(words))
+    if count is None or count == 0:
+        raise ArgumentError("expected a frame count N (innermost N) or -N (outermost N), got %r" % " ".join(words))
     return count
 
 

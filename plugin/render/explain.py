@@ -5,8 +5,16 @@ GDB and LLDB print the same words and the same JSON fields. The JSON field
 names are a contract (documented in README.md): add, do not rename.
 """
 
+import textwrap
+
+from plugin.model.outcome import AttemptStatus
 from plugin.model.stops import describe
+from plugin.render.expression import row_order, row_rules
+from plugin.render.style import Styled, plain
 from plugin.settings import TRUST_WORDS
+
+
+JSON_VERSION = 1    # the JSON contract's version: bumped only when a field is renamed or removed
 
 
 def hexa(value):
@@ -68,6 +76,7 @@ def attempt_json(attempt):
 
 def backtrace_json(bt, arch, detail=False):
     return {
+        "version": JSON_VERSION,
         "frames": [frame_json(f, arch, detail) for f in bt.frames],
         "stop_reason": bt.stop_reason,
         "stop_detail": bt.stop_detail,
@@ -75,56 +84,130 @@ def backtrace_json(bt, arch, detail=False):
     }
 
 
-def frame_line(frame, width=16):
-    where = frame.function or "??"
-    line = "#%-3d 0x%0*x in %s" % (frame.level, width, frame.pc, where)
+def frame_line(frame, width=16, style=plain):
+    where = style(Styled.FUNCTION, frame.function or "??")
+    line = "#%-3d %s in %s" % (frame.level, style(Styled.ADDRESS, "0x%0*x" % (width, frame.pc)), where)
     if frame.module:
-        line += " from %s" % frame.module
+        line += " from %s" % style(Styled.FILE, frame.module)
     line += "  [found by: %s]" % found_by(frame)
     if frame.signal_frame:
         line += " <signal handler called>"
     return line
 
 
-def backtrace_text(bt, arch):
+def backtrace_text(bt, arch, style=plain):
     width = 2 * arch.address_size
-    lines = [frame_line(f, width) for f in bt.frames]
+    lines = [frame_line(f, width, style) for f in bt.frames]
     # The reason's name first (scripts match it), then what happened in words.
-    lines.append("Backtrace stopped: %s (%s)" % (
-        bt.stop_reason, bt.stop_detail or describe(bt.stop_reason)))
+    lines.append(stop_text(bt))
     return "\n".join(lines)
 
 
-def explain_text(frame, arch):
-    """Everything known about how `frame` was recovered, as an indented report."""
-    lines = [frame_line(frame, 2 * arch.address_size)]
-    lines.append("  trust: %s" % TRUST_WORDS.get(frame.method, frame.method))
-    regs = frame.registers
-    if frame.cfa is not None:
-        lines.append("  CFA of this frame: 0x%x" % frame.cfa)
-    for attempt in frame.attempts:
-        lines.append("  tried %s first: %s (%s)" % (attempt.source, attempt.outcome, attempt.reason))
+def _where(frame, style=plain):
+    """`by_value in demo`, `?? in libc.so.6`."""
+    text = style(Styled.FUNCTION, frame.function or "??")
+    return text + (" in %s" % style(Styled.FILE, frame.module) if frame.module else "")
+
+
+def explain_text(frame, arch, callee=None, verbose=False, width=None, style=plain):
+    """How `frame` was recovered, top-down like a proof: where from, by which row, what was read.
+
+    callee: the frame below (level - 1) the evidence was computed from, when
+    known. verbose: also the raw DWARF operations of expressions. width: the
+    terminal's width to wrap at (None: no wrapping).
+    """
     ev = frame.evidence
+    lines = []
     if ev is None:
-        lines.append("  registers come from the debugger: pc=0x%x sp=%s" % (frame.pc, hexa(regs.get(arch.sp))))
+        lines.append("#%d %s: the innermost frame, registers from the debugger" % (frame.level, _where(frame, style)))
+        lines.append("  pc = 0x%x, sp = %s" % (frame.pc, hexa(frame.registers.get(arch.sp))))
     else:
-        lines.append("  recovered by %s from frame #%d's registers; table looked up at 0x%x"
-                     % (ev.found_by, frame.level - 1, ev.lookup_pc))
-        if ev.module:
-            lines.append("  module: %s, section %s at %s" % (ev.module, ev.section, hexa(ev.section_address)))
+        below = "frame #%d" % (frame.level - 1)
+        if callee is not None:
+            below += " (%s)" % ", ".join([style(Styled.FUNCTION, callee.function or "??")]
+                                         + ([style(Styled.FILE, callee.module)] if callee.module else []))
+        lines.append("#%d %s: recovered from %s by %s" % (frame.level, _where(frame, style), below, ev.found_by))
+        lines.append("  trust: %s" % TRUST_WORDS.get(frame.method, frame.method))
+        lines.append("  pc 0x%x%s" % (frame.pc, " <signal handler called>" if frame.signal_frame else ""))
+        if ev.module or ev.section:
+            lines.append("  table: %s of %s at %s, looked up at 0x%x"
+                         % (ev.section or ev.source, ev.module or "?", hexa(ev.section_address), ev.lookup_pc))
+        else:
+            lines.append("  looked up at 0x%x" % ev.lookup_pc)
         if ev.entry:
             lines.append("  entry: " + _entry_text(ev.entry))
-        if ev.row:
-            lines.append("  row: " + ev.row)
-        if ev.cfa is not None:
-            lines.append("  CFA computed: 0x%x" % ev.cfa)
-        for read in ev.reads:
-            lines.append("  read %s = 0x%x from [0x%x] (%d bytes)" % (read.what, read.value, read.address, read.size))
+        lines.extend(_row_lines(ev, arch, frame.level - 1, verbose))
+        lines.extend(_read_lines(ev, arch))
         for note in ev.notes:
             lines.append("  note: " + note)
+    lines.extend(_attempt_lines(frame.attempts, "  tried first: "))
     if frame.native is not None:
-        lines.append("  debugger's own unwinder: " + native_text(frame.native))
-    return "\n".join(lines)
+        lines.append("  verdict: the debugger's own unwinder " + native_text(frame.native))
+    return "\n".join(wrap(line, width) for line in lines)
+
+
+def _row_lines(ev, arch, callee_level, verbose):
+    row = ev.rule
+    if row is None:
+        return []
+    span = "from 0x%x" % row.address + (" to 0x%x" % row.end if row.end is not None else "")
+    rules = row_rules(row, arch, verbose)
+    cfa = rules[0]
+    if ev.cfa is not None:
+        cfa += " = 0x%x (frame #%d's CFA)" % (ev.cfa, callee_level)
+    return ["  row in force %s:" % span, "    " + cfa, "    " + "   ".join(rules[1:])] if rules[1:] \
+        else ["  row in force %s:" % span, "    " + cfa]
+
+
+def _read_lines(ev, arch):
+    if not ev.reads:
+        return []
+    order = {}
+    if ev.rule is not None:
+        order = {arch.name_of(n): i for i, n in enumerate(row_order(ev.rule, arch))}
+    # The CFA's own reads first (it is computed first), then the row's order; unknown names keep their place.
+    reads = sorted(ev.reads, key=lambda r: -1 if r.what.startswith("CFA") else order.get(r.what, len(order)))
+    lines = ["  %d value%s read, in the row's order:" % (len(reads), "" if len(reads) == 1 else "s")]
+    for read in reads:
+        lines.append("    %s = 0x%x from [0x%x] (%d bytes)" % (read.what, read.value, read.address, read.size))
+    return lines
+
+
+def _attempt_lines(attempts, label):
+    """Failed and rejected sources one per line; sources with nothing for the frame named once."""
+    lines = []
+    absent = []
+    for attempt in attempts:
+        if attempt.outcome == AttemptStatus.NOT_APPLICABLE:
+            absent.append(attempt.source)
+        else:
+            lines.append("%s%s %s: %s" % (label, attempt.source, attempt.outcome, attempt.reason))
+    if absent:
+        lines.append("%sno entry for this pc in %s" % (label, ", ".join(absent)))
+    return lines
+
+
+def stop_text(bt):
+    """`Backtrace stopped: REASON (what it means)`, then the details, one per line."""
+    head = "Backtrace stopped: %s (%s)" % (bt.stop_reason, describe(bt.stop_reason))
+    if bt.attempts:
+        return "\n".join([head] + _attempt_lines(bt.attempts, "  "))
+    return head + ("\n  " + bt.stop_detail if bt.stop_detail else "")
+
+
+def wrap(line, width):
+    """Wrap one line at `width`, continuing under its own indentation plus four."""
+    if not width or len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return textwrap.fill(line, width=width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False)
+
+
+def explain_frames_text(frames, chosen, arch, verbose=False, width=None, style=plain):
+    """explain_text for each of `chosen`, each with its callee from `frames`."""
+    by_level = {f.level: f for f in frames}
+    return "\n\n".join(explain_text(f, arch, by_level.get(f.level - 1), verbose, width, style) for f in chosen)
 
 
 def native_text(native):
@@ -141,12 +224,19 @@ def native_text(native):
 
 
 def _entry_text(entry):
+    """`fde offset 0x32c0, cie offset 0x0, start 0x..., found via .eh_frame_hdr binary search`."""
     parts = []
     for key, value in entry.items():
+        if key in _SHOWN_IN_ROW:
+            continue
+        name = key.replace("_", " ")
         if isinstance(value, int) and not isinstance(value, bool):
-            parts.append("%s=0x%x" % (key, value))
+            parts.append("%s 0x%x" % (name, value))
         elif isinstance(value, (list, dict)):
             continue        # structured detail (SFrame data words, rules): the strategy adds notes for it
         elif value not in (None, ""):
-            parts.append("%s=%s" % (key, value))
-    return " ".join(parts)
+            parts.append("%s %s" % (name, value))
+    return ", ".join(parts)
+
+
+_SHOWN_IN_ROW = ("row_start", "row_end")     # the row line says where it applies

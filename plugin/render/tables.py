@@ -125,9 +125,9 @@ def text(result):
     """The collected tables for people: one block per entry, one line per row."""
     lines = []
     for source in result["sources"]:
-        lines.append("%s: %s %s at 0x%x (%d entries)" % (
+        lines.append("%s: %s %s at 0x%x (%d %s)" % (
             source["module"], source["section"], source["kind"].upper(), source["address"],
-            len(source["entries"])))
+            len(source["entries"]), "entry" if len(source["entries"]) == 1 else "entries"))
         for entry in source["entries"]:
             if source["kind"] == "sframe":
                 lines.extend(sframe_dump.entry_text(entry))

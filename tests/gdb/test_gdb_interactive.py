@@ -34,9 +34,9 @@ def test_interactive_session():
         out = send("bt")
         assert "level2" in out and "level1" in out and "main" in out
         out = send("unwind explain 1")
-        assert "found by: .eh_frame CFI" in out
-        assert "row: CFA=" in out and "read rip" in out
-        assert "debugger's own unwinder: agrees" in out
+        assert "#1 level2 in " in out and "recovered from frame #0 (level3" in out and "by .eh_frame CFI" in out
+        assert "row in force from 0x" in out and "CFA = rsp+" in out and "    rip = 0x" in out
+        assert "verdict: the debugger's own unwinder agrees" in out
         out = send("help unwind")
         for sub in ("backtrace", "explain", "tables", "compare", "modules"):
             assert "unwind " + sub in out

@@ -172,7 +172,7 @@ def test_signal_frame_explained_and_selected_frames():
     assert _pcs(limited["frames"]) == _pcs(frames[trampoline + 1:trampoline + 4])
     assert [f["level"] for f in results["explain2"]["frames"]] == [2]
     text = results["explain_text"]["output"]
-    assert "__restore_rt" in text and "debugger's own unwinder: agrees" in text
+    assert "__restore_rt" in text and "verdict: the debugger's own unwinder agrees" in text
     # The vdso is a module that exists only in memory: found, with its tables, and no path.
     modules = {m["name"]: m for m in results["modules"]["modules"]}
     assert modules["[vdso]"]["path"] is None
@@ -227,7 +227,8 @@ BAD_LIVE = [
     ("unwind backtrace --bogus", "unrecognized arguments: --bogus"),
     ("unwind backtrace -c 0", "expected a positive number"),
     ("unwind backtrace -c", "expected one argument"),
-    ("unwind backtrace 5", "unexpected argument"),
+    ("unwind backtrace 5 6", "expected a frame count"),
+    ("unwind backtrace --sources cfi,cfi", "named twice"),
     ("unwind backtrace --sources nosuch", "unknown source 'nosuch'"),
     ("unwind backtrace 'unbalanced", "cannot split"),
     ("unwind explain 999", "no frame at level 999"),
@@ -398,5 +399,5 @@ def test_missing_pyelftools_is_one_line(tmp_path):
     lines = [line for line in transcript.splitlines() if "unwind plugin" in line]
     assert len(lines) == 1, transcript
     assert lines[0].startswith("unwind plugin: not loaded: pyelftools is missing for LLDB's Python 3.")
-    assert "pip install pyelftools" in lines[0]
+    assert "pip install pyelftools" in lines[0] and "apt-get install python3-pyelftools" in lines[0]
     assert "'unwind' is not a known command" in transcript       # nothing half-registered

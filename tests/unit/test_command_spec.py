@@ -29,9 +29,9 @@ GDB, LLDB = Debugger.GDB, Debugger.LLDB
 
 
 def test_usage_lines_spell_options_in_each_debuggers_style():
-    assert BACKTRACE.usage(GDB) == "unwind backtrace [-json] [-sources LIST] [N]"
-    assert BACKTRACE.usage(LLDB) == "unwind backtrace [--json] [--sources LIST] [--count N]"
-    assert EXPLAIN.usage(GDB) == "unwind explain [-json] [-sources LIST] [LEVEL|all]"
+    assert BACKTRACE.usage(GDB) == "unwind backtrace [-json] [-sources LIST] [N|-N]"
+    assert BACKTRACE.usage(LLDB) == "unwind backtrace [--json] [--sources LIST] [--count N] [N|-N]"
+    assert EXPLAIN.usage(GDB) == "unwind explain [-json] [-sources LIST] [-verbose] [LEVEL|all]"
     assert TABLES.usage(LLDB) == "unwind tables [--json] [--all] ADDRESS|FUNCTION"
     assert [c.name for c in commands_for(GDB)] == ["backtrace", "explain", "tables", "compare", "modules"]
     assert [c.name for c in commands_for(LLDB)][-1] == "settings"
@@ -70,13 +70,14 @@ def test_gdb_style_options():
     given = parse_gdb(BACKTRACE, ["-sources", "scan,cfi", "-json", "3"], DEFAULT_SOURCES)
     assert (given.json, given.sources, given.value) == (True, ("scan", "cfi"), 3)
     assert parse_gdb(BACKTRACE, ["--", "2"], ("cfi",)).sources == ("cfi",)     # the current setting
-    with pytest.raises(ValueError, match=r"^unknown option -bogus \(options: -json -sources\)$"):
+    with pytest.raises(ValueError, match=r"^unknown option -bogus \(options: -json -sources -verbose\)$"):
         parse_gdb(EXPLAIN, ["-bogus"], DEFAULT_SOURCES)
     with pytest.raises(ValueError, match="unknown option -count"):          # an LLDB-only option
         parse_gdb(BACKTRACE, ["-count", "2"], DEFAULT_SOURCES)
     with pytest.raises(ValueError, match="^-sources needs a list, e.g. -sources cfi,frame-pointer$"):
         parse_gdb(BACKTRACE, ["-sources"], DEFAULT_SOURCES)
-    with pytest.raises(ArgumentError, match="expected a positive frame count, got '0'"):
+    assert parse_gdb(BACKTRACE, ["-5"], DEFAULT_SOURCES).value == -5      # the outermost five, as bt -5
+    with pytest.raises(ArgumentError, match=r"expected a frame count N \(innermost N\) or -N .*, got '0'"):
         parse_gdb(BACKTRACE, ["0"], DEFAULT_SOURCES)
     assert parse_gdb(TABLES, ["main", "+", "4"], DEFAULT_SOURCES).value == "main + 4"
 
@@ -89,8 +90,10 @@ def test_lldb_style_options():
         parse_lldb(BACKTRACE, "-c 0", DEFAULT_SOURCES)
     assert str(caught.value) == ("argument -c/--count: expected a positive number, not '0' "
                                  "(options: --json/-j, --sources/-s LIST, --count/-c N)")
-    with pytest.raises(ArgumentError, match=r"unexpected argument '5' \(use --count N to limit frames\)"):
-        parse_lldb(BACKTRACE, "5", DEFAULT_SOURCES)
+    assert parse_lldb(BACKTRACE, "5", DEFAULT_SOURCES).value == 5          # positional, as in GDB
+    assert parse_lldb(BACKTRACE, "-3", DEFAULT_SOURCES).value == -3
+    with pytest.raises(ArgumentError, match=r"expected a frame count"):
+        parse_lldb(BACKTRACE, "5 6", DEFAULT_SOURCES)
     with pytest.raises(ValueError, match="unknown source 'nosuch'"):
         parse_lldb(BACKTRACE, "--sources nosuch", DEFAULT_SOURCES)
     with pytest.raises(ArgumentError, match=r"give either --all or an ADDRESS\|FUNCTION, not both"):
@@ -120,7 +123,8 @@ def test_settings_parse_format_and_bounds():
     assert [s.name for s in settings_for("gdb", ("cfi",))] == ["sources", "max-frames", "claim"]   # no fallback built
     with pytest.raises(ValueError, match="^unknown setting 'stack-words'; the settings are: sources, max-frames, scan-words$"):
         find_setting("stack-words", settings_for("lldb", DEFAULT_SOURCES))
-    assert parse_sources("cfi,cfi", DEFAULT_SOURCES) == ("cfi",)
+    with pytest.raises(ValueError, match="source cfi named twice"):
+        parse_sources("cfi,cfi", DEFAULT_SOURCES)
 
 
 def test_declared_json_shape_of_tables_matches_the_offline_output():

@@ -1,0 +1,88 @@
+"""GDB as a person types it, in a pty: styles, TAB completion, settings, help."""
+
+import os
+
+import pexpect
+
+from support import ROOT, build, need_tool
+
+PROMPT = r"\(gdb\) "
+
+
+def _session(binary):
+    env = dict(os.environ, TERM="xterm")
+    child = pexpect.spawn(need_tool("gdb"), ["-nx", "-q", str(binary)], encoding="utf-8", timeout=60,
+                          dimensions=(50, 200), env=env)
+    child.expect(PROMPT)
+    return child
+
+
+def test_styles_completion_settings_and_help():
+    binary = build("chain.c", ["-O0"])
+    child = _session(binary)
+
+    def send(line):
+        child.sendline(line)
+        child.expect(PROMPT)
+        return child.before
+
+    try:
+        send("set pagination off")
+        send("set style enabled on")
+        send("source %s/gdb_unwinder/gdbinit.py" % ROOT)
+        send("break level3")
+        assert "Breakpoint 1, " in send("run plain")
+        styled = send("unwind backtrace 2")
+        assert "\x1b[34m0x" in styled and "level2" in styled          # GDB's function/address/file styles
+        assert "\x1b[33mlevel3\x1b[m" in styled                   # function names in GDB's default yellow
+        assert "\x1b[33mlevel3\x1b[m" in send("unwind explain 1")
+        send("set style enabled off")
+        plain = send("unwind backtrace 2")
+        assert "\x1b[3" not in plain and "level3" in plain     # no colour (bracketed-paste codes remain)
+        assert "\x1b[3" not in send("unwind explain 1")
+
+        listed = send("complete unwind explain -")
+        assert "unwind explain -json" in listed and "unwind explain -verbose" in listed
+        assert "-all" not in listed
+        listed = send("complete unwind backtrace -sources cfi,fr")
+        assert "unwind backtrace -sources cfi,frame-pointer" in listed
+        child.send("unwind backtrace -j\t")      # a real TAB: the option completes in place
+        child.expect("-json")
+        child.sendcontrol("u")
+        child.sendline("")
+        child.expect(PROMPT)
+
+        shown = send("show unwind")
+        for name in ("sources:", "max-frames:", "scan-words:", "fallback:"):
+            assert name in shown
+        assert "unwind max-frames: unlimited" in send("set unwind max-frames unlimited")
+        assert "unlimited" in send("show unwind max-frames")
+        assert "named twice" in send("unwind backtrace -sources cfi,cfi")
+        outer = send("unwind backtrace -2")
+        assert "_start" in outer and "level3" not in outer
+        assert "-verbose" in send("help unwind explain")
+        found = send("apropos unwind")
+        assert "set unwind max-frames" in found and "unwind explain" in found
+        send("set confirm off")
+        child.sendline("quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+
+
+def test_static_tables_without_a_process():
+    """`unwind tables FUNCTION` before `run` reads the program's file, and agrees with the offline command."""
+    import json
+    import subprocess
+    import sys
+    binary = build("chain.c", ["-O2"])
+    gdb = subprocess.run([need_tool("gdb"), "-q", "-batch", "-nx", "-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT,
+                          "-ex", "unwind tables -json level3", str(binary)], capture_output=True, text=True, timeout=120)
+    ours = json.loads(gdb.stdout)
+    entry = ours["sources"][0]["entries"][0]
+    offline = subprocess.run([sys.executable, "-m", "plugin", "tables", str(binary), "--json",
+                              "--address", str(entry["start"])], capture_output=True, text=True, cwd=ROOT)
+    assert ours["problems"] == [] and ours["sources"] == json.loads(offline.stdout)["sources"]
+    # readelf, an oracle this project did not write, has the same FDE range
+    frames = subprocess.run(["readelf", "--debug-dump=frames", str(binary)], capture_output=True, text=True).stdout
+    assert "pc=%016x..%016x" % (entry["start"], entry["end"]) in frames
