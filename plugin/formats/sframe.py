@@ -27,185 +27,11 @@ raises plugin.errors.DecodeError only.
 """
 
 import bisect
-from dataclasses import dataclass, field
-
 from plugin import arch as arches
 from plugin.errors import DecodeError
-from plugin.memory import Region, encode_sleb, encode_uleb
+from plugin.memory import Region
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
-
-MAGIC = 0xDEE2
-HEADER_SIZE = 28
-# Every SFrame ABI is 64-bit; addresses wrap like readelf's %PRIx64.
-ADDRESS_MASK = (1 << 64) - 1
-
-VERSION_1, VERSION_2, VERSION_3 = 1, 2, 3
-
-F_FDE_SORTED = 0x1
-F_FRAME_POINTER = 0x2            # v1 and v2 only
-F_FDE_FUNC_START_PCREL = 0x4     # v2 (erratum 1) and v3
-
-ABI_AARCH64_ENDIAN_BIG = 1
-ABI_AARCH64_ENDIAN_LITTLE = 2
-ABI_AMD64_ENDIAN_LITTLE = 3
-ABI_S390X_ENDIAN_BIG = 4
-
-ABI_NAMES = {
-    ABI_AARCH64_ENDIAN_BIG: "AARCH64_ENDIAN_BIG",
-    ABI_AARCH64_ENDIAN_LITTLE: "AARCH64_ENDIAN_LITTLE",
-    ABI_AMD64_ENDIAN_LITTLE: "AMD64_ENDIAN_LITTLE",
-    ABI_S390X_ENDIAN_BIG: "S390X_ENDIAN_BIG",
-}
-ABI_ARCH_NAMES = {
-    ABI_AARCH64_ENDIAN_BIG: "aarch64",
-    ABI_AARCH64_ENDIAN_LITTLE: "aarch64",
-    ABI_AMD64_ENDIAN_LITTLE: "x86_64",
-    ABI_S390X_ENDIAN_BIG: "s390x",
-}
-
-FDE_SIZES = {VERSION_1: 17, VERSION_2: 20, VERSION_3: 16}
-V3_ATTR_SIZE = 5
-
-# FDE info byte: bits 0-3 FRE type (start-address size), bit 4 PC type,
-# bit 5 AArch64 pauth key, bit 7 signal frame (v3 only).
-FRE_TYPE_SIZES = {0: 1, 1: 2, 2: 4}
-PC_TYPE_INC, PC_TYPE_MASK = 0, 1
-FDE_TYPE_DEFAULT, FDE_TYPE_FLEX = 0, 1     # v3 info2 bits 0-4
-
-# FRE info byte: bit 0 CFA base (0 = FP, 1 = SP), bits 1-4 data-word count,
-# bits 5-6 data-word size, bit 7 mangled (signed) return address.
-DATA_WORD_SIZES = {0: 1, 1: 2, 2: 4}
-
-# s390x stores the CFA offset scaled down by 8 and shifted by -160 so that
-# common frames fit one signed byte; SP is CFA - 160.
-S390X_CFA_OFFSET_ADJUSTMENT = -160
-S390X_CFA_OFFSET_ALIGNMENT_FACTOR = 8
-S390X_SP_VAL_OFFSET = -160
-
-# The RA data word 0 is padding: s390x "FP saved, RA not saved"; flex
-# FDEs "RA has no explicit rule, the FP pair follows".
-RA_PADDING = 0
-
-# DWARF expression opcodes used to express flex rules that a Rule kind
-# cannot say directly (register + offset, optionally dereferenced).
-_DW_OP_BREG0 = 0x70
-_DW_OP_BREGX = 0x92
-
-
-@dataclass(frozen=True)
-class SFrameRule:
-    """One recovery rule of an FRE, in SFrame's own terms.
-
-    value = (register `register` if base == "register" else the CFA) + offset,
-    then read from memory when `deref` is set. A default-FDE "saved at
-    CFA+off" is base="cfa", deref=True; an s390x v2 "saved in register N"
-    is base="register", offset=0, deref=False.
-    """
-    base: str                  # "cfa" or "register"
-    offset: int = 0
-    register: int = None
-    deref: bool = True
-    control: int = None        # flex FDEs: the raw control word
-
-    def text(self, arch=None):
-        name = "c" if self.base == "cfa" else _register_text(self.register, arch)
-        core = "%s%+d" % (name, self.offset)
-        return "(%s)" % core if self.deref else core
-
-
-@dataclass
-class SFrameFDE:
-    index: int
-    offset: int                # section offset of the FDE (v3: of its index entry)
-    start: int                 # runtime address of the function
-    size: int
-    end: int
-    fre_offset: int            # section offset of the first FRE
-    num_fres: int
-    fre_type: int              # size in bytes of each FRE start offset: 1, 2 or 4
-    pc_type: str               # "inc" or "mask"
-    rep_size: int              # MASK: repetition block size (v1 has none: 0)
-    fde_type: str              # "default", "flex" or "type-N" (unknown v3 type)
-    signal_frame: bool
-    ra_mangled_key: str        # "A" / "B" on AArch64, None elsewhere
-    info: int                  # raw info byte
-    info2: int = None          # raw second info byte (v3)
-    attr_offset: int = None    # v3: section offset of the FDE attribute
-    start_field: int = 0       # the raw signed start value as stored
-    outermost: bool = False    # v3: a default FDE with no FREs marks an outermost frame
-
-    def contains(self, pc):
-        return self.start <= pc < self.end
-
-
-@dataclass
-class SFrameFRE:
-    index: int                 # position within its FDE
-    offset: int                # section offset of the FRE
-    start_offset: int          # from the function start (MASK: within the block)
-    start_address: int         # fde.start + start_offset
-    info: int                  # raw info byte
-    cfa_base: str              # "sp", "fp", or "rN" (flex FDEs on another register)
-    data_word_size: int        # 1, 2 or 4
-    words: list                # the data words, signed
-    ra_mangled: bool
-    outermost: bool            # no data words: RA undefined
-    cfa: SFrameRule = None     # base "register"; None when outermost
-    ra: SFrameRule = None      # None: the default rule (header fixed offset or the link register)
-    fp: SFrameRule = None      # None: FP not saved (unchanged)
-    ra_padding: bool = False   # a padding word stands in the RA position ('U' in dumps)
-    notes: list = field(default_factory=list)
-
-    @property
-    def cfa_offset(self):
-        return None if self.cfa is None else self.cfa.offset
-
-    @property
-    def cfa_register(self):
-        return None if self.cfa is None else self.cfa.register
-
-    @property
-    def cfa_deref(self):
-        return bool(self.cfa is not None and self.cfa.deref)
-
-    @property
-    def fp_offset(self):
-        """CFA offset FP is saved at, None when not saved on the stack at CFA+n."""
-        return _stack_slot(self.fp)
-
-    @property
-    def ra_offset(self):
-        """CFA offset RA is saved at; None when not tracked, fixed or elsewhere."""
-        return _stack_slot(self.ra)
-
-    @property
-    def fp_register(self):
-        return _register_slot(self.fp)
-
-    @property
-    def ra_register(self):
-        return _register_slot(self.ra)
-
-
-def _stack_slot(rule):
-    if rule is not None and rule.base == "cfa" and rule.deref:
-        return rule.offset
-    return None
-
-
-def _register_slot(rule):
-    if rule is not None and rule.base == "register" and not rule.deref and rule.offset == 0:
-        return rule.register
-    return None
-
-
-def _register_text(number, arch):
-    if arch is not None:
-        if number == arch.sp:
-            return "sp"
-        if number == arch.fp:
-            return "fp"
-    return "r%d" % number
+from plugin.formats.sframe_records import (ABI_AARCH64_ENDIAN_BIG, ABI_AARCH64_ENDIAN_LITTLE, ABI_AMD64_ENDIAN_LITTLE, ABI_ARCH_NAMES, ABI_NAMES, ABI_S390X_ENDIAN_BIG, ADDRESS_MASK, DATA_WORD_SIZES, FDE_SIZES, FDE_TYPE_DEFAULT, FDE_TYPE_FLEX, FRE_TYPE_SIZES, F_FDE_FUNC_START_PCREL, F_FDE_SORTED, HEADER_SIZE, PC_TYPE_MASK, RA_PADDING, S390X_CFA_OFFSET_ADJUSTMENT, S390X_CFA_OFFSET_ALIGNMENT_FACTOR, S390X_SP_VAL_OFFSET, SFrameFDE, SFrameFRE, SFrameRule, V3_ATTR_SIZE, VERSION_1, VERSION_2, VERSION_3, flex_rule, register_text, row_rule)
 
 
 class SFrameSection:
@@ -475,13 +301,13 @@ class SFrameSection:
         if len(words) < 2:
             raise self._error(fre.offset, "flex FRE %d of FDE %d has %d data word(s); the CFA "
                               "needs a control word and an offset" % (fre.index, fde.index, len(words)))
-        cfa = _flex_rule(words[0] & mask, words[1])
+        cfa = flex_rule(words[0] & mask, words[1])
         if cfa.base != "register":
             raise self._error(fre.offset, "flex FRE %d of FDE %d: the CFA rule names no base "
                               "register (control word 0x%x)" % (fre.index, fde.index, words[0] & mask))
         fre.cfa = SFrameRule("register", self._cfa_offset(cfa.offset), cfa.register,
                              deref=cfa.deref, control=cfa.control)
-        fre.cfa_base = _register_text(cfa.register, self.arch)
+        fre.cfa_base = register_text(cfa.register, self.arch)
         fp_index = 4
         if len(words) > 2:
             ra_control = words[2] & mask
@@ -491,9 +317,9 @@ class SFrameSection:
                 fre.ra_padding = True
                 fp_index = 3
             elif len(words) > 3:
-                fre.ra = _flex_rule(ra_control, words[3])
+                fre.ra = flex_rule(ra_control, words[3])
         if len(words) > fp_index + 1:
-            fre.fp = _flex_rule(words[fp_index] & mask, words[fp_index + 1])
+            fre.fp = flex_rule(words[fp_index] & mask, words[fp_index + 1])
 
     # -- lookup ------------------------------------------------------------
 
@@ -578,14 +404,14 @@ class SFrameSection:
         cfa = fre.cfa
         registers = {}
         if fre.ra is not None:
-            registers[arch.ra] = _row_rule(fre.ra)
+            registers[arch.ra] = row_rule(fre.ra)
         elif self.fixed_ra_offset != 0:
             registers[arch.ra] = Rule(RuleKind.OFFSET, offset=self.fixed_ra_offset)
         else:
             # AArch64 and s390x: an untracked RA is still in the link register.
             registers[arch.ra] = Rule(RuleKind.SAME)
         if fre.fp is not None:
-            registers[arch.fp] = _row_rule(fre.fp)
+            registers[arch.fp] = row_rule(fre.fp)
         elif self.fixed_fp_offset != 0:
             registers[arch.fp] = Rule(RuleKind.OFFSET, offset=self.fixed_fp_offset)
         if self.abi == ABI_S390X_ENDIAN_BIG:
@@ -608,31 +434,3 @@ class SFrameSection:
             return block + fre.start_offset, end
         end = fde.end if next_offset is None else fde.start + next_offset
         return fre.start_address, end
-
-
-def _flex_rule(control, offset):
-    """A flex (control word, offset) pair as an SFrameRule.
-
-    Control word: bit 0 reg_p (base is register `control >> 3`, else the
-    CFA), bit 1 deref_p (the value is read from base + offset).
-    """
-    if control & 1:
-        return SFrameRule("register", offset, control >> 3, deref=bool(control & 2), control=control)
-    return SFrameRule("cfa", offset, None, deref=bool(control & 2), control=control)
-
-
-def _row_rule(rule):
-    """An SFrameRule for RA or FP as a plugin.model.rules.Rule."""
-    if rule.base == "cfa":
-        return Rule(RuleKind.OFFSET if rule.deref else RuleKind.VAL_OFFSET, offset=rule.offset)
-    if not rule.deref and rule.offset == 0:
-        return Rule(RuleKind.REGISTER, register=rule.register)
-    return Rule(RuleKind.EXPRESSION if rule.deref else RuleKind.VAL_EXPRESSION,
-                expression=_breg(rule.register, rule.offset))
-
-
-def _breg(register, offset):
-    """DW_OP_breg<register> <offset>: the value register + offset."""
-    if register < 32:
-        return bytes([_DW_OP_BREG0 + register]) + encode_sleb(offset)
-    return bytes([_DW_OP_BREGX]) + encode_uleb(register) + encode_sleb(offset)
