@@ -4,7 +4,7 @@ evidence. A strategy never raises: it answers with an Outcome
 (plugin.model.outcome), which says what kind of failure it met, if any.
 """
 
-from plugin.model.outcome import FailureKind, error_kind
+from plugin.model.outcome import FailureKind, Outcome, error_kind
 
 
 class ModuleTables:
@@ -37,3 +37,21 @@ class ModuleTables:
         if tables is None:
             tables = module.cache[cls.SOURCE] = cls(module, target)
         return tables
+
+    @classmethod
+    def for_frame(cls, frame, ctx):
+        """(lookup pc, this source's tables of the module holding it), or (pc, the
+        not-applicable Outcome) when no module holds the pc."""
+        pc = ctx.lookup_pc(frame)
+        module = ctx.modules.find(pc)
+        if module is None:
+            return pc, Outcome.not_applicable(cls.SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
+        return pc, cls.of(module, ctx.target)
+
+    def absent(self, what: str) -> Outcome:
+        """The module has no such table ("no .sframe (no PT_GNU_SFRAME program header)"),
+        or loading it failed (then the problems say why)."""
+        reason = "%s has %s" % (self.module.name, what)
+        if self.problems:
+            reason = "%s: %s" % (self.module.name, "; ".join(self.problems))
+        return Outcome.not_applicable(self.SOURCE, reason, self.missing_kind(FailureKind.NO_TABLE))

@@ -182,11 +182,10 @@ ROW_CACHE_SIZE = 8192
 
 def step(frame, ctx) -> Outcome:
     """Recover frame's caller from the CFI row covering its lookup pc."""
-    pc = ctx.lookup_pc(frame)
-    module = ctx.modules.find(pc)
-    if module is None:
-        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
-    tables = CfiTables.of(module, ctx.target)
+    pc, tables = CfiTables.for_frame(frame, ctx)
+    if isinstance(tables, Outcome):
+        return tables
+    module = tables.module
     try:
         hit = tables.row_for(pc)
         if hit is None:

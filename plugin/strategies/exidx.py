@@ -203,17 +203,13 @@ class ExidxTables(ModuleTables):
 
 def step(frame, ctx) -> Outcome:
     """Recover frame's caller from the EHABI entry covering its lookup pc."""
-    pc = ctx.lookup_pc(frame)
-    module = ctx.modules.find(pc)
-    if module is None:
-        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
-    tables = ExidxTables.of(module, ctx.target)
+    pc, tables = ExidxTables.for_frame(frame, ctx)
+    if isinstance(tables, Outcome):
+        return tables
+    module = tables.module
     table = tables.table()
     if table is None:
-        reason = "%s has no .ARM.exidx (no PT_ARM_EXIDX program header)" % module.name
-        if tables.problems:
-            reason = "%s: %s" % (module.name, "; ".join(tables.problems))
-        return Outcome.not_applicable(SOURCE, reason, tables.missing_kind(FailureKind.NO_TABLE))
+        return tables.absent("no .ARM.exidx (no PT_ARM_EXIDX program header)")
     entry = table.find(pc)
     if entry is None or pc >= tables.end_of(entry):
         return Outcome.not_applicable(SOURCE, "no .ARM.exidx entry of %s covers 0x%x" % (module.name, pc), FailureKind.NO_ENTRY)

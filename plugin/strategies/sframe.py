@@ -107,18 +107,14 @@ class SFrameTables(ModuleTables):
 
 def step(frame, ctx):
     """Recover frame's caller from the SFrame FRE covering its lookup pc."""
-    pc = ctx.lookup_pc(frame)
-    module = ctx.modules.find(pc)
-    if module is None:
-        return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
-    tables = SFrameTables.of(module, ctx.target)
+    pc, tables = SFrameTables.for_frame(frame, ctx)
+    if isinstance(tables, Outcome):
+        return tables
+    module = tables.module
     try:
         section = tables.section()
         if section is None:
-            reason = "%s has no .sframe (no PT_GNU_SFRAME program header)" % module.name
-            if tables.problems:
-                reason = "%s: %s" % (module.name, "; ".join(tables.problems))
-            return Outcome.not_applicable(SOURCE, reason, tables.missing_kind(FailureKind.NO_TABLE))
+            return tables.absent("no .sframe (no PT_GNU_SFRAME program header)")
         hit = tables.row_for(pc)
         if hit is None:
             covering = section.find_fde(pc)
