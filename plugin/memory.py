@@ -181,7 +181,7 @@ class Cursor:
             shift += 7
             if not byte & 0x80:
                 return result
-            if shift > 10 * 64:
+            if shift > LEB_MAX_BITS:
                 raise self.error("LEB128 number is too long", start)
 
     def sleb(self):
@@ -261,6 +261,43 @@ def encoded_size(encoding, address_size):
     if fmt in _FIXED_FORMATS:
         return _FIXED_FORMATS[fmt][1]
     return None
+
+
+LEB_MAX_BITS = 10 * 64      # the longest LEB128 number any decoder here accepts
+
+
+class LebError(ValueError):
+    """A LEB128 number in a byte string that runs past its end or is too long."""
+
+    def __init__(self, cause: str):
+        super().__init__(cause)
+        self.cause = cause
+
+
+def decode_uleb(data: bytes, i: int) -> tuple:
+    """(value, index after it) of the unsigned LEB128 number at data[i]; LebError if bad."""
+    result = shift = 0
+    n = len(data)
+    while i < n:
+        byte = data[i]
+        i += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, i
+        shift += 7
+        if shift > LEB_MAX_BITS:
+            raise LebError("LEB128 number is too long")
+    raise LebError("LEB128 number runs past the end")
+
+
+def decode_sleb(data: bytes, i: int) -> tuple:
+    """(value, index after it) of the signed LEB128 number at data[i]; LebError if bad."""
+    start = i
+    result, i = decode_uleb(data, i)
+    bits = 7 * (i - start)
+    if result >> (bits - 1) & 1:
+        result -= 1 << bits
+    return result, i
 
 
 def encode_uleb(value):

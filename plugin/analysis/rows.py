@@ -11,6 +11,7 @@ given by an expression can be judged by meaning.
 from typing import List, Optional, Tuple
 
 from plugin.analysis.state import CFA, OTHER, Kind, State, caller, plus, stack
+from plugin.memory import LebError, decode_sleb, decode_uleb
 from plugin.model.rules import CfaKind
 
 CFA_ZERO = stack(CFA, 0)
@@ -86,28 +87,6 @@ def text(state: State, facts, arch) -> str:
 
 # -- DWARF expressions over abstract values --
 
-def _uleb(data, i):
-    result = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return result, i
-
-
-def _sleb(data, i):
-    result = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            if byte & 0x40:
-                result -= 1 << shift
-            return result, i
 
 
 _CONSTANT_OPS = {
@@ -137,16 +116,16 @@ def symbolic(expression: bytes, state: State, initial=None, pc=None, pc_register
             op = expression[i]
             i += 1
             if 0x70 <= op <= 0x8F:                       # DW_OP_breg0..31
-                k, i = _sleb(expression, i)
+                k, i = decode_sleb(expression, i)
                 stack_.append(plus(register(op - 0x70), k))
             elif op == 0x92:                             # DW_OP_bregx
-                number, i = _uleb(expression, i)
-                k, i = _sleb(expression, i)
+                number, i = decode_uleb(expression, i)
+                k, i = decode_sleb(expression, i)
                 stack_.append(plus(register(number), k))
             elif op == 0x06:                             # DW_OP_deref
                 stack_.append(state.slot(stack_.pop(), 8))
             elif op == 0x23:                             # DW_OP_plus_uconst
-                k, i = _uleb(expression, i)
+                k, i = decode_uleb(expression, i)
                 stack_.append(plus(stack_.pop(), k))
             elif 0x30 <= op <= 0x4F:                     # DW_OP_lit0..31
                 stack_.append((Kind.ADDR, op - 0x30))
@@ -155,7 +134,7 @@ def symbolic(expression: bytes, state: State, initial=None, pc=None, pc_register
                 i += 1
                 stack_.append((Kind.ADDR, value))
             elif op == 0x11:                             # DW_OP_consts
-                value, i = _sleb(expression, i)
+                value, i = decode_sleb(expression, i)
                 stack_.append((Kind.ADDR, value))
             elif op in (0x22, 0x1C):                     # DW_OP_plus / DW_OP_minus
                 b, a = stack_.pop(), stack_.pop()
@@ -171,7 +150,7 @@ def symbolic(expression: bytes, state: State, initial=None, pc=None, pc_register
                 stack_.append((Kind.ADDR, _CONSTANT_OPS[op](a[1], b[1]) & ((1 << 64) - 1)))
             else:
                 return None
-    except IndexError:
+    except (IndexError, LebError):
         return None
     if not stack_:
         return None

@@ -11,7 +11,7 @@ negate_ra_state).
 
 from plugin.errors import DecodeError
 from plugin.formats.cfi.entries import CIE, FDE
-from plugin.memory import Cursor
+from plugin.memory import Cursor, LebError, decode_sleb, decode_uleb
 from plugin.model.rules import CfaKind, CfaRule, Rule, RuleKind
 
 # --- DW_CFA opcodes (DWARF 5 table 7.29, GNU and vendor extensions) ---------
@@ -90,7 +90,6 @@ _FIXED_ADVANCE_SIZES = {CFA_ADVANCE_LOC1: 1, CFA_ADVANCE_LOC2: 2,
                         CFA_ADVANCE_LOC4: 4, CFA_MIPS_ADVANCE_LOC8: 8}
 
 
-_LEB_MAX_BITS = 640          # same limit as memory.Cursor
 
 _SAME_RULE = Rule(RuleKind.SAME)
 _UNDEFINED_RULE = Rule(RuleKind.UNDEFINED)
@@ -108,27 +107,23 @@ class _Malformed(Exception):
 
 
 def _uleb(data, i):
-    result = shift = 0
-    n = len(data)
-    while i < n:
-        byte = data[i]
-        i += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, i
-        shift += 7
-        if shift > _LEB_MAX_BITS:
-            raise _Malformed("LEB128 number is too long")
-    raise _Malformed("LEB128 operand runs past the end of the instructions")
+    try:
+        return decode_uleb(data, i)
+    except LebError as exc:
+        raise _Malformed(_leb_cause(exc)) from None
 
 
 def _sleb(data, i):
-    start = i
-    result, i = _uleb(data, i)
-    bits = 7 * (i - start)
-    if result >> (bits - 1) & 1:
-        result -= 1 << bits
-    return result, i
+    try:
+        return decode_sleb(data, i)
+    except LebError as exc:
+        raise _Malformed(_leb_cause(exc)) from None
+
+
+def _leb_cause(exc):
+    if "past the end" in exc.cause:
+        return "LEB128 operand runs past the end of the instructions"
+    return exc.cause
 
 
 def _block(data, i):
