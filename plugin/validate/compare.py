@@ -38,12 +38,18 @@ def compare(frames, native, ctx):
 
 
 def _judge(our_pc, their_pc, level, ctx):
+    """Which side looks right, resting only on bytes that were read: where the code before
+    a pc could not be read, that pc's plausibility is unknown and no side is called right."""
     if our_pc == their_pc:
         return "same pc, different stack pointer"
     if level == 0:
         return "different innermost pc"
-    ours_ok = _plausible_return(our_pc, ctx)
-    theirs_ok = _plausible_return(their_pc, ctx)
+    ours_ok, ours_known = _plausible_return(our_pc, ctx)
+    theirs_ok, theirs_known = _plausible_return(their_pc, ctx)
+    if not (ours_known and theirs_known):
+        unread = [pc for pc, known in ((our_pc, ours_known), (their_pc, theirs_known)) if not known]
+        return "unknown: the code before %s cannot be read, so neither side can be judged" % (
+            " and ".join("0x%x" % pc for pc in unread))
     if ours_ok and not theirs_ok:
         return "plugin looks right: 0x%x follows a %s; the debugger's 0x%x does not follow a call" % (
             our_pc, ours_ok, their_pc)
@@ -54,9 +60,19 @@ def _judge(our_pc, their_pc, level, ctx):
 
 
 def _plausible_return(pc, ctx):
+    """(the call instruction pc follows, or None; whether that answer rests on bytes read)."""
     if not ctx.is_code(pc):
-        return None
-    return ctx.arch.call_before(reader(ctx.read_memory), pc)
+        return None, True
+    failed = []
+    read = reader(ctx.read_memory)
+
+    def tracking(address, size):
+        data = read(address, size)
+        if data is None:
+            failed.append(address)
+        return data
+    call = ctx.arch.call_before(tracking, pc)
+    return call, call is not None or not failed
 
 
 def summary(rows):
