@@ -162,8 +162,14 @@ def run_modules(state, given):
     return reports.modules_report(state.modules)
 
 
+def run_validate(state, given):
+    _need_process()
+    from .validate import run_validate as validate
+    return validate(state, given, explicit_sources=tuple(given.sources) != tuple(state.sources))
+
+
 RUN = {"backtrace": run_backtrace, "explain": run_explain, "tables": run_tables,
-       "compare": run_compare, "modules": run_modules}
+       "compare": run_compare, "modules": run_modules, "validate": run_validate}
 
 
 # -- commands, built from their declarations ----------------------------------------
@@ -202,7 +208,7 @@ class _SpecCommand(gdb.Command):
         candidates, partial = complete_words(self.spec, text, self.state.sources)
         if candidates is None:
             kind = self.spec.words_for(GDB).kind
-            return gdb.COMPLETE_SYMBOL if kind is WordsKind.EXPRESSION else gdb.COMPLETE_NONE
+            return gdb.COMPLETE_SYMBOL if kind in EXPRESSIONS else gdb.COMPLETE_NONE
         cut = len(partial) - len(word or "")       # GDB replaces only `word`, the tail of `partial`
         return [c[cut:] for c in candidates if c.startswith(partial)]
 
@@ -227,9 +233,12 @@ def complete_words(spec, text, sources):
     kind = spec.words_for(GDB).kind
     if kind is WordsKind.LEVEL:
         return ["all"], partial
-    if kind is WordsKind.EXPRESSION:
+    if kind in EXPRESSIONS:
         return None, partial
     return [], partial
+
+
+EXPRESSIONS = (WordsKind.EXPRESSION, WordsKind.OPTIONAL_EXPRESSION)     # words GDB completes as symbols
 
 
 def _command_class(spec):
