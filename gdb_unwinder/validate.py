@@ -2,7 +2,7 @@
 
 The comparison is plugin.validate.live's; here is only what is GDB's own:
 evaluating FUNCTION|ADDRESS, a temporary breakpoint and `continue` to reach
-it, `nexti` (GDB steps over calls itself), the registers at each stop, and
+it, `stepi` (`nexti` at a call), the registers at each stop, and
 telling an ordinary step's stop from a breakpoint's, a signal's or an exit.
 """
 
@@ -11,7 +11,7 @@ import gdb
 from plugin.commands.spec import VALIDATE_STEPS
 from plugin.engine import STRATEGIES, UnwindContext
 from plugin.settings import is_fallback
-from plugin.validate import live
+from plugin.validate import live, stepping
 
 from . import native
 
@@ -39,7 +39,7 @@ class _Stops:
         gdb.events.exited.disconnect(self.on_exit)
 
 
-class GdbStepper(live.Stepper):
+class GdbStepper(stepping.Stepper):
     def __init__(self, arch, stops):
         self.arch = arch
         self.stops = stops
@@ -47,10 +47,10 @@ class GdbStepper(live.Stepper):
     def registers(self):
         return native.innermost_registers(self.arch, gdb.newest_frame())[0]
 
-    def step_over(self):
+    def step(self, over):
         self.stops.last = None
         try:
-            gdb.execute("nexti", to_string=True)
+            gdb.execute("nexti" if over else "stepi", to_string=True)
         except gdb.error as exc:
             if self.stops.exited is not None or not _alive():
                 return live.Ending.EXITED, ""
@@ -110,6 +110,8 @@ def _run_to(address, stops):
     breakpoint = gdb.Breakpoint("*0x%x" % address, internal=True, temporary=True)
     try:
         gdb.execute("continue", to_string=True)
+    except gdb.error as exc:
+        raise gdb.GdbError("unwind validate: cannot run to 0x%x: %s" % (address, exc)) from None
     finally:
         if breakpoint.is_valid():
             breakpoint.delete()
@@ -125,7 +127,7 @@ def run_validate(state, given, explicit_sources):
     arch = state.refresh_arch()
     inferior = state.inferior()
     target, modules = inferior.target, inferior.modules
-    sources = live.table_sources(given.sources, explicit_sources, is_fallback)
+    sources = stepping.table_sources(given.sources, explicit_sources, is_fallback)
     with _Stops() as stops, _Quiet():
         pc = gdb.newest_frame().pc()
         ran_to_entry = False
@@ -134,7 +136,7 @@ def run_validate(state, given, explicit_sources):
             if address != pc:
                 _run_to(address, stops)
                 ran_to_entry = True
-        elif not live.is_function_entry(target, modules, pc):
+        elif not stepping.is_function_entry(target, modules, pc):
             raise gdb.GdbError("unwind validate: 0x%x is not a function's first instruction; stop at one "
                                "(break *FUNCTION) or name it: unwind validate FUNCTION" % pc)
         stepper = GdbStepper(arch, stops)
@@ -144,11 +146,12 @@ def run_validate(state, given, explicit_sources):
         except ValueError as exc:
             raise gdb.GdbError("unwind validate: %s" % exc) from None
         found = target.symbol(truth.entry)
-        name = found[0] if found and found[1] == truth.entry else "0x%x" % truth.entry
+        name = given.value or (found[0] if found and found[1] == truth.entry else "0x%x" % truth.entry)
         check = live.LiveValidation(lambda s: UnwindContext(target, modules, (s,)), arch, sources, STRATEGIES,
-                                    truth, target.symbol, live.disassembler(arch, target.read_memory))
+                                    truth, target.symbol, stepping.decoder(arch, target.read_memory))
+        check.function_end = stepping.function_end(target, modules, truth.entry)
         limit = given.steps or VALIDATE_STEPS
-        ending, steps, detail = live.run(check, stepper, limit)
+        ending, steps, detail = stepping.run(check, stepper, limit)
         stopped_at = stepper.where() if _alive() else ""
     gdb.invalidate_cached_frames()
     return check.report(name, ending, steps, detail, ran_to_entry, stopped_at)

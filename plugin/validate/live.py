@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Optional, Sequence
 
+from plugin.analysis.ops import Flow
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import Frame
 from plugin.model.outcome import AttemptStatus, FailureKind
@@ -137,17 +138,18 @@ class LiveValidation:
     """The comparison core: feed it the registers at each stop, then ask for the report."""
 
     def __init__(self, ctx_for_source, arch, sources: Sequence[str], strategies, truth: Truth,
-                 symbol=None, disassemble=None):
+                 symbol=None, decode=None):
         """ctx_for_source(source) -> UnwindContext with that source alone; strategies:
         source -> step function; symbol(address) -> (name, start) or None;
-        disassemble(address) -> instruction text or None."""
+        decode(address) -> plugin.analysis.ops.Insn or None (see decoder())."""
         self.arch = arch
         self.truth = truth
         self.sources = [s for s in sources if s in strategies]
         self.steps = {s: strategies[s] for s in self.sources}
         self.contexts = {s: ctx_for_source(s) for s in self.sources}
         self.symbol = symbol
-        self.disassemble = disassemble
+        self.decode = decode
+        self.function_end = None        # the end of the entry's CFI range, when the adapter knows it
         self.tallies = {s: SourceTally() for s in self.sources}
         self.wrong: List[WrongStep] = []
         self._wrong_seen = set()
@@ -227,20 +229,28 @@ class LiveValidation:
         wrong.instruction = self._instruction(wrong.address)
         self.wrong.append(wrong)
 
-    def _instruction(self, address):
+    def _insn(self, address):
         try:
-            return (self.disassemble(address) if self.disassemble else None) or ""
+            return self.decode(address) if self.decode else None
         except (MemoryReadError, ValueError):
-            return ""
+            return None
+
+    def _instruction(self, address):
+        insn = self._insn(address)
+        return insn.text if insn is not None else ""
+
+    def is_call(self, address) -> Optional[bool]:
+        """Is the instruction at address a call? None when it cannot be decoded."""
+        insn = self._insn(address)
+        return None if insn is None else insn.flow == Flow.CALL
 
     def place(self, address: int) -> str:
         """+0x4 inside the function validated, name+0x4 elsewhere (a tail-called function), else hex."""
-        if address >= self.truth.entry:
-            found = self._symbol(address)
-            if found is None or found[1] == self.truth.entry:
-                return "+0x%x" % (address - self.truth.entry)
-        else:
-            found = self._symbol(address)
+        if self.function_end is not None and self.truth.entry <= address < self.function_end:
+            return "+0x%x" % (address - self.truth.entry)
+        found = self._symbol(address)
+        if found is not None and found[1] == self.truth.entry:
+            return "+0x%x" % (address - self.truth.entry)
         if found is None:
             return "0x%x" % address
         return "%s+0x%x" % (found[0], address - found[1])
@@ -278,7 +288,7 @@ class LiveValidation:
         state = self.inferior_note(ending, ran_to_entry, stopped_at)
         data = {"function": function, "entry": self.truth.entry, "cfa": self.truth.cfa,
                 "return_address": self.truth.return_address, "steps": steps,
-                "instructions": len(self.path), "ending": ending.value, "ending_detail": ended,
+                "instructions": len(self.path), "path": list(self.path), "ending": ending.value, "ending_detail": ended,
                 "complete": ending == Ending.RETURNED, "inferior": state,
                 "sources": {s: self.tallies[s].to_json() for s in self.sources},
                 "wrong": [w.to_json() for w in self.wrong]}
@@ -315,75 +325,3 @@ class LiveValidation:
             return before + "ran until it exited."
         return before + "ran part of the function: it is now stopped at %s." % stopped_at
 
-
-class Stepper:
-    """What a debugger adapter provides: the innermost registers, one step over calls, where it is."""
-
-    def registers(self) -> Dict[int, int]:
-        raise NotImplementedError
-
-    def step_over(self) -> Optional[tuple]:
-        """One instruction, over calls. None when it simply stopped at the next
-        instruction; else (Ending, detail) for anything else (exit, another stop)."""
-        raise NotImplementedError
-
-    def where(self) -> str:
-        """The stop, for people: `0x... in caller`."""
-        raise NotImplementedError
-
-
-def run(validation: LiveValidation, stepper: Stepper, limit: int) -> tuple:
-    """Step until the function returns or `limit` steps: (Ending, steps, detail)."""
-    steps = 0
-    while True:
-        registers = stepper.registers()
-        if validation.returned(registers):
-            return Ending.RETURNED, steps, ""
-        if steps >= limit:
-            return Ending.STEP_LIMIT, steps, ""
-        validation.observe(registers)
-        stopped = stepper.step_over()
-        steps += 1
-        if stopped is not None:
-            return stopped[0], steps, stopped[1]
-
-
-def table_sources(sources: Sequence[str], explicit: bool, is_fallback) -> List[str]:
-    """The sources to check: as given with -sources, else the table sources of the setting."""
-    return list(sources) if explicit else [s for s in sources if not is_fallback(s)]
-
-
-def is_function_entry(target, modules, pc: int) -> bool:
-    """Is pc a function's first instruction, by its symbol or the CFI entry covering it?"""
-    from plugin.errors import DecodeError
-    from plugin.strategies.cfi import CfiTables
-    try:
-        found = target.symbol(pc)
-    except Exception:           # symbols only help
-        found = None
-    if found and found[1] == pc:
-        return True
-    module = modules.find(pc)
-    if module is None:
-        return False
-    try:
-        hit = CfiTables.of(module, target).lookup(pc)
-    except (DecodeError, MemoryReadError):
-        return False
-    return hit is not None and hit.fde.start == pc
-
-
-def disassembler(arch, read_memory):
-    """address -> one instruction's text (capstone), or None when capstone is absent or the bytes are not code."""
-    try:
-        from plugin import analysis
-        if not analysis.supported(arch):
-            return None
-        code = analysis.CodeAnalysis(arch, read_memory)
-    except ImportError:
-        return None
-
-    def text(address):
-        insn = code.decode_at(address)
-        return None if insn is None else insn.text
-    return text
