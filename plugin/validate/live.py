@@ -28,6 +28,12 @@ from plugin.validate.code import Verdict
 
 SHOWN_WRONG = 12                # wrong addresses listed in a summary line before "..."
 
+# Sources exact only at some instructions: compact unwind describes a
+# function's body, so it is judged where callers are stopped (calls) and
+# where the ABI's rule replaces it (the entry, returns); elsewhere it is
+# counted apart, never wrong.
+EXACT_ONLY_AT = {"compact": (Flow.CALL, Flow.RET)}
+
 # A failure with a row in force is a wrong answer when it comes from the
 # row's own values (it pointed at unreadable memory, or gave no return
 # address); other failures (a register the row needs is unknown, an
@@ -117,6 +123,7 @@ class SourceTally:
     """Per source: the verdict at each distinct address (the worst over its executions)."""
     verdicts: Dict[int, Verdict] = field(default_factory=dict)
     uncovered: set = field(default_factory=set)
+    not_judged: set = field(default_factory=set)      # where the source does not claim to be exact
     reasons: Dict[int, str] = field(default_factory=dict)     # unknown address -> why
 
     def note(self, address: int, verdict: Verdict) -> None:
@@ -131,7 +138,8 @@ class SourceTally:
     def to_json(self) -> dict:
         return {"checked": len(self.verdicts), "right": len(self.addresses(Verdict.RIGHT)),
                 "wrong": self.addresses(Verdict.WRONG), "unknown": self.addresses(Verdict.UNKNOWN),
-                "not_covered": len(self.uncovered - set(self.verdicts))}
+                "not_covered": len(self.uncovered - set(self.verdicts)),
+                "not_judged": len(self.not_judged - set(self.verdicts))}
 
 
 class LiveValidation:
@@ -170,6 +178,9 @@ class LiveValidation:
             self._seen.add(pc)
             self.path.append(pc)
         for source in self.sources:
+            if not self._claims_exact(source, pc):
+                self.tallies[source].not_judged.add(pc)
+                continue
             ctx = self.contexts[source]
             ctx.forget_process_state()
             frame = Frame(level=0, pc=pc, registers=dict(registers), method="context", exact_pc=True)
@@ -179,6 +190,13 @@ class LiveValidation:
                 self._unknown(source, pc, "internal error: %s: %s" % (type(exc).__name__, exc))
                 continue
             self._judge(source, pc, outcome)
+
+    def _claims_exact(self, source, pc):
+        kinds = EXACT_ONLY_AT.get(source)
+        if kinds is None or pc == self.truth.entry:
+            return True
+        insn = self._insn(pc)
+        return insn is not None and insn.flow in kinds
 
     def _judge(self, source, pc, outcome):
         tally = self.tallies[source]
@@ -279,6 +297,9 @@ class LiveValidation:
         uncovered = len(tally.uncovered - set(tally.verdicts))
         if uncovered:
             line += " (%d not covered)" % uncovered
+        apart = len(tally.not_judged - set(tally.verdicts))
+        if apart:
+            line += " (%d not judged: it describes the body, exact at calls)" % apart
         return line
 
     def report(self, function: str, ending: Ending, steps: int, detail: str = "",
