@@ -91,7 +91,7 @@ hence this command.""",
     debuggers=(LLDB,))
 
 VALIDATE = CommandSpec(
-    "validate", "Check each unwind table against one real call of a function, instruction by instruction.",
+    "validate", "Check each unwind table against one real call of a function, step by step.",
     ("json", "sources", "steps"),
     words=(Words(WordsKind.OPTIONAL_EXPRESSION, "[FUNCTION|ADDRESS]"),),
     about="""Starts at a function's first instruction: where the program is stopped, or,
@@ -106,7 +106,7 @@ values; one line per source sums up ("cfi: 12/12 instructions right").
 {sources} names the sources to check (default: the table sources of the
 current setting). The program really runs the function: it is left stopped
 after the return (or where stepping ended), and the report says where.""" % VALIDATE_STEPS,
-    json_keys=("function", "entry", "cfa", "return_address", "steps", "instructions", "ending",
+    json_keys=("function", "entry", "cfa", "return_address", "steps", "instructions", "path", "ending",
                "ending_detail", "complete", "inferior", "sources", "wrong"))
 
 COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS, VALIDATE)
