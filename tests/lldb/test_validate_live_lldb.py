@@ -1,6 +1,6 @@
 """`unwind validate` in LLDB (16, 19, 22): the planted errors found at their exact instructions, live.
 
-Same oracle as tests/gdb/test_validate_live.py: the assembler's bad_N labels
+Same oracle as tests/gdb/test_validate_live_gdb.py: the assembler's bad_N labels
 (nm) and objdump's instructions locate each planted error; the instructions
 a call went through are those LLDB stopped at. Live and offline agree
 wherever the offline mode is sure, and the correct twin is clean.
