@@ -9,9 +9,12 @@ source that can express it; the correct twin must be clean; and the live
 mode must agree with the offline one wherever the offline one is sure.
 """
 
+import shutil
+
 import pytest
 
 from gdbrun import run_gdb
+from support import FIXTURES
 from validate_support import (LIVE_CALLS, SFRAME_CANNOT_SAY, live_program, planted_ranges, validate,
                               wrong, wrong_by_source)
 
@@ -98,3 +101,16 @@ def test_text_summary_bound_and_errors():
     assert "it is now stopped at" in text and "in main" in text
     assert "not a function's first instruction" in results["not_entry"]["error"]
     assert "cannot evaluate 'no_such_function'" in results["bad"]["error"]
+
+
+def test_real_debian_program_libc_functions_are_right():
+    """ls (Debian's binary) calling glibc's readdir64, closedir and malloc: every CFI row right, live."""
+    results, _ = run_gdb(shutil.which("ls"), [
+        (name, "json", "unwind validate -json %s" % name) for name in ("readdir64", "closedir", "malloc")],
+        args=[str(FIXTURES)], breakpoint="opendir")
+    for name in ("readdir64", "closedir", "malloc"):
+        report = results[name]
+        assert "error" not in report, report
+        assert report["complete"] and report["instructions"] >= 10, name
+        cfi = report["sources"]["cfi"]
+        assert cfi["right"] == cfi["checked"] == report["instructions"] and report["wrong"] == [], name

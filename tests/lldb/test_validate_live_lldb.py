@@ -6,7 +6,11 @@ a call went through are those LLDB stopped at. Live and offline agree
 wherever the offline mode is sure, and the correct twin is clean.
 """
 
+import json
+import shutil
+
 from lldbrun import batch_json, batch_outputs, run_batch
+from support import FIXTURES
 from validate_support import (LIVE_CALLS, SFRAME_CANNOT_SAY, live_program, planted_ranges, validate,
                               wrong, wrong_by_source)
 
@@ -26,7 +30,6 @@ def _validate_each_call(program):
 
 
 def _json(output):
-    import json
     return json.loads(output[output.index("{"):])
 
 
@@ -63,3 +66,18 @@ def test_correct_twin_clean_bound_and_errors():
     bounded = batch_json(transcript, "unwind validate -j -n 2 missing_adjust")
     assert (bounded["ending"], bounded["steps"], bounded["complete"]) == ("step-limit", 2, False)
     assert status == 1 and "not a function's first instruction" in transcript.split("thread step-inst")[-1]
+
+
+def test_real_debian_program_libc_functions_are_right():
+    """ls (Debian's binary) calling glibc's strcoll and fwrite_unlocked: every CFI row right, live.
+
+    (Names ld.so has too, such as readdir64, would resolve to ld.so's copy, which ls never calls.)"""
+    commands = ["breakpoint set -n opendir", "process launch -- %s" % FIXTURES]
+    commands += ["unwind validate -j %s" % name for name in ("strcoll", "fwrite_unlocked")]
+    status, transcript = run_batch(shutil.which("ls"), commands)
+    assert status == 0, transcript[-3000:]
+    for name in ("strcoll", "fwrite_unlocked"):
+        report = batch_json(transcript, "unwind validate -j %s" % name)
+        assert report["complete"] and report["instructions"] >= 10, name
+        cfi = report["sources"]["cfi"]
+        assert cfi["right"] == cfi["checked"] == report["instructions"] and report["wrong"] == [], name
