@@ -14,9 +14,10 @@ import shutil
 import pytest
 
 from gdbrun import run_gdb
+from qemu_user import qemu_user
 from support import FIXTURES
-from validate_support import (LIVE_CALLS, SFRAME_CANNOT_SAY, live_program, planted_ranges, validate,
-                              wrong, wrong_by_source)
+from validate_support import (A64, LIVE_CALLS, LIVE_CALLS_AARCH64, SFRAME_CANNOT_SAY, live_program,
+                              planted_ranges, validate, wrong, wrong_by_source)
 
 
 def _validate_each_call(program, options=""):
@@ -114,3 +115,23 @@ def test_real_debian_program_libc_functions_are_right():
         assert report["complete"] and report["instructions"] >= 10, name
         cfi = report["sources"]["cfi"]
         assert cfi["right"] == cfi["checked"] == report["instructions"] and report["wrong"] == [], name
+
+
+def test_aarch64_under_qemu_planted_errors_found_and_twin_clean():
+    """The aarch64 fixture (stp/ldp with writeback, str of x19) stepped under qemu-aarch64 with gdb-multiarch."""
+    for correct in (False, True):
+        labelled, bare = live_program(correct, aarch64=True)
+        actions = [("call%d" % i, "json", "unwind validate -json %s" % name)
+                   for i, (name, _) in enumerate(LIVE_CALLS_AARCH64)]
+        with qemu_user("qemu-aarch64", bare, (), options=("-cpu", "max,sve=off")) as address:
+            results, _ = run_gdb(bare, actions, gdb_program="gdb-multiarch", remote=address, timeout=300)
+        for i, (name, errors) in enumerate(LIVE_CALLS_AARCH64):
+            report = results["call%d" % i]
+            assert "error" not in report, report
+            assert report["complete"], (name, report["ending_detail"])
+            got = wrong_by_source(report)
+            expected = [] if correct else planted_ranges(labelled, errors, A64)
+            assert set(expected) <= set(report["path"])
+            assert got["cfi"] == expected, name
+            sframe = [] if correct else planted_ranges(labelled, [e for e in errors if e not in SFRAME_CANNOT_SAY], A64)
+            assert got["sframe"] == sframe, name

@@ -17,6 +17,9 @@ LIVE_MAIN = "validate_planted_main.c"
 # Each call validate_planted_main.c makes, in order: (function, planted errors its path goes through).
 LIVE_CALLS = (("missing_adjust", (1,)), ("wrong_after_leave", (2,)), ("wrong_save", (3,)),
               ("early_return", (4,)), ("early_return", ()), ("realigned", ()))
+LIVE_CALLS_AARCH64 = (("missing_adjust", (1,)), ("wrong_after_epilogue", (2,)), ("wrong_save", (3,)),
+                      ("early_return", (4,)), ("early_return", ()))
+A64 = "aarch64-linux-gnu-"
 SFRAME_CANNOT_SAY = (3,)        # SFrame has no rule for rbx: mistake 3 cannot show in it
 
 
@@ -47,22 +50,27 @@ def planted_ranges(path, numbers, prefix=""):
                   if names["bad_%d_begin" % n] <= a < names["bad_%d_end" % n])
 
 
-def live_program(correct):
+def live_program(correct, aarch64=False):
     """(program with the bad_N labels, the same program without local symbols) for the live tests.
 
     Debuggers take a label inside a function for a function of its own, so
     the program run has its local symbols discarded; the layout is the same,
     so the labels of the first locate the planted errors in the second.
+    aarch64: a static program for qemu-aarch64, from validate_planted_aarch64.S.
     """
-    digest = hashlib.sha256((FIXTURES / PLANTED).read_bytes()).hexdigest()[:8]
-    # -no-pie: the link addresses nm prints are the addresses the program runs at
-    flags = [str(FIXTURES / PLANTED), "-O1", "-no-pie", "-Wa,--gsframe"] + (["-DCORRECT"] if correct else [])
-    name = "validate_live_%s_%s" % ("twin" if correct else "planted", digest)
-    labelled = build(LIVE_MAIN, flags, name=name)
+    source = "validate_planted_aarch64.S" if aarch64 else PLANTED
+    digest = hashlib.sha256((FIXTURES / source).read_bytes()
+                            + (FIXTURES / LIVE_MAIN).read_bytes()).hexdigest()[:8]
+    # -no-pie / -static: the link addresses nm prints are the addresses the program runs at
+    flags = [str(FIXTURES / source), "-O1", "-static" if aarch64 else "-no-pie", "-Wa,--gsframe"]
+    flags += ["-DCORRECT"] if correct else []
+    name = "validate_live_%s%s_%s" % ("twin" if correct else "planted", "_aarch64" if aarch64 else "", digest)
+    prefix = A64 if aarch64 else ""
+    labelled = build(LIVE_MAIN, flags, name=name, compiler=need_tool(prefix + "gcc"))
     bare = BUILD / (labelled.name + "-bare")
     if not bare.exists():
         tmp = bare.with_suffix(".tmp")
-        subprocess.run([need_tool("objcopy"), "--discard-all", str(labelled), str(tmp)], check=True)
+        subprocess.run([need_tool(prefix + "objcopy"), "--discard-all", str(labelled), str(tmp)], check=True)
         tmp.rename(bare)
     return labelled, bare
 
