@@ -151,10 +151,35 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
                                           lsda={s: f.lsda for s, f in fdes.items() if f.lsda})
     analysis.entry_states.update(_table_entries(analysis, fdes, arch))
     chosen = sorted((s, e) for s, e in functions.items() if select is None or select(s, e))
-    analysis.analyse_all()
-    cfi_rows, sframe_rows = _Rows(), _Rows()
-    facts = analysis.facts
+    check = _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail)
+    wanted = dict(chosen)
+    # Memory: each function is checked as soon as its analysis is final and its states are then
+    # dropped; only the parts a jump may still re-enter (.cold parts) wait for analyse_continuations().
+    done = set()
+    for start, end in sorted(functions.items()):
+        analysis.function(start, end)
+        if not analysis.is_final(start):
+            continue
+        if start in wanted:
+            check(start, end)
+            done.add(start)
+        analysis.forget_states(start)
+    analysis.analyse_continuations()
     for start, end in chosen:
+        if start not in done:
+            check(start, end)
+    report.disagreements.sort(key=lambda d: (d.address, d.source))
+    report.functions_detail.sort(key=lambda f: f["start"])
+    report.seconds = time.perf_counter() - began
+    return report
+
+
+def _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail):
+    """check(start, end): one function's rows judged and added to report."""
+    cfi_rows = _Rows()
+    facts = analysis.facts
+
+    def check(start, end):
         tables = {}
         fde = fdes.get(start)
         if fde is not None:
@@ -172,7 +197,7 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
             function = checks.check_function(analysis, start, end, name, tables, facts, arch, keep_detail)
         except DecodeError as exc:
             report.problems.append("%s: %s" % (name, exc))
-            continue
+            return
         report.functions += 1
         report.instructions += function.instructions
         report.analysed += function.analysed
@@ -188,8 +213,7 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
                 "continuation": analysis.is_continuation(start),
                 "unknown": {"0x%x" % a: why for a, why in sorted(function.unknown.items())},
                 "instructions": function.detail})
-    report.seconds = time.perf_counter() - began
-    return report
+    return check
 
 
 def _table_entries(analysis, fdes, arch):
