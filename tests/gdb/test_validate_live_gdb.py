@@ -135,3 +135,16 @@ def test_aarch64_under_qemu_planted_errors_found_and_twin_clean():
             assert got["cfi"] == expected, name
             sframe = [] if correct else planted_ranges(labelled, [e for e in errors if e not in SFRAME_CANNOT_SAY], A64)
             assert got["sframe"] == sframe, name
+
+
+def test_a_breakpoint_inside_the_call_ends_the_validation_and_says_so():
+    """Stepping over `call helper` stops at the user's breakpoint in helper: validate says where it is left."""
+    _, bare = live_program(correct=True)
+    results, _ = run_gdb(bare, [("break", "cmd", "break helper"),
+                                ("run", "json", "unwind validate -json missing_adjust"),
+                                ("where", "py", "gdb.newest_frame().name()")])
+    report = results["run"]
+    assert (report["ending"], report["complete"]) == ("interrupted", False)
+    assert "breakpoint" in report["ending_detail"] and "in helper" in report["inferior"]
+    assert results["where"] == "helper"
+    assert report["wrong"] == [] and report["sources"]["cfi"]["right"] == 3     # push, mov, call: all checked

@@ -81,3 +81,12 @@ def test_real_debian_program_libc_functions_are_right():
         assert report["complete"] and report["instructions"] >= 10, name
         cfi = report["sources"]["cfi"]
         assert cfi["right"] == cfi["checked"] == report["instructions"] and report["wrong"] == [], name
+
+
+def test_a_breakpoint_inside_the_call_ends_the_validation_and_says_so():
+    _, bare = live_program(correct=True)
+    status, transcript = run_batch(bare, ["breakpoint set -n stop_here", "run", "breakpoint set -n helper",
+                                          "unwind validate -j missing_adjust"])
+    report = batch_json(transcript, "unwind validate -j missing_adjust")
+    assert (report["ending"], report["complete"]) == ("interrupted", False)
+    assert "in helper" in report["inferior"] and report["wrong"] == []
