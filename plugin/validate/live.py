@@ -161,7 +161,6 @@ class LiveValidation:
         self.tallies = {s: SourceTally() for s in self.sources}
         self.wrong: List[WrongStep] = []
         self._wrong_seen = set()
-        self.stops = 0
         self.path: List[int] = []       # distinct addresses, in the order first reached
         self._seen = set()
 
@@ -173,7 +172,6 @@ class LiveValidation:
     def observe(self, registers: Dict[int, int]) -> None:
         """Judge every source at the stop these registers describe."""
         pc = registers[self.arch.pc]
-        self.stops += 1
         if pc not in self._seen:
             self._seen.add(pc)
             self.path.append(pc)
