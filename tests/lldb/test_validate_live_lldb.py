@@ -10,9 +10,10 @@ import json
 import shutil
 
 from lldbrun import batch_json, batch_outputs, run_batch
+from qemu_user import qemu_user
 from support import FIXTURES
-from validate_support import (LIVE_CALLS, SFRAME_CANNOT_SAY, live_program, planted_ranges, validate,
-                              wrong, wrong_by_source)
+from validate_support import (A64, LIVE_CALLS, LIVE_CALLS_AARCH64, SFRAME_CANNOT_SAY, live_program,
+                              planted_ranges, validate, wrong, wrong_by_source)
 
 
 def _validate_each_call(program):
@@ -90,3 +91,19 @@ def test_a_breakpoint_inside_the_call_ends_the_validation_and_says_so():
     report = batch_json(transcript, "unwind validate -j missing_adjust")
     assert (report["ending"], report["complete"]) == ("interrupted", False)
     assert "in helper" in report["inferior"] and report["wrong"] == []
+
+
+def test_aarch64_under_qemu_planted_errors_found():
+    """The aarch64 fixture under qemu-aarch64's gdbstub, LLDB's gdb-remote: the same instructions as offline."""
+    labelled, bare = live_program(correct=False, aarch64=True)
+    commands = ["breakpoint set -n stop_here", "continue"]
+    commands += ["unwind validate -j %s" % name for name, _ in LIVE_CALLS_AARCH64]
+    with qemu_user("qemu-aarch64", bare, (), options=("-cpu", "max,sve=off")) as address:
+        status, transcript = run_batch(bare, ["gdb-remote %s" % address] + commands, timeout=300)
+    assert status == 0, transcript[-3000:]
+    reports = [_json(output) for command, output in batch_outputs(transcript)
+               if command.startswith("unwind validate")]
+    assert len(reports) == len(LIVE_CALLS_AARCH64)
+    for (name, errors), report in zip(LIVE_CALLS_AARCH64, reports):
+        assert report["complete"], (name, report["ending_detail"])
+        assert wrong_by_source(report)["cfi"] == planted_ranges(labelled, errors, A64), name
