@@ -1,0 +1,76 @@
+"""States that are hard for unwinders, in the real GDB (issue 19 items 1, 2; issue 21 item 1).
+
+Fixture: tests/fixtures/state.c. Oracle: GDB's own frames (pc, sp), taken
+with the plugin's unwinder disabled. At every stop the plugin's walk
+(`unwind backtrace -json`) must list the same physical frames, and GDB's
+`bt` with the plugin loaded must equal GDB's `bt` without it.
+"""
+
+import pytest
+
+from gdbrun import run_gdb
+from support import build
+
+BUILDS = {"O0": ["-O0"], "O1": ["-O1"]}
+WALK = "unwind backtrace -json"
+
+
+def native_and_plugin(binary, args, prelude, setup=(), breakpoint=None):
+    """(plugin walk, GDB's frames with the plugin, GDB's frames alone, transcript) at the stop prelude reaches."""
+    actions = list(prelude) + [
+        ("walk", "json", WALK),
+        ("with_plugin", "frames", None),
+        ("off", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ]
+    setup = ["set backtrace past-main on"] + list(setup)
+    results, transcript = run_gdb(binary, actions, args=args, setup=setup, breakpoint=breakpoint)
+    return results, transcript
+
+
+def pcs_sps(frames):
+    return [(f["pc"], f["sp"]) for f in frames]
+
+
+def assert_same_frames(results, transcript):
+    walk = results["walk"]
+    native = results["native"]
+    assert len(native) >= 3, transcript[-3000:]
+    assert pcs_sps(walk["frames"]) == pcs_sps(native), (walk["stop_detail"], transcript[-3000:])
+    assert pcs_sps(results["with_plugin"]) == pcs_sps(native)
+
+
+@pytest.mark.parametrize("flags_name", sorted(BUILDS))
+def test_parent_side_of_clone3_walks_to_start(flags_name):
+    binary = build("state.c", BUILDS[flags_name])
+    results, transcript = native_and_plugin(binary, ["thread"], [
+        ("returned", "cmd", "continue"),           # the entry stop, then the return in the parent
+        ("thread", "py", "gdb.selected_thread().num"),
+        ("rax", "py", "int(gdb.parse_and_eval('$rax'))"),
+    ], setup=["catch syscall clone3"])
+    assert "returned from syscall clone3" in transcript, transcript[-3000:]
+    assert results["thread"] == 1 and results["rax"] > 0      # the parent: rax is the child's id
+    assert_same_frames(results, transcript)
+    frames = results["walk"]["frames"]
+    assert frames[0]["function"] in ("clone3", "__clone3", "__GI___clone3")
+    assert frames[-1]["function"] == "_start"
+    assert results["walk"]["stop_reason"] == "outermost"
+    assert "undefined" in results["walk"]["stop_detail"]      # _start's table, not a name
+
+
+@pytest.mark.parametrize("flags_name", sorted(BUILDS))
+@pytest.mark.parametrize("mode", ["null", "wild"])
+def test_call_through_a_bad_function_pointer(mode, flags_name):
+    binary = build("state.c", BUILDS[flags_name])
+    results, transcript = native_and_plugin(binary, [mode], [
+        ("explain", "json", "unwind explain -json 1"),
+    ])
+    assert_same_frames(results, transcript)
+    frames = results["walk"]["frames"]
+    assert frames[0]["pc"] == {"null": 0, "wild": 0x10000}[mode]
+    assert frames[1]["function"] == "call_through"
+    evidence = results["explain"]["frames"][0]["evidence"]
+    if frames[1]["method"] == "frame-pointer":
+        assert evidence["found_by"] == "frame pointer: call to a non-code address"
+        assert any("null or bad function pointer" in note for note in evidence["notes"]), evidence["notes"]
+    assert frames[-1]["function"] == "_start"
