@@ -215,16 +215,41 @@ def _implausible(outcome, frame, ctx, sp, previous_cfa):
     arch = ctx.arch
     cfa = outcome.evidence.cfa if outcome.evidence else None
     caller_pc = outcome.registers.get(arch.pc)
-    if cfa is not None and sp is not None:
+    if outcome.signal_frame:
+        problem = _switched_stack_problem(cfa, ctx)
+        if problem:
+            return problem
+    elif cfa is not None and sp is not None:
         may_equal = frame.exact_pc      # a leaf or interrupted frame may have CFA == sp
         if cfa < sp or (cfa == sp and not may_equal):
             return FailureKind.CFA_NOT_INCREASING, "CFA 0x%x is not above the stack pointer 0x%x" % (cfa, sp)
-    if cfa is not None and previous_cfa is not None and cfa <= previous_cfa and not frame.signal_frame:
+    if (cfa is not None and previous_cfa is not None and cfa <= previous_cfa and not frame.signal_frame
+            and not outcome.signal_frame):
         return (FailureKind.CFA_NOT_INCREASING,
                 "CFA 0x%x does not increase (callee's CFA 0x%x)" % (cfa, previous_cfa))
     if caller_pc not in (None, 0) and not ctx.is_code(caller_pc):
         return (FailureKind.RETURN_ADDRESS_NOT_CODE,
                 "return address 0x%x is not in executable memory" % caller_pc)
+    return None
+
+
+def _switched_stack_problem(cfa, ctx):
+    """(FailureKind, why) when a signal frame's CFA is not in stack memory, else None.
+
+    A signal frame may switch stacks (a sigaltstack above or below the
+    interrupted stack, a coroutine's stack), so the CFA need not grow across
+    it; it must still lie in readable, writable memory, and the walk's
+    repeated-frame check keeps it from looping.
+    """
+    if cfa is None or not ctx.knows_mappings():
+        return None
+    mapping = ctx.mapping_at(cfa)
+    if mapping is None or not mapping.readable:
+        return FailureKind.UNREADABLE_MEMORY, "the interrupted frame's CFA 0x%x is in no readable mapping" % cfa
+    if not mapping.writable:
+        return (FailureKind.CFA_NOT_INCREASING,
+                "the interrupted frame's CFA 0x%x is in %s, which is not writable stack memory"
+                % (cfa, mapping.name or "a read-only mapping"))
     return None
 
 

@@ -20,6 +20,9 @@ def native_and_plugin(binary, args, prelude, setup=(), breakpoint=None):
     actions = list(prelude) + [
         ("walk", "json", WALK),
         ("with_plugin", "frames", None),
+        ("claim_all", "cmd", "set unwind claim all"),
+        ("flush_all", "cmd", "maintenance flush register-cache"),
+        ("with_plugin_all", "frames", None),
         ("off", "cmd", "disable unwinder global unwind-plugin"),
         ("native", "frames", None),
     ]
@@ -38,6 +41,7 @@ def assert_same_frames(results, transcript):
     assert len(native) >= 3, transcript[-3000:]
     assert pcs_sps(walk["frames"]) == pcs_sps(native), (walk["stop_detail"], transcript[-3000:])
     assert pcs_sps(results["with_plugin"]) == pcs_sps(native)
+    assert pcs_sps(results["with_plugin_all"]) == pcs_sps(native), results["with_plugin_all"]
 
 
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
@@ -74,3 +78,23 @@ def test_call_through_a_bad_function_pointer(mode, flags_name):
         assert evidence["found_by"] == "frame pointer: call to a non-code address"
         assert any("null or bad function pointer" in note for note in evidence["notes"]), evidence["notes"]
     assert frames[-1]["function"] == "_start"
+
+
+def test_signal_stack_above_the_interrupted_stack():
+    """A thread's sigaltstack lies above its stack; SIGILL in faulter, whose row at
+    pc-1 (CFA=rsp+8) is not its row at pc (CFA=rsp+1104). Crossing the signal
+    frame lowers the CFA: the walk goes on (issue 21 item 1), and GDB's bt with
+    the plugin claiming every frame stays GDB's."""
+    binary = build("state.c", BUILDS["O1"])
+    results, transcript = native_and_plugin(binary, ["altstack"], [
+        ("explain", "json", "unwind explain -json 4"),   # frame 4 from faulter's row
+    ], setup=["handle SIGILL nostop noprint pass"], breakpoint="stop_here")
+    assert_same_frames(results, transcript)
+    frames = results["walk"]["frames"]
+    names = [f["function"] for f in frames]
+    assert names[:5] == ["stop_here", "on_sigill", "__restore_rt", "faulter", "before_fault"], names
+    assert frames[2]["signal_frame"] and frames[3]["sp"] < frames[2]["sp"]      # the stack switched
+    assert names[-1] in ("clone3", "__clone3") and results["walk"]["stop_reason"] == "outermost"
+    evidence = results["explain"]["frames"][0]["evidence"]
+    assert evidence["lookup_pc"] == frames[3]["pc"]         # faulter at its exact pc
+    assert evidence["row"].startswith("CFA=rsp+1104")
