@@ -76,6 +76,7 @@ class UnwindContext:
         self._mappings = None
         self._all_mappings = None
         self._symbols = {}
+        self.stack_pointer = None       # the walked thread's sp: its stack mapping is no code
 
     @property
     def scan_words(self):
@@ -110,7 +111,21 @@ class UnwindContext:
                 return False
         if self._mappings is None:
             self._mappings = [m for m in self.target.mappings() if m.executable]
-        return any(m.contains(address) for m in self._mappings)
+        return any(m.contains(address) for m in self._mappings) and not self.in_a_stack(address)
+
+    def in_a_stack(self, address):
+        """Is address in a thread's stack: the kernel's "[stack]" or the mapping the walk's sp is in?
+
+        A stack is never code, even when it is executable (any object file
+        without a .note.GNU-stack section makes every stack so): a stack
+        address read as a return address is a wrong row, not a frame.
+        """
+        mapping = self.mapping_at(address)
+        if mapping is None:
+            return False
+        if (mapping.name or "").startswith("[stack"):
+            return True
+        return self.stack_pointer is not None and mapping.contains(self.stack_pointer)
 
     def _load_mappings(self):
         if self._all_mappings is None:
@@ -280,6 +295,7 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     """
     ctx = UnwindContext(target, modules, sources, scan_words)
     arch = ctx.arch
+    ctx.stack_pointer = registers.get(arch.sp)
     frame = Frame(level=first_level, pc=registers.get(arch.pc, 0), registers=dict(registers),
                   method="context", exact_pc=exact_pc)
     frames = [frame]

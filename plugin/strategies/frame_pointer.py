@@ -209,7 +209,7 @@ def frame_pointer_problem(fp, sp, ctx):
         if mapping is None or not mapping.readable:
             return (FailureKind.UNREADABLE_MEMORY,
                     "cannot read the frame record at %s=0x%x: no readable mapping holds it" % (name, fp))
-        if not mapping.writable or mapping.executable:
+        if not mapping.writable or (mapping.executable and not ctx.in_a_stack(fp)):     # stacks may be executable
             return (FailureKind.NOT_STACK_MEMORY, "frame pointer %s=0x%x points into %s, which is not stack memory"
                     % (name, fp, mapping.name or "a read-only or executable mapping"))
     if sp is not None and fp < sp:
