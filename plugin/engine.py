@@ -20,7 +20,7 @@ from plugin.errors import MemoryReadError
 from plugin.model.evidence import Attempt, Backtrace, Frame
 from plugin.model.outcome import AttemptStatus, FailureKind
 from plugin.model.stops import StopReason
-from plugin.modules import ModuleMap
+from plugin.modules import ModuleMap, on_disk
 from plugin import settings
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, SourceKind, source_names
 from plugin.strategies import cfi as cfi_strategy
@@ -95,6 +95,23 @@ class UnwindContext:
     def lookup_pc(self, frame):
         """Caller frames are looked up at pc-1: a return address points after the call."""
         return frame.pc if frame.exact_pc else frame.pc - 1
+
+    def trap_handler(self, pc):
+        """The name of the trap handler (`trap-handler-names`) holding pc, or None.
+
+        Such a function is entered by an address planted on the stack, not by
+        a call, so a frame in it, and the frame it returns to, are looked up
+        at their exact pc (as LLDB does with target.trap-handler-names).
+        """
+        names = getattr(self.target, "trap_handler_names", None)
+        if not names:
+            return None
+        module = self.modules.find(pc)
+        for start, end, name in on_disk.functions_named(module, tuple(names)) if module else ():
+            if start <= pc < end:
+                return name
+        found = self.symbol(pc)        # no file, or a function its symbol tables do not name
+        return found[0] if found is not None and found[0] in names else None
 
     def is_code(self, address):
         module = self.modules.find(address)
@@ -268,6 +285,22 @@ def _switched_stack_problem(cfa, ctx):
     return None
 
 
+def _after_trap_handler(frame, caller_pc, outcome, ctx):
+    """Is the caller looked up at its exact pc because of a trap handler (its own function or frame's)?"""
+    handler = ctx.trap_handler(caller_pc)
+    if handler is None:
+        handler = ctx.trap_handler(ctx.lookup_pc(frame))
+        if handler is None:
+            return False
+        why = "%s returns to it: a trap handler's caller is looked up at its exact pc" % handler
+    else:
+        why = "0x%x is in %s, a trap handler (trap-handler-names): entered by a planted address, not a call, " \
+              "so it is looked up at its exact pc" % (caller_pc, handler)
+    if outcome.evidence is not None:
+        outcome.evidence.notes.append(why)
+    return True
+
+
 def _stop_for(attempts):
     """The stop reason for a frame no source recovered, from the kinds of failure the sources met.
 
@@ -330,7 +363,7 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
         previous_cfa = frame.cfa
         caller = Frame(level=first_level + len(frames), pc=caller_pc, registers=caller_regs, method=outcome.source,
                        evidence=outcome.evidence, attempts=attempts,
-                       exact_pc=outcome.signal_frame)
+                       exact_pc=outcome.signal_frame or _after_trap_handler(frame, caller_pc, outcome, ctx))
         frames.append(caller)
         frame = caller
     if symbolize:

@@ -98,3 +98,36 @@ def test_signal_stack_above_the_interrupted_stack():
     evidence = results["explain"]["frames"][0]["evidence"]
     assert evidence["lookup_pc"] == frames[3]["pc"]         # faulter at its exact pc
     assert evidence["row"].startswith("CFA=rsp+1104")
+
+
+STACKS = {"execstack": ["-O1", "-Wl,-z,execstack"], "noexecstack": ["-O1", "-Wl,-z,noexecstack"]}
+
+
+@pytest.mark.parametrize("stack", sorted(STACKS))
+def test_a_trap_handler_is_looked_up_at_its_exact_pc(stack):
+    """tests/fixtures/planted.c (see tests/lldb/test_state_lldb.py). GDB alone looks
+    planted_trampoline up at pc-1 (in filler) and lists a stack address as a
+    frame; with `set unwind trap-handler-names planted_trampoline` the plugin's
+    walk and GDB's bt with the plugin go from planted_trampoline to main, as
+    LLDB does. Unnamed, the plugin stops rather than take a stack address for code."""
+    binary = build("planted.c", STACKS[stack])
+    results, transcript = run_gdb(binary, [
+        ("unnamed", "json", WALK),
+        ("name", "cmd", "set unwind trap-handler-names planted_trampoline"),
+        ("show", "cmd", "show unwind trap-handler-names"),
+        ("walk", "json", WALK),
+        ("with_plugin", "frames", None),
+        ("off", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], breakpoint="*planted_leaf", setup=["set backtrace past-main on"])
+    assert results["show"].strip() == "Functions looked up as trap handlers: planted_trampoline."
+    walk = results["walk"]["frames"]
+    assert [f["function"] for f in walk[:3]] == ["planted_leaf", "planted_trampoline", "main"]
+    # GDB's bt with the plugin: the same pcs and sps as the plugin's walk
+    assert pcs_sps(results["with_plugin"]) == pcs_sps(walk), transcript[-3000:]
+    # GDB alone: a stack address where main should be
+    native = results["native"]
+    assert pcs_sps(native)[:2] == pcs_sps(walk)[:2] and native[2]["pc"] == walk[1]["sp"] + 8   # E-16
+    unnamed = results["unnamed"]
+    assert [f["function"] for f in unnamed["frames"]] == ["planted_leaf", "filler"]
+    assert unnamed["stop_reason"] == "return-address-not-code", unnamed["stop_detail"]
