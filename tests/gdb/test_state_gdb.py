@@ -62,6 +62,34 @@ def test_parent_side_of_clone3_walks_to_start(flags_name):
     assert "undefined" in results["walk"]["stop_detail"]      # _start's table, not a name
 
 
+CLONE3 = "int(gdb.parse_and_eval('(unsigned long) &__clone3'))"
+AFTER_SYSCALL = ("gdb.execute('break *%%d' %% (%s + bytes(gdb.selected_inferior().read_memory(%s, 64))"
+                 ".index(b'\\x0f\\x05') + 2), to_string=True)" % (CLONE3, CLONE3))
+# continue until a thread stops there with rax == 0 (both the parent and the child do)
+TO_CHILD = ("[gdb.execute('continue', to_string=True) for _ in range(3) "
+            "if int(gdb.parse_and_eval('$rax')) != 0]")
+
+
+def test_child_side_of_clone3_is_outermost_by_its_registers():
+    """The new thread starts after clone3's syscall with rax = 0: nothing above its
+    sp is a frame, and the stop line says why."""
+    binary = build("state.c", BUILDS["O1"])
+    results, transcript = run_gdb(binary, [
+        ("break", "py", AFTER_SYSCALL),
+        ("child", "py", TO_CHILD),
+        ("rax", "py", "int(gdb.parse_and_eval('$rax'))"),
+        ("thread", "py", "gdb.selected_thread().num"),
+        ("walk", "json", WALK),
+        ("native", "frames", None),
+    ], args=["thread"], breakpoint="main")
+    assert results["rax"] == 0 and results["thread"] == 2, transcript[-3000:]
+    walk = results["walk"]
+    assert len(walk["frames"]) == 1 and walk["stop_reason"] == "outermost", walk
+    assert walk["stop_detail"].startswith("child side of clone3: pc 0x"), walk["stop_detail"]
+    assert "rax = 0" in walk["stop_detail"]
+    assert pcs_sps(walk["frames"]) == pcs_sps(results["native"][:1])
+
+
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
 @pytest.mark.parametrize("mode", ["null", "wild"])
 def test_call_through_a_bad_function_pointer(mode, flags_name):

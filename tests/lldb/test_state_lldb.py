@@ -6,6 +6,8 @@ folded), pc and sp. LLDB goes on past `_start` repeating it with a higher
 sp (nothing called `_start`): those repeats are dropped.
 """
 
+import re
+
 import pytest
 
 import lldbrun
@@ -22,8 +24,11 @@ AFTER_SYSCALL = ("target.BreakpointCreateByAddress(%s + bytes(process.ReadMemory
                  ".index(b'\\x0f\\x05') + 2).GetID()" % (CLONE3_START, CLONE3_START))
 PARENTS = ("[t for t in process if t.GetStopReason() == lldb.eStopReasonBreakpoint and "
            "t.GetFrameAtIndex(0).FindRegister('rax').GetValueAsUnsigned() != 0]")
-TO_PARENT = ("[process.Continue() for _ in range(3) if not %s] and "
-             "process.SetSelectedThread(%s[0])" % (PARENTS, PARENTS))
+TO_PARENT = ("([process.Continue() for _ in range(3) if not %s], "
+             "process.SetSelectedThread(%s[0]))[1]" % (PARENTS, PARENTS))
+CHILDREN = PARENTS.replace("!= 0]", "== 0]")
+TO_CHILD = ("([process.Continue() for _ in range(3) if not %s], "
+            "process.SetSelectedThread(%s[0]))[1]" % (CHILDREN, CHILDREN))
 
 
 def pcs_sps(frames):
@@ -67,6 +72,26 @@ def test_parent_side_of_clone3_walks_to_start(flags_name):
     frames = results["walk"]["frames"]
     assert frames[0]["function"] in ("clone3", "__clone3") and frames[-1]["function"] == "_start"
     assert results["walk"]["stop_reason"] == "outermost"
+
+
+def test_child_side_of_clone3_is_outermost_by_its_registers():
+    """The new thread starts at the same instruction, after clone3's syscall, with
+    rax = 0: nothing above its sp is a frame, and the stop line says why."""
+    binary = build("state.c", BUILDS["O1"])
+    results, transcript = run_lldb(binary, [
+        ("bp", "py", AFTER_SYSCALL),
+        ("go", "cmd", "process continue"),
+        ("child", "py", TO_CHILD),
+        ("rax", "py", "process.GetSelectedThread().GetFrameAtIndex(0).FindRegister('rax').GetValueAsUnsigned()"),
+        ("walk", "json", WALK),
+        ("native", "frames", None),
+    ], args=["thread"], breakpoint="main")
+    assert results["rax"] == 0, transcript[-3000:]
+    walk = results["walk"]
+    assert len(walk["frames"]) == 1 and walk["stop_reason"] == "outermost", walk
+    assert re.match(r"child side of (__)?clone3: pc 0x", walk["stop_detail"]), walk["stop_detail"]
+    assert "rax = 0" in walk["stop_detail"]
+    assert pcs_sps(walk["frames"]) == pcs_sps(physical(results["native"])[:1])
 
 
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
