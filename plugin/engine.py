@@ -279,7 +279,7 @@ def _switched_stack_problem(cfa, ctx):
     if mapping is None or not mapping.readable:
         return FailureKind.UNREADABLE_MEMORY, "the interrupted frame's CFA 0x%x is in no readable mapping" % cfa
     if not mapping.writable:
-        return (FailureKind.CFA_NOT_INCREASING,
+        return (FailureKind.NOT_STACK_MEMORY,
                 "the interrupted frame's CFA 0x%x is in %s, which is not writable stack memory"
                 % (cfa, mapping.name or "a read-only mapping"))
     return None
