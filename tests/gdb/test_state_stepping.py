@@ -47,3 +47,22 @@ def test_every_step_walks_like_gdb(segment):
     functions = {r["function"] for r in records}
     expected = {"malloc": "_dl_fixup", "free": "free", "qsort": "msort", "signal": "__restore_rt"}[segment]
     assert any(expected in (f or "") for f in functions), sorted(f for f in functions if f)
+
+
+def test_every_step_in_a_debian_program_walks_like_gdb():
+    """/bin/ls -l (Debian's, stripped, lazily bound): from its 201st call of free,
+    300 instructions through free, back into ls and on through its PLT stubs."""
+    results, transcript = run_gdb("/bin/ls", [
+        ("ignore", "cmd", "ignore 1 200"),
+        ("continue", "cmd", "continue"),
+        ("delete", "cmd", "delete"),
+        ("off", "cmd", "disable unwinder global unwind-plugin"),
+        ("load", "py", "exec(open(%r).read(), globals()) or 1" % str(HELPERS / "stepping_probe.py")),
+        ("trace", "py", "trace(300)"),
+    ], args=["-l", "/usr/bin"], breakpoint="free", setup=["set backtrace past-main on"])
+    records = results["trace"]
+    assert isinstance(records, list) and len(records) == 300, (records, transcript[-3000:])
+    disagree = [(n, hex(r["pc"]), r["function"]) for n, r in enumerate(records) if frames_of(r)[0] != frames_of(r)[1]]
+    assert not disagree, "%d of %d steps disagree; first: %s" % (len(disagree), len(records), disagree[:5])
+    modules = {r["module"] for r in records}
+    assert {"ls", "libc.so.6"} <= modules, modules           # through libc and back into ls

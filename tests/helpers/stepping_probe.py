@@ -27,5 +27,5 @@ def trace(steps):
         records.append({"pc": int(gdb.parse_and_eval("$pc")), "gdb": gdb_frames(),
                         "plugin": [[f["pc"], f["sp"], f["cfa"], f["method"]] for f in walk["frames"]],
                         "stop": walk["stop_reason"], "detail": walk["stop_detail"],
-                        "function": walk["frames"][0]["function"]})
+                        "function": walk["frames"][0]["function"], "module": walk["frames"][0]["module"]})
     return records
