@@ -27,6 +27,7 @@ from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import frame_pointer as frame_pointer_strategy
+from plugin.strategies import planted
 from plugin.strategies import scan as scan_strategy
 from plugin.strategies import sframe as sframe_strategy
 
@@ -150,6 +151,10 @@ def step_frame(frame, ctx, previous_cfa=None):
     attempts = []
     arch = ctx.arch
     sp = frame.registers.get(arch.sp)
+    ends_stack = planted.outermost(frame, ctx)
+    if ends_stack is not None:      # a runtime's planted return address: not after a call, so exact
+        frame.exact_pc = True
+        return ends_stack, attempts
     covered_by = None       # a table source that had a row for this pc but whose answer failed
     for source in _sources_for(frame, ctx):
         strategy = STRATEGIES.get(source)

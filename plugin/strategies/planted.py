@@ -1,0 +1,93 @@
+"""Return addresses a runtime plants on a new stack instead of pushing them with a call.
+
+A stack made by a runtime, not by calls, starts with a return address the
+runtime wrote there, so that the stack's first function "returns" into code
+that ends the stack:
+
+    runtime.goexit + 1 instruction   Go: the top of every goroutine's stack
+                                     (goexit's first instruction is a nop, so
+                                     the address lies inside goexit)
+    __start_context                  glibc's makecontext: where a context's
+                                     function returns to, which then switches
+                                     to uc_link
+
+Such an address follows no call, and the function it lies in is the
+stack's outermost frame: nothing above it on this stack is a caller. The
+evidence is the address itself: it is exactly the planted one (function
+start from symbols plus the planted offset), which a call cannot produce.
+"""
+
+from typing import NamedTuple, Optional
+
+from plugin.arch import reader
+from plugin.model.evidence import StepEvidence
+from plugin.model.outcome import AttemptStatus, Outcome
+
+
+class Planter(NamedTuple):
+    function: str           # the symbol, without Go's ABI suffix
+    instructions: int       # how many (minimum-size) instructions past its start the planted address is
+    runtime: str
+    why: str
+
+
+PLANTERS = (
+    Planter("runtime.goexit", 1, "Go",
+            "the Go runtime plants runtime.goexit+%d as the return address at the top of every goroutine's "
+            "stack: runtime.goexit is the goroutine's outermost frame"),
+    Planter("__start_context", 0, "glibc makecontext",
+            "makecontext plants __start_context+%d as the return address of a context's function: it ends the "
+            "context (and switches to uc_link), so it is the outermost frame of this stack"),
+)
+
+_SUFFIXES = (".abi0", ".abiinternal")       # Go's assembly and ABI-wrapper symbol names
+
+
+def _bare(name):
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
+
+
+def planted_at(ctx, pc: int) -> Optional[Planter]:
+    """The Planter whose planted return address pc is exactly, or None."""
+    found = ctx.symbol(pc)
+    if found is None:
+        return None
+    name, start = found
+    if start is None:
+        return None
+    for planter in PLANTERS:
+        if _bare(name) == planter.function and pc == start + planter.instructions * ctx.arch.min_instruction_size:
+            return planter
+    return None
+
+
+def describe(ctx, pc: int) -> Optional[str]:
+    """"is runtime.goexit+1, the return address ... plants" for a planted pc, else None."""
+    planter = planted_at(ctx, pc)
+    if planter is None:
+        return None
+    offset = planter.instructions * ctx.arch.min_instruction_size
+    return "is %s+%d, the return address %s plants without a call" % (planter.function, offset, planter.runtime)
+
+
+def outermost(frame, ctx) -> Optional[Outcome]:
+    """An outermost Outcome when frame's pc is a planted return address (checked only where
+    the bytes before it are not a call, so ordinary frames cost one small read), else None."""
+    if frame.exact_pc or ctx.arch.call_before(reader(ctx.read_memory), frame.pc) is not None:
+        return None
+    planter = planted_at(ctx, frame.pc)
+    if planter is None:
+        return None
+    offset = planter.instructions * ctx.arch.min_instruction_size
+    reason = planter.why % offset
+    evidence = StepEvidence(source="planted", found_by="planted return address %s+%d" % (planter.function, offset),
+                            lookup_pc=frame.pc, module=None, section="symbols",
+                            section_address=frame.pc - offset,
+                            entry={"function": planter.function, "function_start": frame.pc - offset,
+                                   "runtime": planter.runtime})
+    evidence.notes.append(reason)
+    return Outcome(AttemptStatus.RECOVERED, "planted", reason, evidence=evidence, outermost=True)
+
