@@ -31,10 +31,9 @@ def _frames(frames, count):
 def _session(name, extra_actions=()):
     stop = STOPS[name]
     binary = PROGRAMS[stop.program]()
-    breakpoint = stop.breakpoint
-    if breakpoint and "condition" in stop.extra:
-        breakpoint = "%s if %s" % (breakpoint, stop.extra["condition"])
     actions = [("skip%d" % i, "cmd", "continue") for i in range(stop.extra.get("skip_hits", 0))]
+    if "then" in stop.extra:
+        actions += [("then", "cmd", "break %s" % stop.extra["then"]), ("go", "cmd", "continue")]
     actions += [("bt_with", "cmd", "bt"),
                 ("ours", "json", "unwind backtrace -json"),
                 *extra_actions,
@@ -44,7 +43,7 @@ def _session(name, extra_actions=()):
                 ("past_main", "cmd", "set backtrace past-main on"),
                 ("native", "frames", None),
                 ("names", "py", EXACT_NAMES)]
-    results, transcript = run_gdb(binary, actions, args=stop.args, breakpoint=breakpoint, setup=stop.setup)
+    results, transcript = run_gdb(binary, actions, args=stop.args, breakpoint=stop.breakpoint, setup=stop.setup)
     for key, value in results.items():
         assert not (isinstance(value, dict) and "error" in value), (key, value, transcript[-3000:])
     return stop, results, transcript

@@ -63,7 +63,8 @@ class Stop:
     setup: tuple = ()
     needs: Optional[str] = None     # why the plugin's walk cannot be right yet on this branch
     lldb_truth_ends: Optional[str] = None   # where LLDB's own walk is right, when it stops earlier
-    extra: dict = field(default_factory=dict)
+    lldb_setup: tuple = ()
+    extra: dict = field(default_factory=dict)   # skip_hits: continue N times; then: break there and continue
 
 
 PROGRAMS = {
@@ -77,6 +78,8 @@ PROGRAMS = {
 
 SEGV_PASS = ("handle SIGSEGV nostop noprint pass",)
 PENDING = ("set breakpoint pending on",)
+# Go preempts goroutines with SIGURG, which LLDB stops at by default (GDB does not)
+GO_LLDB = ("process handle SIGURG --stop false --pass true --notify false",)
 STACK_SWITCH = "h-state's crossing of a signal frame onto a lower stack (issue 21 item 1)"
 
 STOPS = {
@@ -88,9 +91,10 @@ STOPS = {
     "rust-panic": Stop("rust-panic", (), "rust_panic", "_start"),
     "rust-overflow-main": Stop("rust-overflow", ("main",), None, "_start", SEGV_PASS),
     "rust-overflow-thread": Stop("rust-overflow", ("thread",), None, "clone3", SEGV_PASS, needs=STACK_SWITCH),
-    "go-goroutine": Stop("go", (), "main.stopHere", "runtime.goexit"),
-    "go-main": Stop("go", (), "main.stopHere", "runtime.goexit", extra={"skip_hits": 1}),
-    "go-mallocgc": Stop("go", (), "runtime.mallocgc", "runtime.goexit", extra={"condition": "$rax == 1048576"}),
+    "go-goroutine": Stop("go", (), "main.stopHere", "runtime.goexit", lldb_setup=GO_LLDB),
+    "go-main": Stop("go", (), "main.stopHere", "runtime.goexit", extra={"skip_hits": 1}, lldb_setup=GO_LLDB),
+    "go-mallocgc": Stop("go", (), "main.allocate", "runtime.goexit", extra={"then": "runtime.mallocgc"},
+                        lldb_setup=GO_LLDB),
 }
 
 
