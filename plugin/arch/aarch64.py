@@ -158,7 +158,7 @@ class AArch64(Arch):
         first, size, last = found
         index = (pc - start) // 4
         large = last - first == 3       # sp moves at `mov sp, x20`, just before `sub x29`
-        if index == first or large and first <= index < last:
+        if index <= first or large and index < last:       # only the stack-bound check ran
             return Edge(FrameEdge.ENTRY, 0, "pc is at Go's frame set-up after its stack-bound check (start 0x%x), "
                         "sp not moved yet: the return address is in x30" % start)
         if first < index < last:

@@ -84,9 +84,9 @@ class X86_64(X86):
             return None
         frame, size = found
         offset = pc - start
-        if offset == frame.start("sub"):
-            return Edge(FrameEdge.ENTRY, 0, "pc is at `sub $%d, %%rsp` after Go's stack-bound check (start 0x%x): "
-                        "the return address is at [rsp]" % (size, start))
+        if offset <= frame.start("sub"):      # only the stack-bound check ran: rsp is the entry's
+            return Edge(FrameEdge.ENTRY, 0, "pc is in Go's stack-bound check or at `sub $%d, %%rsp` after it "
+                        "(start 0x%x): the return address is at [rsp]" % (size, start))
         if offset == frame.start("mov"):
             return Edge(FrameEdge.AFTER_PUSH, 0, "pc is at Go's `mov %%rbp, %d(%%rsp)` after `sub $%d, %%rsp`: "
                         "the return address is at [rsp+%d], rbp is not saved yet" % (size - 8, size, size),

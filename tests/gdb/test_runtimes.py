@@ -18,6 +18,9 @@ import pytest
 
 from gdbrun import run_gdb
 from runtime_stops import PROGRAMS, STOPS, truth_length
+from support import HELPERS
+
+STEPPER = HELPERS / "gdb_stepper.py"
 
 GO_FP = (("fp", "json", "unwind backtrace -json -sources frame-pointer"),
          ("fp_text", "cmd", "unwind backtrace -sources frame-pointer"))
@@ -98,3 +101,19 @@ def test_go_by_frame_pointers_alone(name):
     # unwind compare no longer holds the planted runtime.goexit+1 against GDB.
     goexit = results["compare"]["frames"][count - 1]
     assert goexit["agrees"], goexit
+
+
+def test_go_prologues_and_epilogues_at_every_instruction():
+    """Single-step Go code (main.work's recursion down to main.stopHere and back): at every
+    instruction, its stack-bound check, `sub`, `mov %rbp`, `lea`, body, `mov`, `add` and
+    `ret`, the frame-pointer source gives GDB's caller (GDB reads Go's .debug_frame)."""
+    binary = PROGRAMS["go"]()
+    results, transcript = run_gdb(binary, [("load", "cmd", "source %s" % STEPPER),
+                                           ("trace", "py", "step_trace(70)")], breakpoint="*'main.work'")
+    trace = results["trace"]
+    assert isinstance(trace, list) and len(trace) == 70, (trace, transcript[-3000:])
+    wrong = [t for t in trace if t["ours"] != t["theirs"]]
+    assert not wrong, wrong
+    # The trace went through the prologue's and the epilogue's every kind of instruction.
+    pcs = {t["pc"] for t in trace}
+    assert len(pcs) >= 20
