@@ -270,6 +270,10 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
         if len(frames) >= max_frames:
             stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
             break
+        switched = planted.stack_switch(frame, ctx)
+        if switched is not None:
+            stop, detail = StopReason.STACK_SWITCH, switched
+            break
         outcome, attempts = step_frame(frame, ctx, previous_cfa)
         if outcome is None:
             stop, last_attempts = _stop_for(attempts), attempts

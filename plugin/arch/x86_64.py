@@ -3,7 +3,8 @@
 Go (gc) keeps frame pointers on amd64 with a prologue of its own, after an
 optional stack-bound check that leaves rsp alone:
 
-    cmp 0x10(%r14), %rsp; jbe M           (or lea -K(%rsp), %r12; cmp 0x10(%r14), %r12; jbe M)
+    cmp 0x10(%r14), %rsp; jbe M           (or lea -K(%rsp), %r12; cmp 0x10(%r14), %r12; jbe M;
+                                           0x18: stackguard1, in functions that run on the system stack)
     sub $X, %rsp
     mov %rbp, X-8(%rsp)
     lea X-8(%rsp), %rbp
@@ -26,8 +27,9 @@ from plugin.arch.x86 import RETURNS, X86
 _NAMES = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
           "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"]
 
-# Go's stack-bound check (rsp unchanged): cmp 0x10(%r14),%rsp | lea disp(%rsp),%r12; cmp 0x10(%r14),%r12; then jbe.
-GO_STACK_CHECK = re.compile(rb"(?:\x49\x3b\x66\x10|\x4c\x8d\x64\x24.\x4d\x3b\x66\x10|\x4c\x8d\xa4\x24.{4}\x4d\x3b\x66\x10)"
+# Go's stack-bound check (rsp unchanged): cmp 0x10/0x18(%r14),%rsp | lea disp(%rsp),%r12; cmp ...,%r12; then jbe.
+GO_STACK_CHECK = re.compile(rb"(?:\x49\x3b\x66[\x10\x18]|\x4c\x8d\x64\x24.\x4d\x3b\x66[\x10\x18]"
+                            rb"|\x4c\x8d\xa4\x24.{4}\x4d\x3b\x66[\x10\x18])"
                             rb"(?:\x76.|\x0f\x86.{4})", re.S)
 # sub $X,%rsp; mov %rbp,D(%rsp); lea D(%rsp),%rbp  (imm8/imm32, disp8/disp32), with D = X - 8.
 GO_FRAME = re.compile(rb"(?P<sub>\x48\x83\xec(?P<x8>.)|\x48\x81\xec(?P<x32>.{4}))"
@@ -74,7 +76,7 @@ class X86_64(X86):
     def _go_prologue(self, read: Read, pc: int, start: Optional[int]) -> Optional[Edge]:
         if start is None or not start < pc <= start + 64:
             return None
-        code = read(start, pc - start + 16)
+        code = read(start, pc - start + 24)      # the whole set-up: sub, mov, lea take up to 23 bytes
         if code is None:
             return None
         check = GO_STACK_CHECK.match(code)

@@ -15,6 +15,13 @@ Such an address follows no call, and the function it lies in is the
 stack's outermost frame: nothing above it on this stack is a caller. The
 evidence is the address itself: it is exactly the planted one (function
 start from symbols plus the planted offset), which a call cannot produce.
+
+Runtimes also switch stacks: Go's runtime.systemstack and runtime.mcall call
+their function on the g0 stack, runtime.morestack calls newstack there. A
+frame whose return address is such a call (the indirect call after the
+switch, for systemstack and mcall) has its caller on the goroutine's stack,
+saved in the goroutine's g, not above it on this stack: stack_switch says
+so, and the walk stops there instead of reading g0's stale words as frames.
 """
 
 from typing import NamedTuple, Optional
@@ -41,6 +48,16 @@ PLANTERS = (
 )
 
 _SUFFIXES = (".abi0", ".abiinternal")       # Go's assembly and ABI-wrapper symbol names
+
+
+class Switcher(NamedTuple):
+    function: str
+    indirect_only: bool     # only its indirect call runs on the other stack
+
+
+SWITCHERS = (Switcher("runtime.systemstack", True), Switcher("runtime.mcall", True),
+             Switcher("runtime.morestack", False))
+INDIRECT_CALLS = ("call r/m", "blr", "blra")    # the names plugin/arch's call_before gives indirect calls
 
 
 def _bare(name):
@@ -91,3 +108,18 @@ def outermost(frame, ctx) -> Optional[Outcome]:
     evidence.notes.append(reason)
     return Outcome(AttemptStatus.RECOVERED, "planted", reason, evidence=evidence, outermost=True)
 
+
+def stack_switch(frame, ctx) -> Optional[str]:
+    """Why frame's caller is on another stack (a runtime switched stacks at this call), or None."""
+    found = None if frame.exact_pc else ctx.symbol(ctx.lookup_pc(frame))
+    if found is None:
+        return None
+    name = found[0]
+    switcher = next((s for s in SWITCHERS if s.function == _bare(name)), None)
+    if switcher is None:
+        return None
+    call = ctx.arch.call_before(reader(ctx.read_memory), frame.pc)
+    if call is None or switcher.indirect_only and call not in INDIRECT_CALLS:
+        return None
+    return ("%s called its function on the g0 stack (the %s before 0x%x): the goroutine's frames are saved in "
+            "its g, not above this frame on this stack" % (switcher.function, call, frame.pc))

@@ -24,6 +24,9 @@ from runtime_stops import build_go, truth_length
 
 NAMES = "[gdb.execute('info symbol %%d' %% f['pc'], to_string=True) for f in results['native%d']]"
 STOPS = ("goroutine", "main", "mallocgc")
+# One P and no asynchronous preemption (SIGURG): qemu-user's gdbstub sometimes hung
+# with Go's threads signalling each other; the stacks at the stops are the same.
+QEMU_OPTIONS = ("-cpu", "max,sve=off", "-E", "GOMAXPROCS=1", "-E", "GODEBUG=asyncpreemptoff=1")
 
 
 def _at_stop(i):
@@ -40,7 +43,7 @@ def stops():
     actions = (_at_stop(0) + [("c1", "cmd", "continue")] + _at_stop(1)
                + [("b2", "cmd", "break main.allocate"), ("c2", "cmd", "continue"),
                   ("b3", "cmd", "break runtime.mallocgc"), ("c3", "cmd", "continue")] + _at_stop(2))
-    with qemu_user("qemu-aarch64", binary, (), options=("-cpu", "max,sve=off")) as address:
+    with qemu_user("qemu-aarch64", binary, (), options=QEMU_OPTIONS) as address:
         results, transcript = run_gdb(binary, actions, setup=["set backtrace past-main on"],
                                       breakpoint="main.stopHere", gdb_program="gdb-multiarch",
                                       remote=address, timeout=300)

@@ -9,7 +9,8 @@ Each Stop names where the debugger's own walk is known right: `truth_ends` is
 the function (at the frame's exact pc, as `info symbol` names it) of the
 outermost frame the debuggers get right. Above it GDB shows frames that are
 not callers (past __start_context the context's stale words, past
-runtime.goexit a 0 return address); the plugin's walk must end there.
+runtime.goexit a 0 return address, past runtime.systemstack g0's stale
+words); the plugin's walk must end there, with the stop reason `ends_by`.
 """
 
 import hashlib
@@ -64,6 +65,7 @@ class Stop:
     needs: Optional[str] = None     # why the plugin's walk cannot be right yet on this branch
     lldb_truth_ends: Optional[str] = None   # where LLDB's own walk is right, when it stops earlier
     lldb_setup: tuple = ()
+    ends_by: str = "outermost"      # the stop reason the plugin's walk must end with
     extra: dict = field(default_factory=dict)   # skip_hits: continue N times; then: break there and continue
 
 
@@ -95,6 +97,10 @@ STOPS = {
     "go-main": Stop("go", (), "main.stopHere", "runtime.goexit", extra={"skip_hits": 1}, lldb_setup=GO_LLDB),
     "go-mallocgc": Stop("go", (), "main.allocate", "runtime.goexit", extra={"then": "runtime.mallocgc"},
                         lldb_setup=GO_LLDB),
+    # runtime.systemstack runs mheap.alloc's closure on the g0 stack: past systemstack both
+    # debuggers read g0's stale words as frames; the plugin stops there and says why.
+    "go-systemstack": Stop("go", (), "main.allocate", "runtime.systemstack", lldb_setup=GO_LLDB,
+                           extra={"then": "runtime.(*mheap).allocSpan"}, ends_by="stack-switch"),
 }
 
 

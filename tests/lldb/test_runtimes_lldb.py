@@ -49,4 +49,4 @@ def test_runtime_stop_walk_matches_lldb(name, lldb_version):
     ours = results["ours"]
     assert [(f["pc"], f["sp"]) for f in ours["frames"]] == [(f["pc"], f["sp"]) for f in theirs[:count]], (
         ours["frames"], theirs[:count])
-    assert ours["stop_reason"] == "outermost", ours
+    assert ours["stop_reason"] == stop.ends_by, ours
