@@ -40,10 +40,10 @@ class Planter(NamedTuple):
 
 PLANTERS = (
     Planter("runtime.goexit", 1, "Go",
-            "the Go runtime plants runtime.goexit+%d as the return address at the top of every goroutine's "
+            "the Go runtime plants %s as the return address at the top of every goroutine's "
             "stack: runtime.goexit is the goroutine's outermost frame"),
     Planter("__start_context", 0, "glibc makecontext",
-            "makecontext plants __start_context+%d as the return address of a context's function: it ends the "
+            "makecontext plants %s as the return address of a context's function: it ends the "
             "context (and switches to uc_link), so it is the outermost frame of this stack"),
 )
 
@@ -81,13 +81,17 @@ def planted_at(ctx, pc: int) -> Optional[Planter]:
     return None
 
 
+def _planted_name(planter, ctx):
+    offset = planter.instructions * ctx.arch.min_instruction_size
+    return "%s+%d" % (planter.function, offset) if offset else planter.function
+
+
 def describe(ctx, pc: int) -> Optional[str]:
     """"is runtime.goexit+1, the return address ... plants" for a planted pc, else None."""
     planter = planted_at(ctx, pc)
     if planter is None:
         return None
-    offset = planter.instructions * ctx.arch.min_instruction_size
-    return "is %s+%d, the return address %s plants without a call" % (planter.function, offset, planter.runtime)
+    return "is %s, the return address %s plants without a call" % (_planted_name(planter, ctx), planter.runtime)
 
 
 def outermost(frame, ctx) -> Optional[Outcome]:
@@ -99,8 +103,8 @@ def outermost(frame, ctx) -> Optional[Outcome]:
     if planter is None:
         return None
     offset = planter.instructions * ctx.arch.min_instruction_size
-    reason = planter.why % offset
-    evidence = StepEvidence(source="planted", found_by="planted return address %s+%d" % (planter.function, offset),
+    reason = planter.why % _planted_name(planter, ctx)
+    evidence = StepEvidence(source="planted", found_by="planted return address %s" % _planted_name(planter, ctx),
                             lookup_pc=frame.pc, module=None, section="symbols",
                             section_address=frame.pc - offset,
                             entry={"function": planter.function, "function_start": frame.pc - offset,

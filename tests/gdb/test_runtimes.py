@@ -22,6 +22,7 @@ from support import HELPERS
 
 STEPPER = HELPERS / "gdb_stepper.py"
 
+NAMED_IN_STOP_LINE = ("runtime.goexit", "__start_context", "runtime.systemstack")
 GO_FP = (("fp", "json", "unwind backtrace -json -sources frame-pointer"),
          ("fp_text", "cmd", "unwind backtrace -sources frame-pointer"))
 EXACT_NAMES = ("[gdb.execute('info symbol %d' % f['pc'], to_string=True) for f in results['native']]")
@@ -77,6 +78,8 @@ def test_runtime_stop_walk_matches_gdb(name):
     count = truth_length(results["names"], stop.truth_ends)
     assert count >= 3
     _check_walk(results["ours"], native, count, stop.ends_by)
+    if stop.truth_ends in NAMED_IN_STOP_LINE:       # decided from the runtime's own address, and said so
+        assert stop.truth_ends in results["ours"]["stop_detail"], results["ours"]
     rows = results["compare"]["frames"][:count]
     assert all(row["agrees"] for row in rows), results["compare"]["summary"]
 
