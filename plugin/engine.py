@@ -151,10 +151,6 @@ def step_frame(frame, ctx, previous_cfa=None):
     attempts = []
     arch = ctx.arch
     sp = frame.registers.get(arch.sp)
-    ends_stack = planted.outermost(frame, ctx)
-    if ends_stack is not None:      # a runtime's planted return address: not after a call, so exact
-        frame.exact_pc = True
-        return ends_stack, attempts
     covered_by = None       # a table source that had a row for this pc but whose answer failed
     for source in _sources_for(frame, ctx):
         strategy = STRATEGIES.get(source)
@@ -269,6 +265,11 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     while stop is None:
         if len(frames) >= max_frames:
             stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
+            break
+        ends_stack = planted.outermost(frame, ctx)
+        if ends_stack is not None:      # a runtime's planted return address: not after a call, so exact
+            frame.exact_pc = True
+            stop, detail = StopReason.OUTERMOST, ends_stack
             break
         switched = planted.stack_switch(frame, ctx)
         if switched is not None:

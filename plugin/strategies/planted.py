@@ -27,8 +27,6 @@ so, and the walk stops there instead of reading g0's stale words as frames.
 from typing import NamedTuple, Optional
 
 from plugin.arch import reader
-from plugin.model.evidence import StepEvidence
-from plugin.model.outcome import AttemptStatus, Outcome
 
 
 class Planter(NamedTuple):
@@ -94,23 +92,13 @@ def describe(ctx, pc: int) -> Optional[str]:
     return "is %s, the return address %s plants without a call" % (_planted_name(planter, ctx), planter.runtime)
 
 
-def outermost(frame, ctx) -> Optional[Outcome]:
-    """An outermost Outcome when frame's pc is a planted return address (checked only where
-    the bytes before it are not a call, so ordinary frames cost one small read), else None."""
+def outermost(frame, ctx) -> Optional[str]:
+    """Why frame is its stack's outermost one, when its pc is a planted return address (checked
+    only where the bytes before it are not a call, so ordinary frames cost one small read), else None."""
     if frame.exact_pc or ctx.arch.call_before(reader(ctx.read_memory), frame.pc) is not None:
         return None
     planter = planted_at(ctx, frame.pc)
-    if planter is None:
-        return None
-    offset = planter.instructions * ctx.arch.min_instruction_size
-    reason = planter.why % _planted_name(planter, ctx)
-    evidence = StepEvidence(source="planted", found_by="planted return address %s" % _planted_name(planter, ctx),
-                            lookup_pc=frame.pc, module=None, section="symbols",
-                            section_address=frame.pc - offset,
-                            entry={"function": planter.function, "function_start": frame.pc - offset,
-                                   "runtime": planter.runtime})
-    evidence.notes.append(reason)
-    return Outcome(AttemptStatus.RECOVERED, "planted", reason, evidence=evidence, outermost=True)
+    return None if planter is None else planter.why % _planted_name(planter, ctx)
 
 
 def stack_switch(frame, ctx) -> Optional[str]:
