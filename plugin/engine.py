@@ -27,6 +27,7 @@ from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import frame_pointer as frame_pointer_strategy
+from plugin.strategies import planted
 from plugin.strategies import scan as scan_strategy
 from plugin.strategies import sframe as sframe_strategy
 
@@ -338,6 +339,15 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     while stop is None:
         if len(frames) >= max_frames:
             stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
+            break
+        ends_stack = planted.outermost(frame, ctx)
+        if ends_stack is not None:      # a runtime's planted return address: not after a call, so exact
+            frame.exact_pc = True
+            stop, detail = StopReason.OUTERMOST, ends_stack
+            break
+        switched = planted.stack_switch(frame, ctx)
+        if switched is not None:
+            stop, detail = StopReason.STACK_SWITCH, switched
             break
         outcome, attempts = step_frame(frame, ctx, previous_cfa)
         if outcome is None:

@@ -17,6 +17,8 @@ for instead of branching on the architecture's name:
                                up: entry, half-built record, return
   sets_up_frame_pointer(code), may_save_frame_pointer(code)
                                prologue patterns
+  chain_layout(code)           where a prologue's frame record lies when it is
+                               not the ABI's usual one (Go on arm64)
   stack_alignment, pointer_auth, keeps_frame_records, min_instruction_size
   child_of_clone(read, pc, registers)
                                the registers and code that show a thread's
@@ -57,6 +59,24 @@ class Edge(NamedTuple):
     """
     kind: FrameEdge
     record_size: int
+    why: str
+    slots: Optional["Slots"] = None     # set when the frame is laid out otherwise (Go's prologues)
+
+
+class Slots(NamedTuple):
+    """A frame at an exact pc, as offsets: CFA = sp + cfa; the return address at [CFA + ra];
+    the caller's frame pointer at [CFA + fp], or (fp None) still in its register."""
+    cfa: int
+    ra: int
+    fp: Optional[int]
+
+
+class ChainLayout(NamedTuple):
+    """A frame record [fp] = caller's fp, [fp + word] = return address, whose CFA is
+    fp + cfa_offset (the ABI's usual record: two words) and which may lie up to
+    below_sp bytes below sp (Go on arm64 keeps it just below sp)."""
+    cfa_offset: int
+    below_sp: int
     why: str
 
 
@@ -152,6 +172,10 @@ class Arch:
 
     def sets_up_frame_pointer(self, code: bytes) -> Optional[bool]:
         """Does `code` (a function's start) set up a frame pointer? None: not known."""
+        return None
+
+    def chain_layout(self, code: bytes) -> Optional[ChainLayout]:
+        """The frame record a function's start (`code`) sets up, when not the usual one; None: usual."""
         return None
 
     def may_save_frame_pointer(self, prologue: Callable[[], Optional[bytes]]) -> bool:

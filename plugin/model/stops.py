@@ -17,6 +17,8 @@ class StopReason(Vocabulary):
     MISALIGNED_STACK = ("misaligned-stack",
                         "the stack pointer or frame pointer is misaligned: the registers or the stack are damaged")
     LIMIT = ("limit", "stopped after the number of frames asked for")
+    STACK_SWITCH = ("stack-switch", "a runtime switched stacks here: the caller's frames are on another stack, "
+                                    "which this walk does not follow")
 
 
 def describe(reason: str) -> str:

@@ -40,6 +40,7 @@ from plugin.arch import CLONE_FUNCTIONS, FrameEdge, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
+from plugin.strategies import planted
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "frame-pointer"
@@ -105,13 +106,26 @@ def _module_name(ctx, frame):
 
 # -- rows -------------------------------------------------------------------------
 
-def chain_row(arch, pc):
-    """CFA = fp + 2 words; fp = [CFA - 2 words]; return address = [CFA - 1 word]."""
+def chain_row(arch, pc, cfa_offset=None):
+    """CFA = fp + 2 words; fp = [CFA - 2 words]; return address = [CFA - 1 word].
+
+    cfa_offset (a ChainLayout's) moves the CFA above the record: fp = [CFA - cfa_offset],
+    return address = [CFA - cfa_offset + 1 word].
+    """
     w = arch.address_size
-    return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=arch.fp, offset=2 * w),
-               registers={arch.fp: Rule(RuleKind.OFFSET, offset=-2 * w),
-                          arch.ra: Rule(RuleKind.OFFSET, offset=-w)},
+    cfa_offset = cfa_offset or 2 * w
+    return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=arch.fp, offset=cfa_offset),
+               registers={arch.fp: Rule(RuleKind.OFFSET, offset=-cfa_offset),
+                          arch.ra: Rule(RuleKind.OFFSET, offset=-cfa_offset + w)},
                ra_signed=arch.pointer_auth)
+
+
+def _slots_row(arch, pc, slots):
+    """A row from an Edge's Slots: CFA = sp + cfa, return address at [CFA + ra], fp saved or unchanged."""
+    registers = {arch.ra: Rule(RuleKind.OFFSET, offset=slots.ra),
+                 arch.fp: Rule(RuleKind.SAME) if slots.fp is None else Rule(RuleKind.OFFSET, offset=slots.fp)}
+    return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=arch.sp, offset=slots.cfa),
+               registers=registers, ra_signed=arch.pointer_auth)
 
 
 def _record_at_sp_row(arch, pc, size):
@@ -138,7 +152,9 @@ def prologue_row(frame, ctx, function):
     edge = arch.frame_edge(reader(ctx.read_memory), frame.pc, function[1] if function else None)
     if edge is None:
         return None
-    if edge.kind == FrameEdge.AFTER_PUSH:
+    if edge.slots is not None:
+        row = _slots_row(arch, frame.pc, edge.slots)
+    elif edge.kind == FrameEdge.AFTER_PUSH:
         row = _record_at_sp_row(arch, frame.pc, edge.record_size)
     else:
         row = arch.entry_row(frame.pc, unchanged=(arch.fp,), ra_signed=arch.pointer_auth)
@@ -179,6 +195,14 @@ def sets_up_frame_pointer(ctx, start, pc):
     return ctx.arch.sets_up_frame_pointer(code)
 
 
+def chain_layout(ctx, start, pc):
+    """The arch's ChainLayout for the code from the function start up to pc, or None (the usual record)."""
+    if start is None or not start < pc <= start + (1 << 20):
+        return None
+    code = reader(ctx.read_memory)(start, min(pc - start, PROLOGUE_WINDOW))
+    return None if code is None else ctx.arch.chain_layout(code)
+
+
 def may_save_frame_pointer(ctx, start, pc):
     """Could the code from the function start up to pc have saved (and so reused) the frame pointer?
 
@@ -192,7 +216,7 @@ def may_save_frame_pointer(ctx, start, pc):
 
 # -- checks on the frame pointer --------------------------------------------------
 
-def frame_pointer_problem(fp, sp, ctx):
+def frame_pointer_problem(fp, sp, ctx, below_sp=0):
     """(FailureKind, why) when the frame pointer cannot be followed, or None."""
     arch = ctx.arch
     name = arch.name_of(arch.fp)
@@ -212,7 +236,7 @@ def frame_pointer_problem(fp, sp, ctx):
         if not mapping.writable or (mapping.executable and not ctx.in_a_stack(fp)):     # stacks may be executable
             return (FailureKind.NOT_STACK_MEMORY, "frame pointer %s=0x%x points into %s, which is not stack memory"
                     % (name, fp, mapping.name or "a read-only or executable mapping"))
-    if sp is not None and fp < sp:
+    if sp is not None and fp + below_sp < sp:
         return (FailureKind.CFA_NOT_INCREASING,
                 "frame pointer %s=0x%x is not above the stack pointer 0x%x: it belongs to no frame "
                 "of this stack (the chain does not increase)" % (name, fp, sp))
@@ -254,11 +278,14 @@ def step(frame, ctx):
                                               function[0], arch.name_of(arch.fp), arch.name_of(arch.sp),
                                               function[1], min(pc, function[1] + PROLOGUE_WINDOW)),
                                           FailureKind.NO_FRAME_POINTER)
-        problem = frame_pointer_problem(fp, sp, ctx)
+        layout = chain_layout(ctx, function[1], pc) if function is not None else None
+        problem = frame_pointer_problem(fp, sp, ctx, layout.below_sp if layout else 0)
         if problem:
             kind, why = problem
             return Outcome.failed(SOURCE, why, kind)
-        row = chain_row(arch, ctx.lookup_pc(frame))
+        row = chain_row(arch, ctx.lookup_pc(frame), layout.cfa_offset if layout else None)
+        if layout is not None:
+            evidence.notes.append(layout.why)
         evidence.section, evidence.section_address = "frame record", fp
         evidence.found_by = "frame pointer (%s chain)" % arch.name_of(arch.fp)
         evidence.entry["kind"] = "chain"
@@ -277,7 +304,7 @@ def _return_address_problem(outcome, ctx):
     ra = outcome.registers.get(ctx.arch.pc)
     if not ra or not ctx.is_code(ra):
         return None     # 0 and non-code addresses are the engine's to judge (pc-zero, not-code)
-    if ctx.arch.call_before(reader(ctx.read_memory), ra) is None:
+    if ctx.arch.call_before(reader(ctx.read_memory), ra) is None and planted.planted_at(ctx, ra) is None:
         return ("return address 0x%x does not follow a call instruction: %s does not point at a "
                 "frame record" % (ra, ctx.arch.name_of(ctx.arch.fp)))
     return None
