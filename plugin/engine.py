@@ -163,6 +163,12 @@ class UnwindContext:
             return mappings[i]
         return None
 
+    def mapping_above(self, address):
+        """The first process mapping that starts above address, or None."""
+        mappings = self._load_mappings()
+        i = bisect.bisect_right(self._mapping_starts, address)
+        return mappings[i] if i < len(mappings) else None
+
     def symbol(self, address):
         """(name, start) of the function holding address, or None; cached for this walk."""
         if address not in self._symbols:
@@ -277,6 +283,8 @@ def _switched_stack_problem(cfa, ctx):
     if cfa is None or not ctx.knows_mappings():
         return None
     mapping = ctx.mapping_at(cfa)
+    if (mapping is None or not mapping.readable) and _overflowed_stack(cfa, ctx):
+        return None
     if mapping is None or not mapping.readable:
         return FailureKind.UNREADABLE_MEMORY, "the interrupted frame's CFA 0x%x is in no readable mapping" % cfa
     if not mapping.writable:
@@ -284,6 +292,19 @@ def _switched_stack_problem(cfa, ctx):
                 "the interrupted frame's CFA 0x%x is in %s, which is not writable stack memory"
                 % (cfa, mapping.name or "a read-only mapping"))
     return None
+
+
+# Linux keeps this much unmapped below a stack that grows down (stack_guard_gap,
+# 256 pages), and a thread's stack has an inaccessible guard mapping below it:
+# a thread that overflowed its stack faults there, so a signal handler on its
+# alternate stack may interrupt a frame whose sp lies in either.
+STACK_GUARD_GAP = 256 * 4096
+
+
+def _overflowed_stack(address, ctx):
+    """Is address in the guard gap just below a writable mapping: the sp of a frame that overflowed its stack?"""
+    above = ctx.mapping_above(address)
+    return above is not None and above.writable and above.start - address <= STACK_GUARD_GAP
 
 
 def _after_trap_handler(frame, caller_pc, outcome, ctx):
