@@ -12,6 +12,8 @@ T) can be handed to the debugger, whose Arm code asks every frame for it.
 The module registers itself in plugin.arch's tables on import.
 """
 
+from dataclasses import dataclass
+
 from plugin import arch as arches
 from plugin.arch import Arch
 
@@ -29,7 +31,19 @@ for _n in range(8):
 for _n in range(16):
     _NAMES[WR0 + _n] = "wr%d" % _n
 
-ARCH = Arch(
+
+@dataclass(frozen=True)
+class ArmArch(Arch):
+    def return_to(self, ra: int, callee, caller: dict) -> int:
+        """Bit 0 of a return address is the caller's instruction set (1: Thumb): the pc
+        drops it and the caller's CPSR.T is set from it (when the callee's CPSR is known)."""
+        cpsr = callee.get(CPSR)
+        if cpsr is not None:
+            caller[CPSR] = (cpsr | CPSR_THUMB) if ra & 1 else (cpsr & ~CPSR_THUMB)
+        return ra & ~1
+
+
+ARCH = ArmArch(
     name="arm", address_size=4, byteorder="little",
     registers=_NAMES,
     sp=13, fp=11, ra=14, pc=15,

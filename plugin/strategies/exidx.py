@@ -22,7 +22,6 @@ address-sized words), so those registers are unknown in the caller.
 from dataclasses import dataclass
 from typing import List, Optional
 
-from plugin.arch import arm
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import exidx
 from plugin.formats.exidx_ops import LR, PC, SP, OpKind
@@ -199,6 +198,20 @@ class ExidxTables(ModuleTables):
         return found
 
 
+    def unwindable(self, pc, symbol) -> Optional[exidx.IndexEntry]:
+        """The entry covering pc if its opcodes can be run (not EXIDX_CANTUNWIND, decoded,
+        no refusal), else None: what GDB's own EHABI unwinder can use at a call site."""
+        table = self.table()
+        entry = table.find(pc) if table is not None else None
+        if entry is None or pc >= self.end_of(entry) or entry.kind == exidx.EntryKind.CANTUNWIND:
+            return None
+        try:
+            _, steps = self.planned(entry, symbol)
+        except DecodeError:
+            return None
+        return entry if steps is not None and not steps.refused else None
+
+
 # -- the step ------------------------------------------------------------------
 
 def step(frame, ctx) -> Outcome:
@@ -255,10 +268,7 @@ def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:
                               % arch.name_of(steps.pc_from), FailureKind.NO_RETURN_ADDRESS, evidence=evidence)
     if ra & 1:
         evidence.notes.append("return address 0x%x has bit 0 set: the caller runs Thumb code" % ra)
-    caller[arch.pc] = ra & ~1
-    cpsr = frame.registers.get(arm.CPSR)
-    if cpsr is not None:            # the caller's state: Thumb when the return address says so
-        caller[arm.CPSR] = (cpsr | arm.CPSR_THUMB) if ra & 1 else (cpsr & ~arm.CPSR_THUMB)
+    caller[arch.pc] = arch.return_to(ra, frame.registers, caller)
     if steps.skipped:
         evidence.notes.append("popped but not tracked: %s" % "; ".join(steps.skipped))
     evidence.caller_registers = caller

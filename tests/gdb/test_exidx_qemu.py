@@ -18,6 +18,7 @@ import pytest
 
 from gdbrun import run_gdb
 from qemu_arm import BUILDS, SYSROOT, arm_program, qemu_arm
+from support import build, need_tool
 
 MODES = ["plain", "alloca", "float", "varargs", "big", "throw"]
 
@@ -94,3 +95,58 @@ def test_dynamic_walk_equals_gdb(name):
     generic = [f["evidence"]["entry"] for f in results["explain"]["frames"][1:]
                if f["evidence"]["entry"]["model"] == "generic"]
     assert generic and all(e["decoded"] for e in generic)
+
+
+def _without_debug_frame(name):
+    """BUILDS[name] with .debug_frame removed: GDB's DWARF unwinder has nothing, its EHABI one .ARM.exidx."""
+    need_tool("arm-linux-gnueabihf-objcopy")
+    return build("ehabi.cpp", ["-funwind-tables", "-static", *BUILDS[name]], name="ehabi-arm-nodf",
+                 compiler="arm-linux-gnueabihf-g++",
+                 post=[["arm-linux-gnueabihf-objcopy", "--remove-section", ".debug_frame", "{out}"]])
+
+
+@pytest.mark.parametrize("name", ["arm-O2", "thumb-O2"])
+def test_call_sites_gdb_unwinds_by_ehabi_are_left_to_it(name):
+    """Promise 1 under `set unwind claim auto`: at levels 1-3 GDB's own EHABI unwinder
+    builds the frame (its callee is a normal frame, so .ARM.exidx holds there) and `info
+    frame` lists where r4/r3 and lr were saved. With the plugin loaded it must print the
+    same; a frame the plugin claimed would have no "Saved registers" (GDB 13's Python API
+    hands back values), which `set unwind claim all` shows."""
+    binary = _without_debug_frame(name)
+    levels = (1, 2, 3)
+    actions = [("auto%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
+    actions += [("declines", "py", "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"),
+                ("all", "cmd", "set unwind claim all")]
+    actions += [("all%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
+    actions += [("disable", "cmd", "disable unwinder global unwind-plugin")]
+    actions += [("gdb%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
+    with qemu_arm(binary, ["plain"]) as address:
+        results, transcript = run_gdb(binary, actions, gdb_program="gdb-multiarch", remote=address,
+                                      timeout=300)
+    for n in levels:
+        alone = results["gdb%d" % n]
+        assert "Saved registers:" in alone and " lr at 0x" in alone, transcript
+        assert results["auto%d" % n] == alone, transcript
+        assert "Saved registers:" not in results["all%d" % n], transcript
+    assert any("GDB's EHABI unwinder covers the call site" in r for r in results["declines"]), results["declines"]
+
+
+@pytest.mark.parametrize("name", ["arm-O2", "thumb-O2"])
+def test_cfi_walks_on_from_a_leaf_first_instruction(name):
+    """stop_here is a leaf: its .debug_frame rows have no rule for lr, which keeps its value
+    (GDB's rule for an unspecified register), so `-sources cfi` goes on from its first
+    instruction; the Thumb bit of each return address is dropped from the caller's pc."""
+    binary = arm_program(BUILDS[name])
+    with qemu_arm(binary, ["plain"]) as address:
+        results, transcript = run_gdb(binary, [
+            ("ours", "json", "unwind explain -json -sources cfi all"),
+            ("disable", "cmd", "disable unwinder global unwind-plugin"),
+            ("native", "frames", None),
+        ], gdb_program="gdb-multiarch", remote=address, timeout=300)
+    native = results["native"]
+    frames = results["ours"]["frames"]
+    assert native[0]["name"] == "stop_here" and native[-1]["name"] == "main", transcript
+    assert _pc_sp(frames)[:len(native)] == _pc_sp(native), transcript
+    assert all(f["method"] == "cfi" for f in frames[1:len(native)])
+    notes = frames[1]["evidence"]["notes"]
+    assert any(n.startswith("the row has no rule for lr: it keeps its value") for n in notes), notes
