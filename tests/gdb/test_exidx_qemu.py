@@ -18,7 +18,7 @@ import pytest
 
 from gdbrun import run_gdb
 from qemu_arm import BUILDS, SYSROOT, arm_program, qemu_arm
-from support import build, need_tool
+from support import HELPERS, build, need_tool
 
 MODES = ["plain", "alloca", "float", "varargs", "big", "throw"]
 
@@ -150,3 +150,31 @@ def test_cfi_walks_on_from_a_leaf_first_instruction(name):
     assert all(f["method"] == "cfi" for f in frames[1:len(native)])
     notes = frames[1]["evidence"]["notes"]
     assert any(n.startswith("the row has no rule for lr: it keeps its value") for n in notes), notes
+
+
+STEPPED = {"level2": "plain", "with_alloca": "alloca", "with_floats": "float", "with_varargs": "varargs"}
+
+
+@pytest.mark.parametrize("function", sorted(STEPPED))
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_every_instruction_gives_the_right_caller_or_none(name, function):
+    """The innermost frame stepped (nexti) from a function's first instruction to its return:
+    the caller's pc and sp are known at entry (lr, sp), and at every pc the `exidx` walk must
+    give exactly them or say it does not know (EHABI rows hold after the prologue and before
+    the epilogue; the code around pc decides, plugin/arch/arm.py code_facts). Where the linker
+    merged a function's index entry with its neighbour's, its start comes from its symbol."""
+    binary = arm_program(BUILDS[name])
+    with qemu_arm(binary, [STEPPED[function]]) as address:
+        results, transcript = run_gdb(binary, [
+            ("path", "py", "__import__('sys').path.insert(0, %r)" % str(HELPERS)),
+            ("walk", "py", "__import__('ehabi_steps').walk()"),
+        ], breakpoint="*" + function, gdb_program="gdb-multiarch", remote=address, timeout=300)
+    walk = results["walk"]
+    assert "error" not in walk and walk["returned"], (walk, transcript[-3000:])
+    steps = walk["steps"]
+    wrong = [(hex(s["pc"]), s["caller"]) for s in steps if s["caller"] not in (None, walk["truth"])]
+    assert not wrong, (walk["truth"], wrong)
+    unknown = [s for s in steps if s["caller"] is None]
+    assert all(s["stop_reason"] == "no-unwind-info" and ("prologue" in s["stop_detail"] or
+                                                         "epilogue" in s["stop_detail"]) for s in unknown), unknown
+    assert steps[0]["caller"] == walk["truth"] and len(unknown) * 3 < len(steps), (len(unknown), len(steps))
