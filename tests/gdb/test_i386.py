@@ -53,11 +53,15 @@ def test_cfi_walk_equals_gdb(flags_name, stop):
     results, transcript = run_gdb(_program(flags_name), [
         ("arch", "py", "gdb.selected_frame().architecture().name()"),
         ("ours", "json", "unwind backtrace -json -sources cfi"),
+        ("auto_bt", "cmd", "bt full"),
+        ("auto_frame", "cmd", "frame 1\ninfo frame\nframe 0"),
         ("all", "cmd", "set unwind claim all"),
         ("claimed", "frames", None),
         ("count", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
         ("disable", "cmd", "disable unwinder global unwind-plugin"),
         ("native", "frames", None),
+        ("native_bt", "cmd", "bt full"),
+        ("native_frame", "cmd", "frame 1\ninfo frame\nframe 0"),
     ], args=args, breakpoint=breakpoint, setup=PAST_MAIN + setup)
     assert results["arch"] == "i386", transcript
     native, ours = results["native"], results["ours"]
@@ -67,6 +71,9 @@ def test_cfi_walk_equals_gdb(flags_name, stop):
     assert ours["stop_reason"] == "outermost", ours["stop_detail"]
     if stop == "signal":
         assert any(f["signal_frame"] for f in ours["frames"]), ours["frames"]
+    # Promise 1: with the default claim policy GDB prints what it prints alone.
+    assert results["auto_bt"] == results["native_bt"] and results["auto_frame"] == results["native_frame"]
+    assert "Saved registers:" in results["native_frame"], results["native_frame"]
     # GDB's bt built from the plugin's frames is GDB's own.
     assert results["count"] >= len(native) - 2, results["count"]
     assert _pc_sp(results["claimed"]) == _pc_sp(native), transcript
