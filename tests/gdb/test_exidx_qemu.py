@@ -178,3 +178,25 @@ def test_every_instruction_gives_the_right_caller_or_none(name, function):
     assert all(s["stop_reason"] == "no-unwind-info" and ("prologue" in s["stop_detail"] or
                                                          "epilogue" in s["stop_detail"]) for s in unknown), unknown
     assert steps[0]["caller"] == walk["truth"] and len(unknown) * 3 < len(steps), (len(unknown), len(steps))
+
+
+def test_gdb_prints_the_same_in_debian_armhf_libraries():
+    """Promise 1 on Debian's armhf libstdc++, libgcc_s and libc (under qemu-arm -L): stopped in
+    __gxx_personality_v0 with an exception in flight, `bt` and `info frame` at every level
+    print with the plugin loaded exactly what GDB alone prints."""
+    binary = arm_program(BUILDS["thumb-O2"], static=False)
+    levels = range(8)
+    actions = [("auto_bt", "cmd", "bt")]
+    actions += [("auto%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
+    actions += [("disable", "cmd", "disable unwinder global unwind-plugin"), ("gdb_bt", "cmd", "bt")]
+    actions += [("gdb%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
+    with qemu_arm(binary, ["throw"], sysroot=SYSROOT) as address:
+        results, transcript = run_gdb(binary, actions, breakpoint="__gxx_personality_v0",
+                                      setup=["set sysroot %s" % SYSROOT], gdb_program="gdb-multiarch",
+                                      remote=address, timeout=300)
+    assert "libgcc_s.so" in results["gdb_bt"] and "__cxa_throw" in results["gdb_bt"], transcript
+    assert results["auto_bt"] == results["gdb_bt"]
+    for n in levels:
+        assert results["auto%d" % n] == results["gdb%d" % n], n
+    assert sum("Saved registers:" in results["gdb%d" % n] for n in levels
+               if isinstance(results["gdb%d" % n], str)) >= 6
