@@ -80,11 +80,12 @@ _FLAG_SETTING = {"adds": "add", "subs": "sub", "movs": "mov"}     # the same eff
 class CodeFacts:
     """prologue: the symbolic registers at pc, run from the function's start along the
     straight line (None when it was left: an unconditional branch, a call, a return, or
-    pc too far); epilogue: those just after the next return from pc, run from pc (None when
+    pc too far), and stored: the registers it saved on the stack on the way; epilogue: those just after the next return from pc, run from pc (None when
     a branch or a call comes first); returns_by_lr: that return is `bx lr`."""
     prologue: Optional[dict]
     epilogue: Optional[dict]
     returns_by_lr: bool
+    stored: frozenset = frozenset()
 
 
 def value(regs: dict, number: int):
@@ -106,8 +107,9 @@ def _plus(symbol, k):
     return None if symbol is None else (symbol[0], symbol[1] + k)
 
 
-def _run(insn, regs):
-    """Apply one instruction to the symbolic registers."""
+def _run(insn, regs, stored=None):
+    """Apply one instruction to the symbolic registers; add to `stored` the registers it saves on
+    the stack."""
     from capstone import arm as cs_arm
     mnemonic = insn.mnemonic.split(".")[0]
     mnemonic = _FLAG_SETTING.get(mnemonic, mnemonic)
@@ -123,6 +125,8 @@ def _run(insn, regs):
         for n in listed:
             if mnemonic in _POPS and n is not None:
                 regs[n] = None
+            elif stored is not None and n is not None:
+                stored.add(n)
         return
     if mnemonic in ("add", "sub", "addw", "subw") and len(ops) == 3 and ops[2].type == cs_arm.ARM_OP_IMM \
             and names[0] is not None and names[1] is not None:
@@ -134,6 +138,9 @@ def _run(insn, regs):
     if mnemonic == "mov" and len(ops) == 2 and names[0] is not None and names[1] is not None:
         regs[names[0]] = value(regs, names[1])
         return
+    if stored is not None and mnemonic in ("str", "strd") and ops[-1].type == cs_arm.ARM_OP_MEM \
+            and _CORE.get(insn.reg_name(ops[-1].mem.base)) == SP:
+        stored.update(n for n in names if n is not None)
     if mnemonic in ("str", "ldr") and insn.writeback and len(ops) >= 2 and ops[1].type == cs_arm.ARM_OP_MEM \
             and _CORE.get(insn.reg_name(ops[1].mem.base)) == SP:
         step = ops[1].mem.disp if mnemonic == "str" else 4     # [sp, #-4]! down, [sp], #4 up
@@ -167,7 +174,7 @@ def _returns(insn):
 def code_facts(read, start: int, pc: int, thumb: bool) -> Optional[CodeFacts]:
     """CodeFacts at pc in the function starting at start; None when the code cannot be read."""
     md = _disassembler(thumb)
-    prologue = None
+    prologue, stored = None, set()
     if pc - start <= SWEEP_BYTES:
         code = read(start, pc - start)
         if code is None:
@@ -178,7 +185,7 @@ def code_facts(read, start: int, pc: int, thumb: bool) -> Optional[CodeFacts]:
             if _branches(insn) and not _conditional(insn):
                 prologue = None
                 break
-            _run(insn, prologue)
+            _run(insn, prologue, stored)
         if at != pc:
             prologue = None         # bytes capstone cannot decode, or pc inside an instruction
     epilogue, by_lr = None, False
@@ -194,4 +201,4 @@ def code_facts(read, start: int, pc: int, thumb: bool) -> Optional[CodeFacts]:
                     epilogue, by_lr = regs, insn.mnemonic.startswith("bx")
                 break
             _run(insn, regs)
-    return CodeFacts(prologue, epilogue, by_lr)
+    return CodeFacts(prologue, epilogue, by_lr, frozenset(stored))

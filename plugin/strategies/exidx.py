@@ -30,7 +30,7 @@ from plugin.formats.exidx_ops import LR, SP
 from plugin.memory import Region
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
-from plugin.model.rules import CfaKind
+from plugin.model.rules import CfaKind, RuleKind
 from plugin.modules import region_of
 from plugin.strategies import ModuleTables
 from plugin.strategies.evaluate import UnwindError, evaluate_row
@@ -74,14 +74,16 @@ def checked_at(steps: Plan, start: int, frame, ctx, pc: int):
     if facts.prologue is not None:
         regs = facts.prologue
         base = arm.value(regs, cfa.register)
-        if base is not None and (base[0], base[1] + cfa.offset) == (SP, 0):
+        saved = {n for n, rule in steps.row.registers.items() if rule.kind != RuleKind.SAME}
+        if base is not None and (base[0], base[1] + cfa.offset) == (SP, 0) and saved <= facts.stored:
             return steps
         if arm.value(regs, SP) == (SP, 0) and arm.value(regs, LR) == (LR, 0):
             return at_entry(None, arch, pc, "the code from the function's start (0x%x) to pc 0x%x "
                             "pushes nothing and keeps %s" % (start, pc, arch.name_of(LR)))
         return Outcome.not_applicable(SOURCE, "pc 0x%x is in the prologue of the function at 0x%x: run from its "
-                                      "start, the code does not yet give CFA = %s, the opcodes' rule; EHABI "
-                                      "rows hold after the prologue, so the caller is not known from them"
+                                      "start, the code does not yet give CFA = %s and the saves of the "
+                                      "opcodes' rule; EHABI rows hold after the prologue, so the caller is "
+                                      "not known from them"
                                       % (pc, start, steps.row.cfa.text(arch)), FailureKind.NOT_AT_CALL_SITE)
     if facts.epilogue is not None:
         after = arm.value(facts.epilogue, SP)

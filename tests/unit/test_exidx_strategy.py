@@ -146,6 +146,7 @@ def test_prologue_run_from_the_start(pc, sp, fp):
     found = facts(ARM_O0, 0x1000, pc)
     assert arm.value(found.prologue, 13) == sp and arm.value(found.prologue, 11) == fp
     assert found.epilogue is None or pc >= 0x1014
+    assert found.stored == (frozenset() if pc == 0x1000 else {11, 14})      # push {fp, lr}
 
 
 def test_a_call_ends_the_straight_line_and_the_epilogue_is_run_to_the_return():
@@ -159,6 +160,7 @@ def test_a_call_ends_the_straight_line_and_the_epilogue_is_run_to_the_return():
 
 def test_thumb():
     assert arm.value(facts(THUMB, 0x2000, 0x2004, thumb=True).prologue, 7) == (13, -8)
+    assert facts(THUMB, 0x2000, 0x2004, thumb=True).stored == {7, 14}
     at_mov = facts(THUMB, 0x2000, 0x2008, thumb=True)
     assert arm.value(at_mov.epilogue, 13) == (7, 8)
     at_bx = facts(THUMB, 0x2000, 0x200c, thumb=True)
