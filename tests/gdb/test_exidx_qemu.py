@@ -155,6 +155,16 @@ def test_cfi_walks_on_from_a_leaf_first_instruction(name):
 STEPPED = {"level2": "plain", "with_alloca": "alloca", "with_floats": "float", "with_varargs": "varargs"}
 
 
+def _stepped(binary, mode, function, sysroot=None):
+    setup = ["set sysroot %s" % sysroot] if sysroot else []
+    with qemu_arm(binary, [mode], sysroot=sysroot) as address:
+        results, transcript = run_gdb(binary, [
+            ("path", "py", "__import__('sys').path.insert(0, %r)" % str(HELPERS)),
+            ("walk", "py", "__import__('ehabi_steps').walk()"),
+        ], breakpoint="*" + function, setup=setup, gdb_program="gdb-multiarch", remote=address, timeout=300)
+    return results["walk"], transcript
+
+
 @pytest.mark.parametrize("function", sorted(STEPPED))
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_every_instruction_gives_the_right_caller_or_none(name, function):
@@ -163,13 +173,19 @@ def test_every_instruction_gives_the_right_caller_or_none(name, function):
     give exactly them or say it does not know (EHABI rows hold after the prologue and before
     the epilogue; the code around pc decides, plugin/arch/arm.py code_facts). Where the linker
     merged a function's index entry with its neighbour's, its start comes from its symbol."""
-    binary = arm_program(BUILDS[name])
-    with qemu_arm(binary, [STEPPED[function]]) as address:
-        results, transcript = run_gdb(binary, [
-            ("path", "py", "__import__('sys').path.insert(0, %r)" % str(HELPERS)),
-            ("walk", "py", "__import__('ehabi_steps').walk()"),
-        ], breakpoint="*" + function, gdb_program="gdb-multiarch", remote=address, timeout=300)
-    walk = results["walk"]
+    walk, transcript = _stepped(arm_program(BUILDS[name]), STEPPED[function], function)
+    _check_steps(walk, transcript)
+
+
+@pytest.mark.parametrize("function", ["__cxa_allocate_exception", "__cxa_begin_catch"])
+def test_every_instruction_of_debian_libstdcxx(function):
+    """The same in Debian's armhf libstdc++ (Thumb-2 built by Debian), read from memory."""
+    walk, transcript = _stepped(arm_program(BUILDS["thumb-O2"], static=False), "throw", function, SYSROOT)
+    _check_steps(walk, transcript)
+    assert len(walk["steps"]) >= 10
+
+
+def _check_steps(walk, transcript):
     assert "error" not in walk and walk["returned"], (walk, transcript[-3000:])
     steps = walk["steps"]
     wrong = [(hex(s["pc"]), s["caller"]) for s in steps if s["caller"] not in (None, walk["truth"])]
