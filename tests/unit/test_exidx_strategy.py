@@ -3,6 +3,7 @@
 import struct
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from plugin.arch import arm
 from plugin.errors import MemoryReadError
@@ -167,3 +168,11 @@ def test_thumb():
     assert at_bx.returns_by_lr and arm.value(at_bx.epilogue, 13) == (13, 0)
     assert facts(THUMB, 0x2000, 0x2002, thumb=True).prologue is not None
     assert arm.code_facts(lambda a, n: None, 0x2000, 0x2002, True) is None     # unreadable code
+
+
+@settings(max_examples=300, deadline=None)
+@given(code=st.binary(min_size=0, max_size=96), offset=st.integers(0, 48).map(lambda n: n * 2), thumb=st.booleans())
+def test_code_facts_never_raise_on_any_bytes(code, offset, thumb):
+    found = arm.code_facts(lambda a, n: code[a - 0x4000:a - 0x4000 + n] if a - 0x4000 + n <= len(code) else None,
+                           0x4000, 0x4000 + offset, thumb)
+    assert found is None or isinstance(found, arm.CodeFacts)
