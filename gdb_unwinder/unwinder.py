@@ -154,7 +154,7 @@ class PluginUnwinder(Unwinder):
         if state.claim == Claim.AUTO and not trap:      # GDB looks a trap handler up at pc-1: ours is better
             # The common case, kept cheap: one register read and a few dict look-ups.
             lookup = pc if exact else pc - 1
-            reason = inferior.coverage.gdb_covers(lookup, ctx, pending_frame)
+            reason = inferior.coverage.gdb_covers(lookup, ctx, pending_frame, call_site=not exact)
             if reason is not None:
                 if lookup in inferior.coverage.signal_pcs:
                     # GDB unwinds the trampoline; the frame it interrupted is

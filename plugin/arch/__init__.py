@@ -133,6 +133,11 @@ class Arch:
         """Drop pointer-authentication bits from a code address (aarch64)."""
         return value
 
+    def return_to(self, ra: int, callee, caller: dict) -> int:
+        """The caller's pc for return address `ra`; may set the caller's state registers in
+        `caller` from the callee's (`callee`: DWARF number -> value). The base: ra itself."""
+        return ra
+
     # -- instruction facts: the base class knows none --------------------------
 
     def call_before(self, read: Read, address: int) -> Optional[str]:
