@@ -17,7 +17,7 @@ from plugin.engine import DEFAULT_SOURCES
 from plugin.settings import SettingType, find_setting
 from plugin.strategies.cfi import CfiTables
 
-from . import native
+from . import native, provider
 from .options import UsageError, parse_lldb
 from .resolve import resolve
 from .state import SETTINGS, state_for
@@ -80,18 +80,41 @@ class _Command:
         return sbtarget, thread, frame
 
     def _walk(self, exe_ctx, sources, limit=None, from_selected=False):
-        """The plugin's walk, from the selected frame or from the innermost one."""
+        """The plugin's walk, from the selected frame or from the innermost one.
+
+        A frame `unwind provider` supplied to LLDB has no registers in LLDB:
+        from such a frame the walk starts at the innermost frame and shows
+        the frames from the selected level on.
+        """
         sbtarget, thread, selected = self._stopped(exe_ctx)
         target, modules = self.state.live(sbtarget)
         start = selected if from_selected else thread.GetFrameAtIndex(0)
         frame, level, newer = native.physical_frame(thread, start)
+        skip = 0
+        if level in self._supplied(thread):
+            skip, (frame, level, newer) = level, native.physical_frame(thread, thread.GetFrameAtIndex(0))
         registers = native.registers(frame.first, target.arch)
         # The innermost pc is the instruction itself; so is the pc of a frame
         # interrupted by a signal (the frame below it is the trampoline).
         exact = newer is None or _is_signal_trampoline(target, modules, newer.first.GetPC())
         bt = reports.backtrace(target, modules, registers, exact, sources, self.state.max_frames,
-                               first_level=level, limit=limit)
+                               first_level=level, limit=None if skip else limit)
+        if skip:
+            bt.frames = [f for f in bt.frames if f.level >= skip]
+            bt = reports.limited(bt, limit)
         return target, modules, thread, selected, bt
+
+    def _supplied(self, thread):
+        """{physical level: pc} of the frames `unwind provider` supplied to LLDB at this stop."""
+        if not self.state.providers:
+            return {}
+        return self.state.supplied.get(provider.supplied_key(thread), {})
+
+    def _native(self, thread, limit):
+        """LLDB's own physical frames: those before the first frame the provider supplied."""
+        frames = native.physical_frames(thread, limit)
+        supplied = self._supplied(thread)
+        return frames[:min(supplied)] if supplied else frames
 
 
 def _is_signal_trampoline(target, modules, pc):
@@ -125,10 +148,16 @@ class ExplainCommand(_Command):
     def run(self, given, exe_ctx):
         target, modules, thread, selected, bt = self._walk(exe_ctx, given.sources)
         which = given.value if given.value is not None else native.physical_frame(thread, selected)[1]
-        native_frames = native.physical_frames(thread, len(bt.frames) + 1)
+        native_frames = self._native(thread, len(bt.frames) + 1)
         reports.attach_native(bt, native_frames, self.state.context(target, modules, given.sources))
         width = self.debugger.GetTerminalWidth()
-        return reports.explain_report(bt, target.arch, which, given.verbose, width or None)
+        data, text = reports.explain_report(bt, target.arch, which, given.verbose, width or None)
+        supplied = sorted(level for level in self._supplied(thread) if which == "all" or level == which)
+        if supplied:
+            data["supplied"] = supplied
+            text += "\n\nSupplied to LLDB by \"unwind provider\" (LLDB's own unwinder did not find %s): %s." % (
+                "them" if len(supplied) > 1 else "it", ", ".join("#%d" % level for level in supplied))
+        return data, text
 
 
 class CompareCommand(_Command):
@@ -136,7 +165,7 @@ class CompareCommand(_Command):
 
     def run(self, given, exe_ctx):
         target, modules, thread, _, bt = self._walk(exe_ctx, given.sources)
-        theirs = native.physical_frames(thread, len(bt.frames) + 16)
+        theirs = self._native(thread, len(bt.frames) + 16)
         return reports.compare_report(bt, theirs, self.state.context(target, modules, given.sources))
 
 
@@ -214,6 +243,29 @@ class SettingsCommand(_Command):
             off = [s for s in DEFAULT_SOURCES if s not in self.state.sources]
             line += "   (off: %s)" % (", ".join(off) or "none")
         return line
+
+
+class ProviderCommand(_Command):
+    spec = catalog.PROVIDER
+
+    def run(self, given, exe_ctx):
+        version = lldb_version()
+        if given.value is not None and not provider.available():
+            raise UsageError("needs %s or later (the frame provider API); this is LLDB %s"
+                             % (provider.NEEDED, version))
+        sbtarget = _need_target(exe_ctx)
+        if given.value is not None:
+            provider.switch(self.state, sbtarget, given.value)
+        on = provider.available() and sbtarget.GetGloballyUniqueID() in self.state.providers
+        return {"provider": "on" if on else "off", "lldb_version": version}, \
+            "provider: %s%s" % ("on" if on else "off",
+                                "" if provider.available() else " (needs %s or later)" % provider.NEEDED)
+
+
+def lldb_version():
+    """LLDB's version as "22.1.8" (from "lldb version 22.1.8"), or its whole version line."""
+    words = lldb.SBDebugger.GetVersionString().split()
+    return words[2] if len(words) > 2 and words[:2] == ["lldb", "version"] else " ".join(words)
 
 
 def _need_target(exe_ctx):

@@ -40,6 +40,8 @@ class LldbState:
             setattr(self, setting.key, setting.default_value(DEFAULT_SOURCES))
         self._live = None           # (LldbTarget, ModuleMap)
         self._static = {}           # (module path, uuid) -> (LldbTarget, ModuleMap)
+        self.providers = {}         # SBTarget's globally unique id -> the id of its registered frame provider (provider.py)
+        self.supplied = {}          # (thread id, stop id) -> {physical level: pc} the provider supplied
 
     def live(self, sbtarget):
         """(LldbTarget, ModuleMap) of sbtarget's stopped process."""

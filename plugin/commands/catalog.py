@@ -37,7 +37,8 @@ Expressions are written readably (CFA = *(rsp+160)); {verbose} adds the
 raw DWARF operations. Text wraps at the terminal's width.
 LEVEL counts physical frames from the innermost one (default: the selected
 frame's).""",
-    json_keys=("version", "frames", "stop_reason", "stop_detail"))
+    json_keys=("version", "frames", "stop_reason", "stop_detail"),
+    json_sometimes={"supplied": "LLDB: the levels \"unwind provider\" supplied to LLDB"})
 
 TABLES = CommandSpec(
     "tables", "Show every unwind table entry that covers an address or function.",
@@ -90,7 +91,21 @@ LLDB 16's Python API cannot add entries to LLDB's own `settings set`,
 hence this command.""",
     debuggers=(LLDB,))
 
-COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS)
+PROVIDER = CommandSpec(
+    "provider", "Let LLDB's own bt use the plugin's frames where LLDB's unwinder stops.",
+    ("json",),
+    words=(Words(WordsKind.SWITCH, "[on|off]"),),
+    about="""on registers a scripted frame provider on the target (it needs LLDB 22 or later,
+which has the frame provider API); off removes it; with no word, shows
+whether it is on. It only adds: LLDB's own frames are kept as long as LLDB
+has them; where LLDB's unwinder stops and the plugin's walk agrees with
+every frame LLDB had, the plugin's further frames are supplied, marked
+[synthetic] in "bt" and "supplied" in "unwind explain". Supplied frames
+carry a pc only: LLDB 22.1 cannot show their registers or variables.""",
+    json_keys=("provider", "lldb_version"),
+    debuggers=(LLDB,))
+
+COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS, PROVIDER)
 COMMAND_BY_NAME: Dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
 
 PREFIX_SUMMARY = "Recover the stack from unwind tables and explain every frame."

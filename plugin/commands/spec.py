@@ -83,6 +83,7 @@ class WordsKind(str, Enum):
     LEVEL = "level"              # [LEVEL|all]: a physical frame level, or every frame
     EXPRESSION = "expression"    # ADDRESS|FUNCTION: the rest of the line, for the debugger to evaluate
     SETTING = "setting"          # [NAME [VALUE]]: a setting, and a new value for it
+    SWITCH = "switch"            # [on|off]: turn something on or off, or show whether it is
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,8 @@ class CommandSpec:
             return frame_count(words)
         if kind is WordsKind.LEVEL:
             return level_or_all(words)
+        if kind is WordsKind.SWITCH:
+            return on_or_off(words)
         if kind is WordsKind.EXPRESSION:
             every = OPTIONS["all"]
             if given.get("all"):
@@ -229,6 +232,15 @@ def level_or_all(words: Sequence[str]) -> Union[None, int, str]:
     if level is None or level < 0:
         raise ArgumentError("LEVEL must be a frame number or \"all\", not %r" % words[0])
     return level
+
+
+def on_or_off(words: Sequence[str]) -> Optional[bool]:
+    """[on|off]: True, False, or None (show the state)."""
+    if not words:
+        return None
+    if len(words) == 1 and words[0] in ("on", "off"):
+        return words[0] == "on"
+    raise ArgumentError("expected \"on\" or \"off\", got %r" % " ".join(words))
 
 
 def convert(option: Option, text: str, available: Sequence[str]) -> object:
