@@ -50,7 +50,7 @@ class _Command:
         try:
             given = parse_lldb(self.spec, command, self.state.sources)
             data, text = self.run(given, exe_ctx)
-            result.AppendMessage(json.dumps(data, indent=1) if given.json else text)
+            result.AppendMessage(dump_json(data) if given.json else text)
             result.SetStatus(lldb.eReturnStatusSuccessFinishResult)
         except ValueError as exc:       # UsageError and the core's own "bad input" errors
             result.SetError("unwind %s: %s" % (self.name, exc))
@@ -79,7 +79,7 @@ class _Command:
             raise UsageError("no frame selected (is the program stopped?)")
         return sbtarget, thread, frame
 
-    def _walk(self, exe_ctx, sources, limit=None, from_selected=False):
+    def _walk(self, exe_ctx, sources, limit=None, from_selected=False, fast=False):
         """The plugin's walk, from the selected frame or from the innermost one.
 
         A frame `unwind provider` supplied to LLDB has no registers in LLDB:
@@ -97,8 +97,9 @@ class _Command:
         # The innermost pc is the instruction itself; so is the pc of a frame
         # interrupted by a signal (the frame below it is the trampoline).
         exact = newer is None or _is_signal_trampoline(target, modules, newer.first.GetPC())
+        step = target.plans.stepper(target.generation) if fast else None
         bt = reports.backtrace(target, modules, registers, exact, sources, self.state.max_frames,
-                               first_level=level, limit=None if skip else limit)
+                               first_level=level, limit=None if skip else limit, step=step)
         if skip:
             bt.frames = [f for f in bt.frames if f.level >= skip]
             bt = reports.limited(bt, limit)
@@ -115,6 +116,26 @@ class _Command:
         frames = native.physical_frames(thread, limit)
         supplied = self._supplied(thread)
         return frames[:min(supplied)] if supplied else frames
+
+
+def dump_json(data):
+    """`--json` output: one key per line, and one line per item of a list of objects (a frame).
+
+    json.dumps(indent=...) runs Python's pure-Python encoder, 40% of a
+    10,000-frame `unwind backtrace --json`; this encodes each line with the
+    C encoder instead. The text is the same JSON as json.dumps(data) gives.
+    """
+    if not isinstance(data, dict):
+        return json.dumps(data)
+    lines = []
+    for key, value in data.items():
+        head = " %s: " % json.dumps(key)
+        if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            items = ",\n".join("  " + json.dumps(item) for item in value)
+            lines.append("%s[\n%s\n ]" % (head, items))
+        else:
+            lines.append(head + json.dumps(value))
+    return "{\n%s\n}" % ",\n".join(lines) if lines else "{}"
 
 
 def _is_signal_trampoline(target, modules, pc):
@@ -138,7 +159,7 @@ class BacktraceCommand(_Command):
 
     def run(self, given, exe_ctx):
         limit = given.count if given.count is not None else given.value     # -c N, or N / -N as in GDB
-        target, _, _, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True)
+        target, _, _, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
         return reports.backtrace_report(bt, target.arch)
 
 

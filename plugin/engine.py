@@ -76,6 +76,7 @@ class UnwindContext:
         self._mappings = None
         self._all_mappings = None
         self._symbols = {}
+        self._code = {}             # address -> is_code(address), for this walk
 
     @property
     def scan_words(self):
@@ -87,6 +88,7 @@ class UnwindContext:
         self._mappings = None
         self._all_mappings = None
         self._symbols = {}
+        self._code = {}
 
     def read_memory(self, address, size):
         return self.target.read_memory(address, size)
@@ -96,6 +98,12 @@ class UnwindContext:
         return frame.pc if frame.exact_pc else frame.pc - 1
 
     def is_code(self, address):
+        known = self._code.get(address)
+        if known is None:
+            known = self._code[address] = self._is_code(address)
+        return known
+
+    def _is_code(self, address):
         module = self.modules.find(address)
         if module is not None:
             return module.is_executable(address)
@@ -246,12 +254,13 @@ def _stop_for(attempts):
 
 
 def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FRAMES,
-           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None):
+           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None, step=None):
     """Walk the stack from `registers`; returns a Backtrace.
 
     The walk starts at the frame the registers belong to (the innermost one
     unless first_level says otherwise); exact_pc says whether its pc is the
-    instruction itself rather than a return address.
+    instruction itself rather than a return address. `step` replaces
+    step_frame (same arguments and answer): an adapter's fast path.
     """
     ctx = UnwindContext(target, modules, sources, scan_words)
     arch = ctx.arch
@@ -265,7 +274,7 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
         if len(frames) >= max_frames:
             stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
             break
-        outcome, attempts = step_frame(frame, ctx, previous_cfa)
+        outcome, attempts = (step or step_frame)(frame, ctx, previous_cfa)
         if outcome is None:
             stop, last_attempts = _stop_for(attempts), attempts
             detail = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) or "no sources enabled"
