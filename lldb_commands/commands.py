@@ -12,7 +12,7 @@ import json
 import lldb
 
 from plugin.commands import catalog, reports
-from plugin.commands.spec import CommandSpec, Debugger
+from plugin.commands.spec import CommandSpec, Debugger, EveryThread
 from plugin.engine import DEFAULT_SOURCES
 from plugin.settings import SettingType, find_setting
 from plugin.strategies.cfi import CfiTables
@@ -87,8 +87,14 @@ class _Command:
         the frames from the selected level on.
         """
         sbtarget, thread, selected = self._stopped(exe_ctx)
+        target, modules, bt = self._walk_thread(sbtarget, thread, selected if from_selected else None,
+                                                sources, limit, fast)
+        return target, modules, thread, selected, bt
+
+    def _walk_thread(self, sbtarget, thread, selected, sources, limit=None, fast=False):
+        """(LldbTarget, ModuleMap, the plugin's walk of `thread` from SBFrame `selected` or frame #0)."""
         target, modules = self.state.live(sbtarget)
-        start = selected if from_selected else thread.GetFrameAtIndex(0)
+        start = selected or thread.GetFrameAtIndex(0)
         frame, level, newer = native.physical_frame(thread, start)
         skip = 0
         if level in self._supplied(thread):
@@ -103,7 +109,7 @@ class _Command:
         if skip:
             bt.frames = [f for f in bt.frames if f.level >= skip]
             bt = reports.limited(bt, limit)
-        return target, modules, thread, selected, bt
+        return target, modules, bt
 
     def _supplied(self, thread):
         """{physical level: pc} of the frames `unwind provider` supplied to LLDB at this stop."""
@@ -158,9 +164,29 @@ class BacktraceCommand(_Command):
     spec = catalog.BACKTRACE
 
     def run(self, given, exe_ctx):
-        limit = given.count if given.count is not None else given.value     # -c N, or N / -N as in GDB
-        target, _, _, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
-        return reports.backtrace_report(bt, target.arch)
+        every = isinstance(given.value, EveryThread)
+        count = given.value.count if every else given.value
+        limit = given.count if given.count is not None else count     # -c N, or N / -N as in GDB
+        target, _, selected, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
+        data, text = reports.backtrace_report(bt, target.arch)
+        if every:
+            data["threads"], text = self._every_thread(selected, given.sources, limit)
+        return data, text
+
+    def _every_thread(self, selected, sources, limit):
+        """Each thread's backtrace from its innermost frame, as LLDB's `bt all` lists them."""
+        reports_json, texts = [], []
+        process = selected.GetProcess()
+        for thread in process:
+            target, _, bt = self._walk_thread(process.GetTarget(), thread, None, sources, limit, fast=True)
+            data, text = reports.backtrace_report(bt, target.arch)
+            data.update(thread=thread.GetIndexID(), tid=thread.GetThreadID(), name=thread.GetName())
+            reports_json.append(data)
+            mark = "*" if thread.GetThreadID() == selected.GetThreadID() else " "
+            texts.append("%s thread #%d, tid = %d%s\n%s" % (mark, thread.GetIndexID(), thread.GetThreadID(),
+                                                           ", name = '%s'" % thread.GetName() if thread.GetName() else "",
+                                                           text))
+        return reports_json, "\n\n".join(texts)
 
 
 class ExplainCommand(_Command):

@@ -14,7 +14,7 @@ GDB, LLDB = Debugger.GDB, Debugger.LLDB
 BACKTRACE = CommandSpec(
     "backtrace", "Print the plugin's own backtrace from the selected frame.",
     ("json", "sources", "count"),
-    words=(Words(WordsKind.COUNT, "[N|-N]"),),
+    words=(Words(WordsKind.THREADS_COUNT, "[all] [N|-N]", debuggers=(LLDB,)), Words(WordsKind.COUNT, "[N|-N]")),
     about="""One line per frame: level, pc, function, module, and which source found it
 (e.g. "found by: .eh_frame CFI"), then the reason the walk stopped.""",
     notes={GDB: """N shows the innermost N frames, -N the outermost N (as "bt -N" does). {sources} picks and orders the sources for
@@ -22,8 +22,10 @@ this walk only (see "set unwind sources").
 Sources: {source_names}.""",
            LLDB: """Levels count physical frames (LLDB's inlined frames are not separate frames here).
 N (or {count} N) shows the innermost N frames, -N the outermost N; {sources} picks and orders the sources for
-this walk. Sources: {source_names}."""},
-    json_keys=("version", "frames", "stop_reason", "stop_detail", "stop_attempts"))
+this walk. Sources: {source_names}.
+"all" first (as in "bt all") shows every thread's backtrace, each from its innermost frame."""},
+    json_keys=("version", "frames", "stop_reason", "stop_detail", "stop_attempts"),
+    json_sometimes={"threads": "LLDB, with all: each thread's backtrace, with its thread, tid and name"})
 
 EXPLAIN = CommandSpec(
     "explain", "Explain how the plugin recovered one frame, or all of them.",

@@ -84,6 +84,7 @@ class WordsKind(str, Enum):
     EXPRESSION = "expression"    # ADDRESS|FUNCTION: the rest of the line, for the debugger to evaluate
     SETTING = "setting"          # [NAME [VALUE]]: a setting, and a new value for it
     SWITCH = "switch"            # [on|off]: turn something on or off, or show whether it is
+    THREADS_COUNT = "threads-count"     # [all] [N|-N]: every thread (LLDB's `bt all`), a frame count
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,10 @@ class CommandSpec:
             return level_or_all(words)
         if kind is WordsKind.SWITCH:
             return on_or_off(words)
+        if kind is WordsKind.THREADS_COUNT:
+            if words and words[0] == "all":
+                return EveryThread(frame_count(words[1:]))
+            return frame_count(words)
         if kind is WordsKind.EXPRESSION:
             every = OPTIONS["all"]
             if given.get("all"):
@@ -196,6 +201,12 @@ class CommandSpec:
                                     % (self.name, alternative))
             return " ".join(words)
         return list(words)
+
+
+@dataclass(frozen=True)
+class EveryThread:
+    """`all` before a frame count: every thread's backtrace (count as frame_count gives it)."""
+    count: Optional[int] = None
 
 
 def settings_help(debugger: Debugger, sources: Sequence[str]) -> str:
