@@ -132,7 +132,8 @@ class UnwindFrameProvider(ScriptedFrameProvider):
         """(LldbTarget, the plugin's frames from frame #0, at most `frames` of them)."""
         state = state_for(self.target.GetDebugger())
         target, modules = state.live(self.target)
-        bt = reports.backtrace(target, modules, self._registers, True, state.sources, min(frames, state.max_frames))
+        bt = reports.backtrace(target, modules, self._registers, True, state.sources, min(frames, state.max_frames),
+                               step=target.plans.stepper(target.generation))
         return target, bt.frames
 
     def _skipped(self) -> bool:

@@ -124,3 +124,26 @@ def test_provider_keeps_lldbs_frames_where_lldb_is_right(case):
     assert results["with"] == results["alone"]
     assert "supplied" not in results["explain"], results["explain"]
     assert "[synthetic]" not in results["bt"]["output"], results["bt"]
+
+
+def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return():
+    """What LLDB 22.1.8 cannot do: `finish` from a supplied frame has no registers to check the
+    stack with, so in a recursion it stops at the first return to that pc, from a deeper frame."""
+    if version() < PROVIDER_VERSION:
+        return _needs_lldb_22()
+    twin, bare, stop_here = _twins("O2-nofp")
+    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=["recurse", "6"])
+    results, _ = run_lldb(bare, [
+        ("on", "cmd", "unwind provider on"),
+        ("with", "frames", None),
+        ("select", "cmd", "frame select 3"),
+        ("finish", "cmd", "finish"),
+        ("after", "frames", None),
+    ], args=["recurse", "6"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
+    expected = _pcs(truth["frames"])        # stop_here, recurse x7, main, libc x2, _start
+    assert _pcs(results["with"]) == expected
+    assert expected[2] == expected[3] == expected[4]        # recurse returning into recurse
+    # A right `finish` from frame #3 would leave frames #4 on; LLDB stops at the first
+    # return to frame #3's pc, when frame #1 returns into frame #2.
+    assert results["finish"]["ok"], results["finish"]
+    assert _pcs(results["after"]) == expected[2:], (_pcs(results["after"]), expected)
