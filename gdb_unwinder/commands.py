@@ -258,7 +258,8 @@ class SetUnwind(gdb.Command):
 
 
 PARAM_KIND = {SettingType.SOURCES: gdb.PARAM_STRING, SettingType.UNSIGNED: gdb.PARAM_ZUINTEGER,
-              SettingType.BOOLEAN: gdb.PARAM_BOOLEAN, SettingType.CHOICE: gdb.PARAM_ENUM}
+              SettingType.BOOLEAN: gdb.PARAM_BOOLEAN, SettingType.CHOICE: gdb.PARAM_ENUM,
+              SettingType.NAMES: gdb.PARAM_STRING}
 UNLIMITED = 2 ** 63 - 1         # what `unlimited` stores for a count with no upper bound (max-frames)
 
 
@@ -293,7 +294,7 @@ class _SettingParameter(gdb.Parameter):
     def _gdb_value(self, value):
         if _unbounded(self.setting) and value >= UNLIMITED:
             return -1           # GDB's spelling of unlimited for PARAM_ZUINTEGER_UNLIMITED
-        return self.setting.format(value) if self.setting.type == SettingType.SOURCES else value
+        return self.setting.format(value) if self.setting.type in (SettingType.SOURCES, SettingType.NAMES) else value
 
     def get_set_string(self):
         setting = self.setting

@@ -131,7 +131,7 @@ class UnwindFrameProvider(ScriptedFrameProvider):
     def _walk(self, frames: int):
         """(LldbTarget, the plugin's frames from frame #0, at most `frames` of them)."""
         state = state_for(self.target.GetDebugger())
-        target, modules = state.live(self.target)
+        target, modules = state.live(self.target, read_settings=False)
         bt = reports.backtrace(target, modules, self._registers, True, state.sources, min(frames, state.max_frames),
                                step=target.plans.stepper(target.generation))
         return target, bt.frames

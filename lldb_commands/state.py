@@ -10,6 +10,10 @@ The settings (`unwind settings`, see SETTINGS) live here too, so they last
 as long as the debugger, across targets and re-runs.
 """
 
+import json
+
+import lldb
+
 from plugin.engine import DEFAULT_SOURCES, UnwindContext
 from plugin.settings import find_setting, settings_for
 from plugin.modules import ModuleMap
@@ -43,13 +47,20 @@ class LldbState:
         self.providers = {}         # SBTarget's globally unique id -> the id of its registered frame provider (provider.py)
         self.supplied = {}          # (thread id, stop id) -> {physical level: pc} the provider supplied
 
-    def live(self, sbtarget):
-        """(LldbTarget, ModuleMap) of sbtarget's stopped process."""
+    def live(self, sbtarget, read_settings=True):
+        """(LldbTarget, ModuleMap) of sbtarget's stopped process.
+
+        read_settings=False keeps LLDB's settings as the last command read
+        them: the frame provider runs while LLDB holds a lock that
+        SBDebugger.GetSetting takes too (LLDB 22.1 aborts).
+        """
         if self._live is None or self._live[0].sbtarget != sbtarget:
             self._live = self._make(sbtarget)
         else:
             self._live[0].refresh()
         self._live[0].scan_words = self.scan_words
+        if read_settings or not hasattr(self._live[0], "trap_handler_names"):
+            self._live[0].trap_handler_names = trap_handler_names(sbtarget) if read_settings else ()
         return self._live
 
     def static(self, sbtarget, sbmodule):
@@ -91,3 +102,15 @@ class LldbState:
 
 def _json_value(value):
     return list(value) if isinstance(value, tuple) else value
+
+
+def trap_handler_names(sbtarget):
+    """LLDB's own `target.trap-handler-names` (the plugin's walk honours it as LLDB's does), or ()."""
+    try:
+        data = sbtarget.GetDebugger().GetSetting("target.trap-handler-names")
+        stream = lldb.SBStream()
+        data.GetAsJSON(stream)
+        names = json.loads(stream.GetData() or "[]")
+    except Exception:       # an LLDB without the setting or GetSetting: no trap handlers
+        return ()
+    return tuple(name for name in names if isinstance(name, str))

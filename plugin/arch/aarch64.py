@@ -31,6 +31,10 @@ MOV_X29_SP = 0x910003FD          # add x29, sp, #0
 ADD_X29_SP_MASK = 0xFFC003FF     # add x29, sp, #imm (any imm12)
 STP_PRE_MASK = 0xFFC07FFF        # stp x29, x30, [sp, #imm7*8]!  (imm7 masked out)
 STP_PRE = 0xA9807BFD
+SVC_0 = 0xD4000001               # svc #0
+# What glibc's clone/clone3 do between `svc #0` and the branch to the child,
+# as (mask, value): `cmp x0, #0`, `b.cond`, `cbz/cbnz x0`; none changes x0.
+AFTER_SVC = ((0xFFFFFFFF, 0xF100001F), (0xFF000010, 0x54000000), (0xFE00001F, 0xB4000000))
 RETURNS = tuple((word.to_bytes(4, "little"), name) for word, name in (
     (0xD65F03C0, "ret"), (0xD65F0BFF, "retaa"), (0xD65F0FFF, "retab")))
 PAC_SP = (0xD503233F, 0xD503237F)                    # paciasp, pacibsp: only ever at an entry
@@ -92,6 +96,17 @@ class AArch64(Arch):
                                 "the frame record is at [sp]" % size)
         return None
 
+    def syscall_before(self, read: Read, pc: int) -> Optional[int]:
+        code = read(pc - 16, 16)
+        if code is None:
+            return None
+        words = [self._word(code, i) for i in range(0, 16, 4)]
+        for at in range(3, -1, -1):
+            if words[at] == SVC_0 and all(any(w & mask == value for mask, value in AFTER_SVC)
+                                          for w in words[at + 1:]):
+                return pc - 16 + 4 * at
+        return None
+
     def sets_up_frame_pointer(self, code: bytes) -> bool:
         words = (self._word(code, i) for i in range(0, len(code) - 3, 4))
         return any(w & ADD_X29_SP_MASK == MOV_X29_SP for w in words)
@@ -108,5 +123,5 @@ ARCH = AArch64(
     elf_machine=183,
     aliases={"fp": 29, "lr": 30},
     stack_alignment=16, pointer_auth=True, keeps_frame_records=True, min_instruction_size=4,
-    returns=RETURNS,
+    returns=RETURNS, syscall_result=0,               # x0
 )

@@ -13,5 +13,6 @@ ARCH = X86(
     elf_machine=62,
     aliases={"pc": 16, "sp": 7, "fp": 6},
     stack_alignment=8, keeps_frame_records=True, returns=RETURNS,
+    syscall_result=0,                                 # rax
     mov_bp_sp=(b"\x48\x89\xe5", b"\x48\x8b\xec"),     # mov rbp, rsp (89 /r and 8b /r)
 )

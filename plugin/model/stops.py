@@ -4,8 +4,8 @@ from plugin.model.vocabulary import Vocabulary
 
 
 class StopReason(Vocabulary):
-    OUTERMOST = ("outermost", "outermost frame (a table marks it so, it is _start or clone, or the stack above it "
-                              "holds no return address)")
+    OUTERMOST = ("outermost", "outermost frame (a table marks it so, the registers show the child side of "
+                              "clone, or the stack above it holds no return address)")
     PC_ZERO = ("pc-zero", "return address is 0: outermost frame")
     CFA_NOT_INCREASING = ("cfa-not-increasing", "the caller's CFA does not increase")
     REPEATED_FRAME = ("repeated-frame", "a frame repeats: the stack loops")

@@ -36,18 +36,13 @@ other callee-saved registers may have been saved anywhere in the frame, so
 they are left unknown rather than guessed.
 """
 
-from plugin.arch import FrameEdge, reader
+from plugin.arch import CLONE_FUNCTIONS, FrameEdge, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "frame-pointer"
-
-# Fallback sources stop at these functions: the process entry point and the
-# thread-creation wrappers are the outermost frame of every stack (they zero
-# the frame pointer for that reason), but the stack above them is not a frame.
-OUTERMOST_FUNCTIONS = ("_start", "__start", "clone", "__clone", "clone3", "__clone3")
 
 # How far into a function to look for the instruction that sets up its frame
 # pointer (compilers may "shrink-wrap" it behind an early-exit test). The
@@ -62,23 +57,28 @@ def function_of(frame, ctx):
     return ctx.symbol(ctx.lookup_pc(frame))
 
 
-def outermost_by_convention(frame, ctx, source):
-    """An outermost Outcome when the frame is _start or clone, else None."""
+def outermost_child_of_clone(frame, ctx, source):
+    """An outermost Outcome when the registers show a new thread's first instant, else None.
+
+    Only the child side of clone/clone3 is outermost: on the parent side
+    [sp] is the return address into the wrapper's caller, as everywhere
+    else. The symbol only says which system call the instruction before pc
+    made; the decision rests on the code read there and the result register
+    (plugin.arch: child_of_clone).
+    """
+    if not frame.exact_pc:
+        return None
     found = function_of(frame, ctx)
-    if found is None:
+    if found is None or found[0] not in CLONE_FUNCTIONS:
         return None
-    name = found[0]
-    bare = name[len("__GI_"):] if name.startswith("__GI_") else name
-    if bare not in OUTERMOST_FUNCTIONS:
+    why = ctx.arch.child_of_clone(reader(ctx.read_memory), frame.pc, frame.registers)
+    if why is None:
         return None
-    fp = frame.registers.get(ctx.arch.fp)
-    reason = "%s starts the stack: outermost frame by convention" % name
-    if fp == 0:
-        reason += " (%s is 0, as it zeroes it to mark the end)" % ctx.arch.name_of(ctx.arch.fp)
-    evidence = StepEvidence(source=source, found_by="%s convention: %s is outermost" % (source, name),
-                            lookup_pc=ctx.lookup_pc(frame), module=_module_name(ctx, frame),
-                            section="symbols", section_address=found[1],
-                            entry={"function": name, "function_start": found[1]})
+    reason = "child side of %s: %s" % (found[0], why)
+    evidence = StepEvidence(source=source, found_by="%s: child side of %s" % (source, found[0]),
+                            lookup_pc=frame.pc, module=_module_name(ctx, frame),
+                            section="registers", section_address=found[1],
+                            entry={"function": found[0], "function_start": found[1]})
     evidence.notes.append(reason)
     return Outcome(AttemptStatus.RECOVERED, source, reason, evidence=evidence, outermost=True)
 
@@ -145,6 +145,27 @@ def prologue_row(frame, ctx, function):
     return row, edge.kind, edge.why
 
 
+def bad_call_target_row(frame, ctx):
+    """(row, kind, description) when the exact pc is not code: a call through a null or bad pointer.
+
+    Nothing ran at such a pc, so the frame is the instant after the call: the
+    return address the call left is at [sp] (x86) or in the link register
+    (aarch64), as at a function's entry. The return address must still
+    follow a call (checked after the step), which a jump or return to a
+    wild address does not leave.
+    """
+    if not frame.exact_pc or ctx.is_code(frame.pc):
+        return None
+    row = ctx.arch.entry_row(frame.pc, unchanged=(ctx.arch.fp,), ra_signed=ctx.arch.pointer_auth)
+    if row is None:
+        return None
+    arch = ctx.arch
+    where = "[%s]" % arch.name_of(arch.sp) if row.cfa.offset else arch.name_of(arch.ra)
+    why = ("pc 0x%x is not in executable memory: a call through a null or bad function pointer; nothing ran "
+           "there, so the return address the call left is in %s" % (frame.pc, where))
+    return row, FrameEdge.BAD_CALL_TARGET, why
+
+
 def sets_up_frame_pointer(ctx, start, pc):
     """Does the code from the function start up to pc set up a frame pointer? True, False or None.
 
@@ -188,7 +209,7 @@ def frame_pointer_problem(fp, sp, ctx):
         if mapping is None or not mapping.readable:
             return (FailureKind.UNREADABLE_MEMORY,
                     "cannot read the frame record at %s=0x%x: no readable mapping holds it" % (name, fp))
-        if not mapping.writable or mapping.executable:
+        if not mapping.writable or (mapping.executable and not ctx.in_a_stack(fp)):     # stacks may be executable
             return (FailureKind.NOT_STACK_MEMORY, "frame pointer %s=0x%x points into %s, which is not stack memory"
                     % (name, fp, mapping.name or "a read-only or executable mapping"))
     if sp is not None and fp < sp:
@@ -206,7 +227,7 @@ def step(frame, ctx):
     if not arch.keeps_frame_records:
         return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name,
                                       FailureKind.NOT_SUPPORTED)
-    marker = outermost_by_convention(frame, ctx, SOURCE)
+    marker = outermost_child_of_clone(frame, ctx, SOURCE)
     if marker is not None:
         return marker
     function = function_of(frame, ctx)
@@ -218,7 +239,7 @@ def step(frame, ctx):
                                    "function_start": function[1] if function else None,
                                    "start": function[1] if function else ctx.lookup_pc(frame),
                                    "frame_pointer": fp})
-    edge = prologue_row(frame, ctx, function)
+    edge = bad_call_target_row(frame, ctx) or prologue_row(frame, ctx, function)
     if edge is not None:
         row, kind, why = edge
         evidence.section, evidence.section_address = "stack at sp", sp
