@@ -11,9 +11,15 @@ from plugin.engine import UnwindContext, unwind
 from plugin.strategies.cfi import CfiTables
 
 
-def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None):
+def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None,
+              step=None):
     bt = unwind(state_target, registers, sources=sources, max_frames=max_frames, modules=modules,
-                exact_pc=exact_pc, first_level=first_level)
+                exact_pc=exact_pc, first_level=first_level, step=step)
+    return limited(bt, limit)
+
+
+def limited(bt, limit=None):
+    """bt cut to the innermost `limit` frames (limit > 0), the outermost -limit (limit < 0), or whole."""
     if limit is not None and limit < 0:
         bt.frames = bt.frames[limit:]           # the outermost -limit frames; the stop reason is the walk's
     elif limit is not None and len(bt.frames) > limit:
