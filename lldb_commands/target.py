@@ -109,6 +109,11 @@ class LldbTarget(Target):
             self._stop_id = stop_id
             self._mappings = None
 
+    def resumed(self):
+        """The process ran within a command (a step, a continue): nothing read before holds."""
+        self._pages.clear()
+        self._mappings = None
+
     # -- memory --------------------------------------------------------------------
     def read_memory(self, address, size):
         if size <= 0:
