@@ -139,10 +139,13 @@ class GdbTarget(Target):
             block = gdb.block_for_pc(address)
         except (RuntimeError, gdb.error):
             block = None
-        while block is not None and block.function is None:
+        function = None         # the outermost function block: the physical frame's own function,
+        while block is not None:    # not one inlined into it
+            if block.function is not None:
+                function = block
             block = block.superblock
-        if block is not None and block.function is not None:
-            return block.function.print_name, block.start
+        if function is not None:
+            return function.function.print_name, function.start
         if self.inside_unwinder:
             return None         # minimal symbols need `info symbol`, a command
         try:

@@ -246,12 +246,14 @@ def _stop_for(attempts):
 
 
 def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FRAMES,
-           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None):
+           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None, until=None):
     """Walk the stack from `registers`; returns a Backtrace.
 
     The walk starts at the frame the registers belong to (the innermost one
     unless first_level says otherwise); exact_pc says whether its pc is the
-    instruction itself rather than a return address.
+    instruction itself rather than a return address. until: called with
+    each frame as the walk reaches it (an adapter numbers it there); when it
+    returns True the walk ends there with the stop reason `limit`.
     """
     ctx = UnwindContext(target, modules, sources, scan_words)
     arch = ctx.arch
@@ -261,6 +263,8 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     seen = {(frame.pc, registers.get(arch.sp))}
     previous_cfa = None
     stop, detail, last_attempts = None, "", []
+    if until is not None and until(frame):
+        stop = StopReason.LIMIT
     while stop is None:
         if len(frames) >= max_frames:
             stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
@@ -292,6 +296,8 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
                        exact_pc=outcome.signal_frame)
         frames.append(caller)
         frame = caller
+        if until is not None and until(frame):
+            stop = StopReason.LIMIT
     if symbolize:
         name_frames(frames, ctx)
     return Backtrace(frames, stop, detail, last_attempts)
