@@ -16,6 +16,7 @@ import gdb
 from plugin.engine import DEFAULT_SOURCES, UnwindContext
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, is_fallback
 from plugin.modules import ModuleMap
+from plugin.plans import PlanCache
 
 from .claim import Claim, GdbCoverage
 from .target import GdbTarget
@@ -32,8 +33,10 @@ class InferiorState:
         self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
         self.handed = {}                 # (pc, sp) of a frame the unwinder produced -> {DWARF number: gdb.Value}
         self.unwinder_context = None
+        self.plans = PlanCache()         # lookup pc -> the engine's accepted row, for the unwinder
 
     def modules_changed(self):
+        self.plans.clear()
         self.target.invalidate()
         self.coverage.invalidate()
         self.inline_depths.clear()
@@ -72,6 +75,7 @@ class GdbState:
         self.claim_fallback = False      # may GDB's `bt` use frame-pointer / stack-scan frames?
         self.claim = Claim.AUTO.value    # `set unwind claim`: which frames GDB's `bt` takes from the plugin
         self.unwinder = None
+        self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
 
     # -- the selected inferior's -------------------------------------------------
     def inferior(self):

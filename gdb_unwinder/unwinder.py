@@ -17,6 +17,7 @@ from gdb.unwinder import Unwinder
 from plugin.arch import reader
 from plugin.engine import step_frame
 from plugin.model.evidence import Frame
+from plugin.plans import replay
 
 from .claim import Claim
 
@@ -167,27 +168,39 @@ class PluginUnwinder(Unwinder):
         handed = inferior.handed.get((pc, sp))
         if handed is not None:
             registers.prefill(handed)
-        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
-        outcome, attempts = step_frame(frame, ctx)
-        if outcome is None or outcome.outermost:
-            reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
-                if outcome is None else "outermost frame: left to GDB"
-            self.declines.append((level, pc, reason))
-            return None
-        caller = outcome.registers
-        if outcome.signal_frame:
-            # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
-            # same registers and marks the frame "<signal handler called>", which
-            # a Python unwinder cannot. The interrupted frame above it is ours
-            # again, looked up at its exact pc.
-            inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
-            self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
-            return None
-        start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
-        info = pending_frame.create_unwind_info(FrameId(outcome.evidence.cfa, start))
+        plans = inferior.plans
+        if plans.owner is not ctx:
+            plans.clear(ctx)
+        lookup = pc if exact else pc - 1
+        plan = plans.get(lookup, exact) if state.use_plans else None
+        replayed = replay(plan, registers, ctx) if plan is not None else None
+        if replayed is not None:        # the engine's accepted row for this pc, replayed
+            plans.hits += 1
+            caller, cfa, start, ruled = replayed.registers, replayed.cfa, replayed.start, plan.row.registers
+        else:
+            frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
+            outcome, attempts = step_frame(frame, ctx)
+            if outcome is None or outcome.outermost:
+                reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
+                    if outcome is None else "outermost frame: left to GDB"
+                self.declines.append((level, pc, reason))
+                return None
+            caller = outcome.registers
+            if outcome.signal_frame:
+                # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
+                # same registers and marks the frame "<signal handler called>", which
+                # a Python unwinder cannot. The interrupted frame above it is ours
+                # again, looked up at its exact pc.
+                inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
+                self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
+                return None
+            if state.use_plans:
+                plans.remember(lookup, exact, outcome, attempts)
+            start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
+            cfa, ruled = outcome.evidence.cfa, _ruled_registers(outcome.evidence)
+        info = pending_frame.create_unwind_info(FrameId(cfa, start))
         names, known, raws = arch.registers, registers.known, registers.raw
         skip = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
-        ruled = _ruled_registers(outcome.evidence)
         given = {}          # DWARF number -> the gdb.Value handed to GDB: the caller's registers
         for number, name in names.items():
             if number == skip:
@@ -221,9 +234,15 @@ class PluginUnwinder(Unwinder):
             inferior.after_signal.add((outcome.registers.get(arch.pc), outcome.registers.get(arch.sp)))
 
     def _value(self, pending_frame, name, value):
-        kind = self._types.get(name)
-        if kind is None:
-            kind = self._types[name] = pending_frame.read_register(name).type
+        """value as a gdb.Value of the register's size: uncast (several times cheaper) where a
+        plain gdb.Value of an int already has that size; GDB copies only the bytes."""
+        known = self._types.get(name)
+        if known is None:
+            kind, plain = pending_frame.read_register(name).type, gdb.Value(0).type.sizeof
+            known = self._types[name] = (kind, 1 << (8 * plain - 1) if kind.sizeof == plain else 0)
+        kind, limit = known
+        if 0 <= value < limit:
+            return gdb.Value(value)
         return gdb.Value(value).cast(kind)
 
 
