@@ -72,12 +72,16 @@ class PendingRegisters:
         they are what GDB would read back, so no read_register is needed. Registers not
         handed are unavailable, as GDB would report them."""
         for number in self._arch.registers:
-            raw = handed.get(number)
-            if raw is None:
+            entry = handed.get(number)
+            if entry is None:
                 self.known[number] = None
             else:
-                self.raw[number] = raw
-                self.known.pop(number, None)
+                # The value as an int too, when the claim knew it: no int() of the gdb.Value again.
+                self.raw[number], value = entry
+                if value is None:
+                    self.known.pop(number, None)
+                else:
+                    self.known[number] = value
 
     def same_value(self, number, name):
         """The pending frame's own gdb.Value of a register, for GDB's same-value rule; None if unavailable."""
@@ -201,7 +205,7 @@ class PluginUnwinder(Unwinder):
         info = pending_frame.create_unwind_info(FrameId(cfa, start))
         names, known, raws = arch.registers, registers.known, registers.raw
         skip = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
-        given = {}          # DWARF number -> the gdb.Value handed to GDB: the caller's registers
+        given = {}          # DWARF number -> (gdb.Value handed to GDB, its int or None): the caller's registers
         for number, name in names.items():
             if number == skip:
                 continue
@@ -218,8 +222,9 @@ class PluginUnwinder(Unwinder):
                 raw = registers.same_value(number, name)
                 if raw is None:
                     continue
+                value = known.get(number)
             info.add_saved_register(name, raw)
-            given[number] = raw
+            given[number] = (raw, value)
         caller_key = (caller.get(arch.pc), caller.get(arch.sp))
         if len(inferior.handed) >= HANDED_CACHE_SIZE:
             inferior.handed.clear()
