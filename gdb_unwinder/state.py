@@ -108,7 +108,10 @@ class GdbState:
         gdb.events.exited.connect(lambda event: self.modules_changed())
         gdb.events.inferior_deleted.connect(self._inferior_deleted)
         gdb.events.stop.connect(lambda event: self.stopped())
-        for event in (gdb.events.cont, gdb.events.memory_changed, gdb.events.register_changed):
+        changes = [gdb.events.cont, gdb.events.memory_changed, gdb.events.register_changed]
+        if hasattr(gdb.events, "inferior_call"):       # a call into the debuggee runs it
+            changes.append(gdb.events.inferior_call)
+        for event in changes:
             event.connect(lambda event: self.resumed())
 
     def _inferior_deleted(self, event):

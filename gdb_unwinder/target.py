@@ -17,6 +17,7 @@ import gdb
 
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
+from plugin.pages import PageCache
 from plugin.target import Mapping, ModuleRef, Target
 
 from . import objfiles
@@ -36,6 +37,7 @@ class GdbTarget(Target):
         self.inside_unwinder = False     # set by the unwinder: no GDB command may run now
         self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
         self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
+        self._pages = PageCache(self._read_memory)
 
     @property
     def scan_words(self):
@@ -55,10 +57,12 @@ class GdbTarget(Target):
         self._generation += 1
         self._modules = None
         self._mappings = None
+        self._pages.clear()
 
     def forget_mappings(self):
         """The process ran or was changed: its mappings (stacks, JIT code) may differ."""
         self._mappings = None
+        self._pages.clear()
 
     def set_arch(self, gdb_arch_name):
         if gdb_arch_name != self._arch_name:
@@ -69,6 +73,13 @@ class GdbTarget(Target):
 
 # -- memory --------------------------------------------------------------
     def read_memory(self, address, size):
+        """Inside the unwinder through a page cache (dropped with the mappings at every stop,
+        resume, memory or register write, and module change); elsewhere straight from GDB."""
+        if self.inside_unwinder:
+            return self._pages.read(address, size)
+        return self._read_memory(address, size)
+
+    def _read_memory(self, address, size):
         self.reads += 1
         try:
             return bytes(gdb.selected_inferior().read_memory(address, size))

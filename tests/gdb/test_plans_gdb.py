@@ -77,3 +77,21 @@ def test_plans_equal_the_engine_on_python3():
         pytest.fail("python3 is not installed")
     _compare(program, ["-c", "\"import os; f = lambda n: list(map(f, [n - 1])) if n else os.getpid(); f(40)\""],
              "getpid", setup=FIXED_SEEDS + ["set breakpoint pending on"])
+
+
+def test_stack_write_drops_the_page_cache():
+    """The unwinder reads the stack through a page cache: a write into the stack (GDB's
+    memory-changed event) must drop it, so the next `bt` sees the new return address."""
+    binary = build("chain.c", ["-O0"])
+    slot = "int(gdb.newest_frame().older().older().read_register('sp')) - 8"    # frame 1's return address
+    results, _ = run_gdb(binary, [
+        ("all", "cmd", "set unwind claim all"),
+        ("before", "frames", None),
+        ("slot", "py", slot),
+        ("write", "cmd", "python gdb.execute('set {long}%d = 0' % (" + slot + "))"),
+        ("after", "frames", None),
+        ("claimed", "py", CLAIMED),
+    ], args=["plain"], breakpoint="stop_here")
+    assert len(results["before"]) >= 4 and results["claimed"] >= 2
+    assert [f["pc"] for f in results["after"]][:2] == [f["pc"] for f in results["before"]][:2]
+    assert len(results["after"]) == 3 and results["after"][2]["pc"] == 0, results["after"]
