@@ -83,6 +83,13 @@ class PendingRegisters:
                 else:
                     self.known[number] = value
 
+    def values(self):
+        """The known registers as a plain dict (cheaper to read than get): complete after prefill
+        with a claim that knew every value, else None."""
+        if any(number not in self.known for number in self._arch.registers):
+            return None
+        return {number: value for number, value in self.known.items() if value is not None}
+
     def same_value(self, number, name):
         """The pending frame's own gdb.Value of a register, for GDB's same-value rule; None if unavailable."""
         raw = self.raw.get(number)
@@ -177,7 +184,10 @@ class PluginUnwinder(Unwinder):
             plans.clear(ctx)
         lookup = pc if exact else pc - 1
         plan = plans.get(lookup, exact) if state.use_plans else None
-        replayed = replay(plan, registers, ctx) if plan is not None else None
+        replayed = None
+        if plan is not None:
+            values = registers.values() if handed is not None else None
+            replayed = replay(plan, registers if values is None else values, ctx)
         if replayed is not None:        # the engine's accepted row for this pc, replayed
             plans.hits += 1
             caller, cfa, start, ruled = replayed.registers, replayed.cfa, replayed.start, plan.row.registers
@@ -203,12 +213,9 @@ class PluginUnwinder(Unwinder):
             start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
             cfa, ruled = outcome.evidence.cfa, _ruled_registers(outcome.evidence)
         info = pending_frame.create_unwind_info(FrameId(cfa, start))
-        names, known, raws = arch.registers, registers.known, registers.raw
-        skip = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
+        known, raws = registers.known, registers.raw
         given = {}          # DWARF number -> (gdb.Value handed to GDB, its int or None): the caller's registers
-        for number, name in names.items():
-            if number == skip:
-                continue
+        for number, name in _handed_registers(arch):
             if number in caller:
                 value = caller[number]
                 raw = raws.get(number)
@@ -219,10 +226,17 @@ class PluginUnwinder(Unwinder):
             else:
                 # GDB's rule for a register the row says nothing about: same
                 # value as in the callee (dwarf2/frame.c, "unspecified").
-                raw = registers.same_value(number, name)
+                raw = raws.get(number)
                 if raw is None:
-                    continue
+                    raw = registers.same_value(number, name)
+                    if raw is None:
+                        continue
                 value = known.get(number)
+                if value is None:       # read but never needed as a number: the next frame may
+                    try:
+                        value = int(raw) & arch.mask
+                    except (gdb.error, ValueError):
+                        value = None
             info.add_saved_register(name, raw)
             given[number] = (raw, value)
         caller_key = (caller.get(arch.pc), caller.get(arch.sp))
@@ -249,6 +263,19 @@ class PluginUnwinder(Unwinder):
         if 0 <= value < limit:
             return gdb.Value(value)
         return gdb.Value(value).cast(kind)
+
+
+_HANDED = {}
+
+
+def _handed_registers(arch):
+    """(DWARF number, name) of every register a claim hands GDB (aarch64: not the RA column,
+    which becomes pc); computed once per architecture."""
+    pairs = _HANDED.get(arch.name)
+    if pairs is None:
+        skip = arch.ra if arch.ra != arch.pc else None
+        pairs = _HANDED[arch.name] = tuple((n, name) for n, name in arch.registers.items() if n != skip)
+    return pairs
 
 
 def _descriptors(gdb_arch):
