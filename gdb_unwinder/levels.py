@@ -40,7 +40,7 @@ class GdbLevels:
             self._from_blocks(frame)
         else:
             inline, physical, tails = group
-            frame.inline_frames = [_virtual(f, VirtualKind.INLINE) for f in inline]
+            frame.inline_frames = [_virtual(f, _kind(f)) for f in inline]
             frame.level = physical.level()
             frame.tail_calls = [_virtual(f, _kind(f)) for f in tails]
         last = frame.levels[-1]
@@ -52,10 +52,11 @@ class GdbLevels:
         inline = []
         try:
             frame = self._gdb
-            while frame is not None and frame.type() == gdb.INLINE_FRAME:
+            # Inline frames; at a walk's start (a selected tail-call frame) tail-call frames too.
+            while frame is not None and frame.type() in _PHYSICAL_OVER:
                 inline.append(frame)
                 frame = frame.older()
-            if frame is None or frame.type() == gdb.TAILCALL_FRAME:
+            if frame is None:
                 return None
             physical, tails = frame, []
             frame = frame.older()

@@ -119,6 +119,8 @@ def shares_text(virtual, frame):
     owner = "#%d %s" % (frame.level, frame.function or "??")
     if virtual.kind == VirtualKind.INLINE:
         return "inlined into %s, runs in its frame" % owner
+    if virtual in frame.inline_frames:      # numbered before its caller: a walk began at it
+        return "no frame of its own, its callee's frame took its place; its caller is %s" % owner
     return "no frame of its own, %s's frame took its place" % owner
 
 

@@ -86,6 +86,8 @@ def test_tail_call_levels_match_gdb():
         ("up2", "cmd", "frame 2"),
         ("explain2", "cmd", "unwind explain"),
         ("explain4", "cmd", "unwind explain 4"),
+        ("up3", "cmd", "frame 3"),
+        ("from3", "json", "unwind backtrace -json 2"),
     ], breakpoint="stop_here")
     gdb, ours = _check(results, "tail-call")
     assert [gdb[i] for i in range(5)] == [("stop_here", "physical"), ("leaf", "physical"),
@@ -94,6 +96,8 @@ def test_tail_call_levels_match_gdb():
     # main is recovered from leaf (#1), the physical frame below it, not from "#3".
     assert "#4 main in " in results["explain4"] and "recovered from frame #1 (leaf" in results["explain4"]
     assert "(frame #1's CFA)" in results["explain4"]
+    # A walk from a selected tail-call frame keeps GDB's levels: #3 outer, then #4 main.
+    assert _levels(results["from3"]["frames"]) == {3: ("outer", "tail-call"), 4: ("main", "physical")}
 
 
 def test_libc_inline_frames_levels_match_gdb():
