@@ -23,6 +23,7 @@ from plugin.errors import MemoryReadError
 from plugin.model.outcome import AttemptStatus
 from plugin.model.rules import Row
 from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.row_step import return_address
 
 PLANNED_SOURCES = ("cfi", "sframe")     # table sources whose step is exactly row_step.step_with_row
 PLAN_CACHE_SIZE = 1 << 14
@@ -82,13 +83,10 @@ def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
         return None
     if arch.ra in result.undefined:
         return None             # outermost: the engine says so, with its reason
-    caller = result.registers
-    ra = caller.get(arch.ra)
-    if ra is None:
+    caller, _ = return_address(plan.row, arch, registers, result.registers)
+    if caller is None:
         return None
-    if plan.row.ra_signed:
-        ra = arch.strip_pointer_auth(ra)
-    caller[arch.pc] = ra
+    ra = caller[arch.pc]
     cfa, sp = result.cfa, registers.get(arch.sp)
     if sp is None or cfa < sp or (cfa == sp and not plan.exact_pc):
         return None
