@@ -350,13 +350,17 @@ def _stop_for(attempts):
 
 
 def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FRAMES,
-           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None, step=None):
+           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None, step=None,
+           until=None):
     """Walk the stack from `registers`; returns a Backtrace.
 
     The walk starts at the frame the registers belong to (the innermost one
     unless first_level says otherwise); exact_pc says whether its pc is the
     instruction itself rather than a return address. `step` replaces
-    step_frame (same arguments and answer): an adapter's fast path.
+    step_frame (same arguments and answer): an adapter's fast path. until:
+    called with each frame as the walk reaches it (an adapter numbers it
+    there); when it returns True the walk ends there with the stop reason
+    `limit`.
     """
     ctx = UnwindContext(target, modules, sources, scan_words)
     arch = ctx.arch
@@ -367,6 +371,8 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     seen = {(frame.pc, registers.get(arch.sp))}
     previous_cfa = None
     stop, detail, last_attempts = None, "", []
+    if until is not None and until(frame):
+        stop = StopReason.LIMIT
     while stop is None:
         if len(frames) >= max_frames:
             stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
@@ -407,6 +413,8 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
                        exact_pc=outcome.signal_frame or _after_trap_handler(frame, caller_pc, outcome, ctx))
         frames.append(caller)
         frame = caller
+        if until is not None and until(frame):
+            stop = StopReason.LIMIT
     if symbolize:
         name_frames(frames, ctx)
     return Backtrace(frames, stop, detail, last_attempts)

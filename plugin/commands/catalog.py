@@ -17,7 +17,10 @@ BACKTRACE = CommandSpec(
     words=(Words(WordsKind.THREADS_COUNT, "[all] [N|-N]", debuggers=(LLDB,)), Words(WordsKind.COUNT, "[N|-N]")),
     about="""One line per frame: level, pc, function, module, and which source found it
 (e.g. "found by: .eh_frame CFI"), then the reason the walk stopped.""",
-    notes={GDB: """N shows the innermost N frames, -N the outermost N (as "bt -N" does). {sources} picks and orders the sources for
+    notes={GDB: """Levels are GDB's, as "bt" numbers frames: inline and tail-call frames appear,
+marked, beside the physical frame they share; the walk unwinds only as far
+as the levels asked for.
+N shows the innermost N frames, -N the outermost N (as "bt -N" does). {sources} picks and orders the sources for
 this walk only (see "set unwind sources").
 Sources: {source_names}.""",
            LLDB: """Levels count physical frames (LLDB's inlined frames are not separate frames here).
@@ -36,9 +39,13 @@ range they cover), the row in readable form (CFA = rsp+16, rip = [CFA-8]),
 every value read and the address it came from, the sources tried first and
 why they were rejected, and whether {debugger}'s own unwinder agrees.
 Expressions are written readably (CFA = *(rsp+160)); {verbose} adds the
-raw DWARF operations. Text wraps at the terminal's width.
-LEVEL counts physical frames from the innermost one (default: the selected
-frame's).""",
+raw DWARF operations. Text wraps at the terminal's width.""",
+    notes={GDB: """LEVEL is GDB's frame level, as "bt" numbers frames (default: the selected
+frame). An inline or tail-call frame is explained as the physical frame it
+shares. A frame GDB's bt took from the plugin says what GDB's Python
+unwinder API loses there.""",
+           LLDB: """LEVEL counts physical frames from the innermost one (default: the selected
+frame's)."""},
     json_keys=("version", "frames", "stop_reason", "stop_detail"),
     json_sometimes={"supplied": "LLDB: the levels \"unwind provider\" supplied to LLDB"})
 
