@@ -286,7 +286,9 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
             stop, detail = StopReason.REPEATED_FRAME, "pc 0x%x with sp 0x%x was already seen" % key
             break
         seen.add(key)
-        previous_cfa = frame.cfa
+        # Across a signal frame the stack may switch (sigaltstack): the CFA
+        # need not grow there; the repeated-frame check still guards loops.
+        previous_cfa = None if frame.signal_frame else frame.cfa
         caller = Frame(level=first_level + len(frames), pc=caller_pc, registers=caller_regs, method=outcome.source,
                        evidence=outcome.evidence, attempts=attempts,
                        exact_pc=outcome.signal_frame)

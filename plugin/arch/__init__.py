@@ -18,6 +18,9 @@ for instead of branching on the architecture's name:
   sets_up_frame_pointer(code), may_save_frame_pointer(code)
                                prologue patterns
   stack_alignment, pointer_auth, keeps_frame_records, min_instruction_size
+  sigreturn_at(read, pc)       the kernel's signal trampoline (a sigreturn
+                               system call) starting at pc, with the layout of
+                               the registers the kernel saved on the stack
 
 The base class knows no instructions (every answer is "not known"); x86.py
 (shared by x86_64 and i386) and aarch64.py hold the encodings. `read` is a
@@ -50,6 +53,19 @@ class Edge(NamedTuple):
     why: str
 
 
+class SigReturn(NamedTuple):
+    """A signal trampoline's code and the kernel's signal frame it returns through.
+
+    When the handler returns into the trampoline, the registers of the
+    interrupted code are saved at sp + context (the sigcontext or
+    mcontext); saved maps each DWARF register number to its offset there.
+    """
+    code: bytes
+    text: str                   # the instructions, as a person reads them
+    context: int                # offset from sp of the saved register block
+    saved: dict                 # DWARF number -> offset in the block
+
+
 def reader(read_memory: Callable[[int, int], bytes]) -> Read:
     """A `read` for the methods below over a read_memory that raises on unreadable memory."""
     def read(address, size):
@@ -78,6 +94,7 @@ class Arch:
     keeps_frame_records: bool = False   # a frame-pointer chain convention is known
     min_instruction_size: int = 1
     returns: tuple = ()            # (encoding, mnemonic) of each return instruction
+    sigreturns: tuple = ()         # SigReturn: the kernel's signal trampolines
 
     def __post_init__(self):
         if not self.stack_alignment:
@@ -128,6 +145,13 @@ class Arch:
         for encoding, mnemonic in self.returns:
             if code.startswith(encoding):
                 return mnemonic
+        return None
+
+    def sigreturn_at(self, read: Read, pc: int) -> Optional[SigReturn]:
+        """The signal trampoline whose code starts at pc, or None."""
+        for trampoline in self.sigreturns:
+            if read(pc, len(trampoline.code)) == trampoline.code:
+                return trampoline
         return None
 
     def entry_row(self, pc: int, unchanged=(), ra_signed=False):

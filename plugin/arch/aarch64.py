@@ -11,7 +11,7 @@ CFA; x30 may carry a pointer-auth signature there.
 from dataclasses import dataclass
 from typing import Optional
 
-from plugin.arch import Arch, Edge, FrameEdge, Read
+from plugin.arch import Arch, Edge, FrameEdge, Read, SigReturn
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 _NAMES = {n: "x%d" % n for n in range(31)}
@@ -100,6 +100,15 @@ class AArch64(Arch):
         return int.from_bytes(data[offset:offset + 4], self.byteorder)
 
 
+# rt_sigreturn: `mov x8, #139; svc #0` (the vdso's __kernel_rt_sigreturn,
+# qemu-user's trampoline page). sp is the rt_sigframe: siginfo (128 bytes),
+# then the ucontext, whose uc_mcontext (struct sigcontext: fault_address,
+# x0..x30, sp, pc, pstate) is 176 bytes in.
+_SIGCONTEXT = {n: 8 + 8 * n for n in range(31)}
+_SIGCONTEXT.update({31: 8 + 8 * 31, 32: 8 + 8 * 32})
+SIGRETURNS = (SigReturn((0xD2801168).to_bytes(4, "little") + (0xD4000001).to_bytes(4, "little"),
+                        "mov x8, #139; svc #0 (rt_sigreturn)", 128 + 176, _SIGCONTEXT),)
+
 ARCH = AArch64(
     name="aarch64", address_size=8, byteorder="little",
     registers=_NAMES,
@@ -108,5 +117,5 @@ ARCH = AArch64(
     elf_machine=183,
     aliases={"fp": 29, "lr": 30},
     stack_alignment=16, pointer_auth=True, keeps_frame_records=True, min_instruction_size=4,
-    returns=RETURNS,
+    returns=RETURNS, sigreturns=SIGRETURNS,
 )

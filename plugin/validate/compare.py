@@ -2,10 +2,12 @@
 
 Both sides are lists of physical frames (inline frames already collapsed
 by the adapter). Where they disagree we say which one looks right when the
-code can tell: a return address must be executable and follow a call.
+code can tell: a return address must be executable and follow a call, or
+be a signal trampoline the kernel planted (plugin.strategies.sigframe).
 """
 
 from plugin.arch import reader
+from plugin.strategies import sigframe
 
 
 def native_entry(pc, sp, function=None):
@@ -72,6 +74,10 @@ def _plausible_return(pc, ctx):
             failed.append(address)
         return data
     call = ctx.arch.call_before(tracking, pc)
+    if call is None:
+        trampoline = sigframe.recognise(ctx, pc)
+        if trampoline is not None:
+            return "signal trampoline (%s)" % trampoline.why, True
     return call, call is not None or not failed
 
 
