@@ -23,6 +23,7 @@ from plugin.model.stops import StopReason
 from plugin.modules import ModuleMap
 from plugin import settings
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, SourceKind, source_names
+from plugin.strategies import analysis as analysis_strategy
 from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies import exidx as exidx_strategy
@@ -35,6 +36,7 @@ STRATEGIES = {
     "sframe": sframe_strategy.step,
     "compact": compact_strategy.step,
     "exidx": exidx_strategy.step,
+    "analysis": analysis_strategy.step,
     "frame-pointer": frame_pointer_strategy.step,
     "scan": scan_strategy.step,
 }
