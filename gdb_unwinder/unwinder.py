@@ -186,12 +186,16 @@ class PluginUnwinder(Unwinder):
         start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
         info = pending_frame.create_unwind_info(FrameId(outcome.evidence.cfa, start))
         names, known, raws = arch.registers, registers.known, registers.raw
-        skip = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
+        link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
+        if link is not None and link not in caller and arch.pc in caller:
+            # The caller's link register holds what its call left there, the return
+            # address, as GDB's DWARF unwinder gives the RA column; "not saved" would
+            # stop GDB's own unwinders for the frames above.
+            caller = dict(caller)
+            caller[link] = caller[arch.pc]
         ruled = _ruled_registers(outcome.evidence)
         given = {}          # DWARF number -> the gdb.Value handed to GDB: the caller's registers
         for number, name in names.items():
-            if number == skip:
-                continue
             if number in caller:
                 value = caller[number]
                 raw = raws.get(number)

@@ -53,28 +53,29 @@ def row_from_state(state: State, facts, arch, address: int) -> Tuple[Optional[Ro
     return Row(address=address, cfa=cfa, registers=registers, ra_signed=arch.pointer_auth), ""
 
 
-def _facts_of(state: State, facts, cfa_register: int):
-    """The facts a row rests on: the CFA register's value, and where each tracked register is."""
-    out = {"cfa": state.reg(cfa_register)}
-    for register in tracked(facts):
+def _facts_of(state: State, row: Row):
+    """What each part of the row rests on in a state: the CFA register's value; for a
+    register saved at CFA+k whether that slot holds it, else whether it is unchanged."""
+    out = {"cfa": state.reg(row.cfa.register)}
+    for register, rule in row.registers.items():
         held, slots = locations(state, register)
-        out[register] = (held, tuple(sorted(slots, key=str)))
+        out[register] = (CFA, rule.offset) in slots if rule.kind == RuleKind.OFFSET else held
     return out
 
 
 def setters(result: FunctionAnalysis, pc: int, row: Row, facts) -> Dict[object, object]:
-    """"cfa" or register number -> the Insn after which that part of the row first held, up to pc."""
+    """"cfa" or register number -> the Insn after which that part of the row last came to hold, up to pc."""
     target = result.states.get(pc)
     if target is None or row.cfa.register is None:
         return {}
-    wanted = _facts_of(target, facts, row.cfa.register)
+    wanted = _facts_of(target, row)
     found = {}
     for address in sorted(a for a in result.states if result.start <= a < pc):
         insn = result.insns.get(address)
         if insn is None:
             continue
-        before = _facts_of(result.states[address], facts, row.cfa.register)
-        after = _facts_of(apply(insn, result.states[address], facts.SP), facts, row.cfa.register)
+        before = _facts_of(result.states[address], row)
+        after = _facts_of(apply(insn, result.states[address], facts.SP), row)
         for key, value in wanted.items():
             if after[key] == value and before[key] != value:
                 found[key] = insn

@@ -32,6 +32,7 @@ from typing import Iterator, NamedTuple, Optional
 from plugin import analysis as code_analysis
 from plugin.analysis import unwind_row
 from plugin.analysis.ops import Flow
+from plugin.analysis.state import OTHER
 from plugin.arch import reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
@@ -183,6 +184,10 @@ def _from_start(frame, ctx, start: Start):
     if state is None:
         why = result.gave_up.get(address, "0x%x is not reached from the start" % address)
         return None, "%s: %s" % (where, why)
+    if not frame.exact_pc and facts.RA_REGISTER is not None:
+        # The call itself wrote the link register: the caller's value is only where it was saved.
+        state = state.copy()
+        state.regs[facts.RA_REGISTER] = OTHER
     row, why = unwind_row.row_from_state(state, facts, arch, address)
     if row is None:
         return None, "%s: %s" % (where, why)
