@@ -17,6 +17,8 @@ for instead of branching on the architecture's name:
                                up: entry, half-built record, return
   sets_up_frame_pointer(code), may_save_frame_pointer(code)
                                prologue patterns
+  entries_in(code, base)       where a frame-record prologue opens a function
+                               in code read at base, nearest the end first
   stack_alignment, pointer_auth, keeps_frame_records, min_instruction_size
   sigreturn_at(read, pc)       the kernel's signal trampoline (a sigreturn
                                system call) starting at pc, with the layout of
@@ -146,6 +148,10 @@ class Arch:
             if code.startswith(encoding):
                 return mnemonic
         return None
+
+    def entries_in(self, code: bytes, base: int) -> list:
+        """Addresses in code (read at base) where a frame-record prologue opens a function, last first."""
+        return []
 
     def sigreturn_at(self, read: Read, pc: int) -> Optional[SigReturn]:
         """The signal trampoline whose code starts at pc, or None."""

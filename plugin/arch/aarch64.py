@@ -31,6 +31,8 @@ MOV_X29_SP = 0x910003FD          # add x29, sp, #0
 ADD_X29_SP_MASK = 0xFFC003FF     # add x29, sp, #imm (any imm12)
 STP_PRE_MASK = 0xFFC07FFF        # stp x29, x30, [sp, #imm7*8]!  (imm7 masked out)
 STP_PRE = 0xA9807BFD
+STR_LR_PRE_MASK = 0xFFE00FFF     # str x30, [sp, #imm9]!  (imm9 masked out): a frameless function's entry
+STR_LR_PRE = 0xF8000FFE
 RETURNS = tuple((word.to_bytes(4, "little"), name) for word, name in (
     (0xD65F03C0, "ret"), (0xD65F0BFF, "retaa"), (0xD65F0FFF, "retab")))
 PAC_SP = (0xD503233F, 0xD503237F)                    # paciasp, pacibsp: only ever at an entry
@@ -91,6 +93,17 @@ class AArch64(Arch):
                                 "the code at pc is `mov x29, sp` right after `stp x29, x30, [sp, #-%d]!`: "
                                 "the frame record is at [sp]" % size)
         return None
+
+    def entries_in(self, code: bytes, base: int) -> list:
+        """`stp x29, x30, [sp, #-N]!` (or, without a frame pointer, `str x30, [sp, #-N]!`), with the
+        pointer-auth or BTI instruction before it when there is one."""
+        found = []
+        for offset in range(0, len(code) - 3, 4):
+            word = self._word(code, offset)
+            if word & STP_PRE_MASK == STP_PRE or word & STR_LR_PRE_MASK == STR_LR_PRE:
+                pad = offset >= 4 and self._word(code, offset - 4) in PAC_OR_BTI
+                found.append(base + offset - (4 if pad else 0))
+        return sorted(found, reverse=True)
 
     def sets_up_frame_pointer(self, code: bytes) -> bool:
         words = (self._word(code, i) for i in range(0, len(code) - 3, 4))

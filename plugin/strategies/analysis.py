@@ -16,7 +16,10 @@ The function's start is found, in this order:
            just before a return address on the stack (or, on aarch64, in
            the link register) whose target lies at or below the pc. The
            row from that start must then place the return address exactly
-           where that call's return address was found, or it is not used.
+           where that call's return address was found, or it is not used;
+  prologue the nearest frame-record prologue before the pc (`push rbp;
+           mov rbp, rsp`, `stp x29, x30, [sp, #-N]!`), for functions no
+           call reached (a signal handler, a thread's start routine).
 A caller frame is read at the state before the call it made (its return
 address follows that call), the innermost or an interrupted frame at its
 exact pc. An innermost pc that is not code at all (a call through a null
@@ -48,12 +51,15 @@ WINDOW_PAST_PC = 4096                # bytes of a function after the pc the anal
 MAX_FUNCTION = 1 << 18               # a start further below the pc than this is not believed
 CALLER_WORDS = 256                   # stack words searched for the call that reached the function
 MAX_CALL_STARTS = 4                  # starts from calls tried before giving up
+PROLOGUE_WINDOW = 4096               # how far below the pc a prologue is looked for
+MAX_PROLOGUE_STARTS = 2              # prologues tried, the nearest first
 
 
 class StartBy(Vocabulary):
     """How the analysis found a function's first instruction."""
     SYMBOL = ("symbol", "the function symbol holding the pc")
     CALL = ("call", "the target of the direct call that reached the function")
+    PROLOGUE = ("prologue", "the nearest frame-record prologue before the pc")
 
 
 class Start(NamedTuple):
@@ -100,6 +106,25 @@ def _starts(frame, ctx, pc) -> Iterator[Start]:
         yield Start(found[1], StartBy.SYMBOL, found[0], None, None)
         return
     yield from _starts_from_calls(frame, ctx, pc)
+    yield from _starts_from_prologues(ctx, pc)
+
+
+def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
+    """Functions entered by no call (a signal handler, a thread's start): the nearest prologues
+    before the pc, within PROLOGUE_WINDOW bytes. The row from such a start is checked like every
+    other (its return address must follow a call or be a signal trampoline)."""
+    low = max(pc + 1 - PROLOGUE_WINDOW, 0)
+    module = ctx.modules.find(pc)
+    if module is not None:
+        segment_start = next((s.start for s in module.segments if s.start <= pc < s.end), None)
+        if segment_start is not None:
+            low = max(low, segment_start)
+    try:
+        code = bytes(ctx.read_memory(low, pc + 1 - low))
+    except Exception:           # unreadable code: no prologue can be found
+        return
+    for start in ctx.arch.entries_in(code, low)[:MAX_PROLOGUE_STARTS]:
+        yield Start(start, StartBy.PROLOGUE, None, None, None)
 
 
 def _starts_from_calls(frame, ctx, pc) -> Iterator[Start]:

@@ -128,6 +128,11 @@ def test_no_start_is_not_applicable():
     ctx = w.context(sources=SOURCES)
     from plugin.model.evidence import Frame
     outcome = analysis.step(Frame(0, LEAF_STOP, regs, "context", exact_pc=True), ctx)
+    # No call reached it; main's prologue, the nearest below, is tried and does not reach the pc.
+    assert outcome.kind == FailureKind.UNDECIDED, outcome.reason
+    assert outcome.reason == "from 0x%x (prologue): 0x%x is not reached from the start" % (MAIN, LEAF_STOP)
+    w.put_code(MAIN, b"\x90" * 4)
+    outcome = analysis.step(Frame(0, LEAF_STOP, regs, "context", exact_pc=True), w.context(sources=SOURCES))
     assert outcome.kind == FailureKind.NO_ENTRY and "start of the function" in outcome.reason
 
 
