@@ -248,8 +248,12 @@ def _return_address_problem(outcome, ctx) -> Optional[str]:
     ra = outcome.registers.get(ctx.arch.pc)
     if not ra or not ctx.is_code(ra):
         return None                     # the engine's checks judge these
-    if ctx.arch.call_before(reader(ctx.read_memory), ra) is None and sigframe.recognise(ctx, ra) is None:
-        return "return address 0x%x does not follow a call instruction" % ra
+    if ctx.arch.call_before(reader(ctx.read_memory), ra) is None:
+        trampoline = sigframe.recognise(ctx, ra)
+        if trampoline is None:
+            return "return address 0x%x does not follow a call instruction" % ra
+        outcome.evidence.notes.append("return address 0x%x is a signal trampoline (%s): the kernel planted "
+                                      "it, no call precedes it" % (ra, trampoline.why))
     return None
 
 
