@@ -26,7 +26,6 @@ frame then looked up at its exact pc.
 from typing import NamedTuple, Optional
 
 from plugin.arch import SigReturn, reader
-from plugin.errors import DecodeError
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
@@ -62,7 +61,7 @@ def recognise(ctx, address: int) -> Optional[Trampoline]:
     if address not in cache:
         try:
             cache[address] = _recognise(ctx, address)
-        except (DecodeError, Exception):     # recognition only helps; unreadable means "not one"
+        except Exception:       # recognition only helps; unreadable or undecodable means "not one"
             cache[address] = None
     return cache[address]
 
@@ -93,9 +92,7 @@ def _recognise(ctx, address):
 
 
 def at_trampoline(frame, ctx) -> Optional[Trampoline]:
-    """The trampoline a (non-innermost) frame returned into, whose layout is known, or None."""
-    if frame.exact_pc:
-        return None
+    """The trampoline the frame's pc starts (it returned into it, or stopped there), with a known layout, or None."""
     found = recognise(ctx, frame.pc)
     return found if found is not None and found.sigreturn is not None else None
 
