@@ -48,7 +48,7 @@ from plugin.strategies.scan import read_stack_words
 SOURCE = "analysis"
 CACHE_KEY = "analysis: code"         # module.cache: the module's CodeAnalysis
 WINDOW_PAST_PC = 4096                # bytes of a function after the pc the analysis follows
-MAX_FUNCTION = 1 << 18               # a start further below the pc than this is not believed
+MAX_FUNCTION = 1 << 16               # a start further below the pc than this is not believed
 CALLER_WORDS = 256                   # stack words searched for the call that reached the function
 MAX_CALL_STARTS = 4                  # starts from calls tried before giving up
 PROLOGUE_WINDOW = 4096               # how far below the pc a prologue is looked for

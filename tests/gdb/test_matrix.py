@@ -1,6 +1,7 @@
 """The frames-added matrix (tests/helpers/matrix.py), row by row.
 
-Each row runs the program without tables (and some without symbols) under
+Each row runs the program without tables (and some without symbols; one is
+Debian's own /usr/bin/sleep) under
 GDB (natively, or the aarch64 build under qemu-user with gdb-multiarch)
 and, natively, under LLDB; the truth is GDB's own backtrace of the twin
 that keeps its tables. Asserted for every row:
@@ -13,8 +14,8 @@ that keeps its tables. Asserted for every row:
   LLDB alone.
 
 The counts are saved for the README's table (tests/.build/matrix-results.json;
-`python tests/helpers/matrix.py --update-readme` writes it). About 40 s for
-all rows.
+`python tests/helpers/matrix.py --update-readme` writes it). About 70 s for
+all rows here (23 rows, 3 debugger sessions each).
 """
 
 import pytest

@@ -2,7 +2,9 @@
 
 Each row is a program (tests/fixtures/matrix.c, jit.c) built normally, then
 its .eh_frame, .eh_frame_hdr and .debug_frame removed with objcopy (code
-and addresses unchanged), sometimes its symbols too. The truth is GDB's own
+and addresses unchanged), sometimes its symbols too; one is a real program
+nobody here wrote (Debian's /usr/bin/sleep, shipped without symbols, its
+tables removed the same way, stopped in libc's clock_nanosleep). The truth is GDB's own
 backtrace on the twin that keeps its tables; for the JIT row (JIT code
 never has tables) it is GDB's own backtrace below the JIT frame plus GDB's
 own backtrace after single-stepping out of the JIT code into its caller.
@@ -63,6 +65,8 @@ class Row:
 
     @property
     def name(self):
+        if self.program.startswith("/"):
+            return "%s %s (Debian's, no tables)" % (self.arch, Path(self.program).name)
         what = {"matrix.c": self.mode, "jit.c": "jit"}[self.program]
         strip = ", no symbols" if self.stripped else ""
         return "%s %s -%s%s" % (self.arch, what, self.build, strip)
@@ -78,6 +82,8 @@ def rows() -> List[Row]:
         out.append(Row(arch, "matrix.c", "O2", "thread", anchor="thread_main"))
         out.append(Row(arch, "matrix.c", "O2", "null"))
     out.append(Row("x86_64", "jit.c", "O2", "", tables_removed=False))
+    # A real program nobody here wrote: Debian's sleep (stripped of symbols as shipped).
+    out.append(Row("x86_64", "/usr/bin/sleep", "O2", "100", anchor="__libc_start_call_main"))
     return out
 
 
@@ -85,6 +91,8 @@ def rows() -> List[Row]:
 
 def binaries(row: Row) -> Tuple[Path, Path]:
     """(the twin with tables and symbols, the program under test)."""
+    if row.program.startswith("/"):
+        return Path(row.program), _system_copy(row)
     if row.arch == "x86_64":
         twin = build(row.program, FLAGS[row.build], name="matrix-%s-%s" % (row.program[:-2], row.build))
         post = [["objcopy", *NO_TABLES, "{out}"]] if row.tables_removed else []
@@ -93,6 +101,24 @@ def binaries(row: Row) -> Tuple[Path, Path]:
         name = "matrix-%s-%s-noeh%s" % (row.program[:-2], row.build, "-strip" if row.stripped else "")
         return twin, build(row.program, FLAGS[row.build], name=name, post=post) if post else twin
     return _aarch64(row, False), _aarch64(row, True)
+
+
+def _system_copy(row):
+    """A copy of an installed program with its tables removed."""
+    out = BUILD / ("matrix-system-%s-noeh" % Path(row.program).name)
+    if not out.exists():
+        BUILD.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp%d" % os.getpid())
+        subprocess.run(["objcopy", *NO_TABLES, row.program, str(tmp)], check=True, capture_output=True)
+        tmp.rename(out)
+    return out
+
+
+def _breakpoint(row):
+    """Where the program is stopped: matrix.c stops itself (a breakpoint instruction)."""
+    if row.program.startswith("/"):
+        return "clock_nanosleep"            # libc (with tables), called through the program's own code
+    return "stop_here" if row.program == "jit.c" else None
 
 
 def _aarch64(row, under_test):
@@ -125,9 +151,10 @@ QEMU_SETUP = ["handle SIGALRM nostop noprint pass"]
 def _gdb(row, binary, actions):
     from gdbrun import run_gdb
     args = [row.mode] if row.mode else []
-    breakpoint = "stop_here" if row.program == "jit.c" else None
+    breakpoint = _breakpoint(row)
     if row.arch == "x86_64":
-        return run_gdb(binary, actions, args=args, breakpoint=breakpoint, setup=NATIVE)[0]
+        setup = NATIVE + (["set breakpoint pending on"] if row.program.startswith("/") else [])
+        return run_gdb(binary, actions, args=args, breakpoint=breakpoint, setup=setup)[0]
     from qemu_user import qemu_user
     with qemu_user("qemu-aarch64", binary, args, options=("-cpu", "max,sve=off")) as address:
         return run_gdb(binary, actions, args=(), breakpoint=breakpoint, setup=NATIVE + QEMU_SETUP,
@@ -222,11 +249,14 @@ def _trap_address(twin):
 def lldb_columns(row, binary) -> Dict[str, list]:
     if row.arch != "x86_64":
         # LLDB 16 attached to qemu-user's gdbstub hangs once the program takes a
-        # signal (SIGALRM, even when told to pass it): those rows have no LLDB columns.
-        return {} if row.mode == "signal" else _lldb_remote(row, binary)
+        # signal (SIGALRM, even when told to pass it) and at the breakpoint in a
+        # program without symbols, and its batch mode ends at a SIGSEGV: only the
+        # plain and thread rows with symbols have LLDB columns there.
+        remote = row.mode in ("plain", "thread") and not row.stripped
+        return _lldb_remote(row, binary) if remote else {}
     from lldbrun import physical, run_lldb
     args = [row.mode] if row.mode else []
-    breakpoint = "stop_here" if row.program == "jit.c" else None
+    breakpoint = _breakpoint(row)
     results, _ = run_lldb(binary, [("lldb_alone", "frames", None),
                                    ("lldb_walk", "json", "unwind backtrace --json")],
                           args=args, breakpoint=breakpoint)
@@ -238,7 +268,7 @@ def lldb_columns(row, binary) -> Dict[str, list]:
 def function_ranges(twin: Path, arch: str) -> List[Tuple[int, int, str]]:
     """(start, end, name) of the twin's functions (nm), for "same function" at an interrupted pc."""
     nm = need_tool("nm" if arch == "x86_64" else "aarch64-linux-gnu-nm")
-    out = subprocess.run([nm, "-S", "--defined-only", str(twin)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([nm, "-S", "--defined-only", str(twin)], capture_output=True, text=True).stdout
     ranges = []
     for line in out.splitlines():
         parts = line.split()
