@@ -40,8 +40,10 @@ def test_trampoline_encodings_are_what_capstone_reads():
         assert got == texts, arch.name
 
 
-def _signal_world(arch):
-    """main -> spin (interrupted) ; signal frame ; handler (stopped). Returns (world, regs, truth)."""
+def _signal_world(arch, form=-1):
+    """main -> spin (interrupted) ; signal frame ; handler (stopped). Returns (world, regs, truth).
+
+    form: which of the arch's trampolines (i386 has the sigreturn and rt_sigreturn forms)."""
     w = World(arch)
     size = arch.address_size
     w.function("_start", 0x000, 0x100, frame_pointer=False)
@@ -50,7 +52,7 @@ def _signal_world(arch):
     w.function("handler", 0x300, 0x100)
     ra_start = w.call_at(0x010)
     ra_main = w.call_at(0x120)
-    w.put_code(CODE + TRAMPOLINE, arch.sigreturns[-1].code)
+    w.put_code(CODE + TRAMPOLINE, arch.sigreturns[form].code)
     main_fp = STACK_TOP - 0x100
     spin_fp = STACK_TOP - 0x200
     w.record(main_fp, 0, ra_start)
@@ -58,7 +60,7 @@ def _signal_world(arch):
     spin_pc, spin_sp = CODE + 0x244, spin_fp - 0x30
     # The kernel's signal frame, below the interrupted stack pointer.
     tramp_sp = spin_sp - 0x1000
-    layout = arch.sigreturns[-1]
+    layout = arch.sigreturns[form]
     context = tramp_sp + layout.context
     saved = {arch.pc: spin_pc, arch.sp: spin_sp, arch.fp: spin_fp}
     for number, offset in layout.saved.items():
@@ -73,10 +75,11 @@ def _signal_world(arch):
     return w, regs, truth
 
 
-@pytest.mark.parametrize("arch", [X86, I386], ids=lambda a: a.name)
+@pytest.mark.parametrize("arch, form", [(X86, 0), (I386, 0), (I386, 1)], ids=["x86_64", "i386-sigreturn",
+                                                                            "i386-rt_sigreturn"])
 @pytest.mark.parametrize("sources", [("frame-pointer",), ("frame-pointer", "scan")])
-def test_frame_pointer_walk_crosses_a_signal_frame(arch, sources):
-    w, regs, truth = _signal_world(arch)
+def test_frame_pointer_walk_crosses_a_signal_frame(arch, form, sources):
+    w, regs, truth = _signal_world(arch, form)
     bt = w.unwind(regs, sources=sources)
     got = [(f.pc, f.registers[arch.sp]) for f in bt.frames[1:]]
     assert got == truth, [f.function for f in bt.frames]
@@ -87,6 +90,7 @@ def test_frame_pointer_walk_crosses_a_signal_frame(arch, sources):
                for n in trampoline.evidence.notes)
     assert interrupted.evidence.found_by == "signal frame (kernel layout)"
     assert interrupted.evidence.entry["recognised_by"] == "code"
+    assert interrupted.evidence.entry["code"] == arch.sigreturns[form].text
     # The interrupted frame's callee-saved registers come from the saved context too.
     assert interrupted.registers[arch.callee_saved[0]] == 0x1000 + arch.callee_saved[0]
 
