@@ -7,8 +7,10 @@ locations: no "Saved registers" in `info frame`, no `set var` on a caller's
 register-held variables, no tail-call frames built from DW_TAG_call_site).
 So by default (`auto`) the plugin declines every frame whose lookup pc lies
 in an FDE of those sections in a module GDB has loaded as an objfile, and
-claims only where it adds: SFrame-only code, compact unwind, ARM EHABI,
-tables that exist only in memory (JIT code GDB has no objfile for), rows
+claims only where it adds: SFrame-only code, compact unwind, ARM EHABI
+where GDB's own EHABI unwinder does not apply (it reads .ARM.exidx of
+its objfiles, but trusts it only at call sites: not for the innermost
+frame nor a frame a signal interrupted), tables that exist only in memory (JIT code GDB has no objfile for), rows
 whose return address is signed with pointer authentication on a target
 whose description has no `pauth` feature (GDB then keeps the signature in
 the address), and, with `set unwind fallback on`, frame-pointer and stack
@@ -23,6 +25,7 @@ from typing import Optional
 import gdb
 
 from plugin.strategies.cfi import CfiTables
+from plugin.strategies.exidx import ExidxTables
 
 from . import objfiles
 
@@ -46,6 +49,7 @@ class GdbCoverage:
         self._loaded = None
         self._pauth = {}
         self._verdicts = {}     # lookup pc -> why GDB covers it, or None
+        self._exidx_verdicts = {}   # lookup pc of a call site -> why GDB's EHABI unwinder covers it, or None
         self.signal_pcs = set()     # covered lookup pcs in a signal trampoline (CIE augmentation 'S')
         self._generation = None
 
@@ -53,6 +57,7 @@ class GdbCoverage:
         self._loaded = None
         self._pauth.clear()
         self._verdicts.clear()
+        self._exidx_verdicts.clear()
         self.signal_pcs.clear()
 
     def _loaded_sets(self):
@@ -75,22 +80,43 @@ class GdbCoverage:
                 self._pauth[arch_name] = False
         return self._pauth[arch_name]
 
-    def gdb_covers(self, pc, ctx, pending_frame) -> Optional[str]:
+    def gdb_covers(self, pc, ctx, pending_frame, call_site=False) -> Optional[str]:
         """Why GDB's own DWARF unwinder handles the frame whose lookup pc is `pc` from the
-        same table, or None if it does not."""
+        same table, or None if it does not. call_site: the frame is a caller whose callee
+        is a normal frame, where GDB's EHABI unwinder trusts .ARM.exidx too."""
         if self._generation != ctx.target.generation:      # the module list changed
             self._generation = ctx.target.generation
             self._verdicts.clear()
+            self._exidx_verdicts.clear()
             self.signal_pcs.clear()
         try:
-            return self._verdicts[pc]
+            verdict = self._verdicts[pc]
         except KeyError:
-            pass
-        if len(self._verdicts) >= VERDICT_CACHE_SIZE:
-            self._verdicts.clear()
-            self.signal_pcs.clear()
-        verdict = self._verdicts[pc] = self._covers(pc, ctx, pending_frame)
+            if len(self._verdicts) >= VERDICT_CACHE_SIZE:
+                self._verdicts.clear()
+                self.signal_pcs.clear()
+            verdict = self._verdicts[pc] = self._covers(pc, ctx, pending_frame)
+        if verdict is None and call_site and ctx.arch.name == "arm":
+            try:
+                verdict = self._exidx_verdicts[pc]
+            except KeyError:
+                if len(self._exidx_verdicts) >= VERDICT_CACHE_SIZE:
+                    self._exidx_verdicts.clear()
+                verdict = self._exidx_verdicts[pc] = self._exidx_covers(pc, ctx)
         return verdict
+
+    def _exidx_covers(self, pc, ctx):
+        """GDB's arm unwinder reads .ARM.exidx of each objfile it loaded and uses an entry at
+        a call site (its callee a normal frame) when the entry can be unwound; elsewhere
+        (the innermost frame, a frame interrupted by a signal) it analyses the prologue."""
+        module = ctx.modules.find(pc)
+        if module is None or not self.loaded_by_gdb(module):
+            return None
+        entry = ExidxTables.of(module, ctx.target).unwindable(pc, ctx.symbol)
+        if entry is None:
+            return None
+        return "GDB's EHABI unwinder covers the call site 0x%x (.ARM.exidx entry %d for 0x%x in %s): " \
+            "left to GDB (set unwind claim auto)" % (pc, entry.index, entry.function, module.name)
 
     def _covers(self, pc, ctx, pending_frame):
         module = ctx.modules.find(pc)

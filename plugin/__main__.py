@@ -100,18 +100,8 @@ def cmd_tables(args):
 
 
 def _open_file(path, arch):
-    """FileTarget for an ELF file, MachOFileTarget for a Mach-O (thin or universal) one."""
-    from plugin.targets.elf import FileTarget
-    from plugin.formats.macho import FAT_MAGIC, FAT_MAGIC_64
-    from plugin.targets.macho import MachOFileTarget
-    from plugin.modules.macho import is_macho_magic
-    with open(path, "rb") as handle:
-        head = handle.read(4)
-    if is_macho_magic(head) or int.from_bytes(head, "big") in (FAT_MAGIC, FAT_MAGIC_64):
-        return MachOFileTarget(path, arch=arch)
-    if arch is not None:
-        raise ValueError("--arch selects a slice of a universal Mach-O file; this is not a Mach-O file")
-    return FileTarget(path)
+    from plugin.targets import open_file
+    return open_file(path, arch)
 
 
 def _fail(message):

@@ -12,10 +12,14 @@ T) can be handed to the debugger, whose Arm code asks every frame for it.
 The module registers itself in plugin.arch's tables on import.
 """
 
+from dataclasses import dataclass
+from typing import Optional
+
 from plugin import arch as arches
 from plugin.arch import Arch
 
 ELF_MACHINE_ARM = 40
+SP, LR, PC = 13, 14, 15
 D0, WCGR0, WR0 = 256, 104, 112
 CPSR = 0x1000
 CPSR_THUMB = 0x20
@@ -29,7 +33,19 @@ for _n in range(8):
 for _n in range(16):
     _NAMES[WR0 + _n] = "wr%d" % _n
 
-ARCH = Arch(
+
+@dataclass(frozen=True)
+class ArmArch(Arch):
+    def return_to(self, ra: int, callee, caller: dict) -> int:
+        """Bit 0 of a return address is the caller's instruction set (1: Thumb): the pc
+        drops it and the caller's CPSR.T is set from it (when the callee's CPSR is known)."""
+        cpsr = callee.get(CPSR)
+        if cpsr is not None:
+            caller[CPSR] = (cpsr | CPSR_THUMB) if ra & 1 else (cpsr & ~CPSR_THUMB)
+        return ra & ~1
+
+
+ARCH = ArmArch(
     name="arm", address_size=4, byteorder="little",
     registers=_NAMES,
     sp=13, fp=11, ra=14, pc=15,
@@ -40,3 +56,149 @@ ARCH = Arch(
 
 arches.BY_NAME.setdefault(ARCH.name, ARCH)
 arches.BY_ELF_MACHINE.setdefault(ARCH.elf_machine, ARCH)
+
+
+# -- instruction facts for rows that hold only at call sites (EHABI) -----------------
+#
+# The straight-line code around a pc, run symbolically over capstone (Arm and
+# Thumb-2): each core register is a (register, offset) pair of values at the
+# start of the run, or None once something not tracked writes it (a load, an
+# arithmetic result). Tracked: push/pop/vpush/vpop and ldm/stmdb with sp
+# written back, `add|sub rd, rn, #imm`, `mov rd, rn`, `str|ldr r, [sp, #-n]!|[sp], #n`.
+
+SWEEP_BYTES = 512       # a prologue is shorter: a longer straight line is the body
+EPILOGUE_INSNS = 16
+_CS = {}
+_CORE = {"r%d" % n: n for n in range(13)}
+_CORE.update({"sb": 9, "sl": 10, "fp": 11, "ip": 12, "sp": 13, "lr": 14, "pc": 15})   # capstone's names
+_PUSHES = ("push", "vpush", "stmdb", "stmfd")
+_POPS = ("pop", "vpop", "ldm", "ldmia", "ldmfd")
+_FLAG_SETTING = {"adds": "add", "subs": "sub", "movs": "mov"}     # the same effect on the registers
+
+
+@dataclass(frozen=True)
+class CodeFacts:
+    """prologue: the symbolic registers at pc, run from the function's start along the
+    straight line (None when it was left: an unconditional branch, a call, a return, or
+    pc too far), and stored: the registers it saved on the stack on the way; epilogue: those just after the next return from pc, run from pc (None when
+    a branch or a call comes first); returns_by_lr: that return is `bx lr`."""
+    prologue: Optional[dict]
+    epilogue: Optional[dict]
+    returns_by_lr: bool
+    stored: frozenset = frozenset()
+
+
+def value(regs: dict, number: int):
+    """A register's symbolic value: (register at the run's start, offset), or None."""
+    return regs[number] if number in regs else (number, 0)
+
+
+def _disassembler(thumb):
+    md = _CS.get(thumb)
+    if md is None:
+        import capstone
+        md = capstone.Cs(capstone.CS_ARCH_ARM, capstone.CS_MODE_THUMB if thumb else capstone.CS_MODE_ARM)
+        md.detail = True
+        _CS[thumb] = md
+    return md
+
+
+def _plus(symbol, k):
+    return None if symbol is None else (symbol[0], symbol[1] + k)
+
+
+def _run(insn, regs, stored=None):
+    """Apply one instruction to the symbolic registers; add to `stored` the registers it saves on
+    the stack."""
+    from capstone import arm as cs_arm
+    mnemonic = insn.mnemonic.split(".")[0]
+    mnemonic = _FLAG_SETTING.get(mnemonic, mnemonic)
+    ops = insn.operands
+    names = [_CORE.get(insn.reg_name(o.reg)) if o.type == cs_arm.ARM_OP_REG else None for o in ops]
+    _, written = insn.regs_access()
+    written = {_CORE.get(insn.reg_name(r)) for r in written} - {None}
+    if SP in written and (mnemonic in _PUSHES or mnemonic in _POPS):
+        listed = [n for n, o in zip(names, ops) if o.type == cs_arm.ARM_OP_REG and n != SP]
+        width = 8 if mnemonic.startswith("v") and insn.reg_name(ops[0].reg).startswith("d") else 4
+        size = width * (len(ops) - (1 if names[0] == SP else 0))
+        regs[SP] = _plus(value(regs, SP), -size if mnemonic in _PUSHES else size)
+        for n in listed:
+            if mnemonic in _POPS and n is not None:
+                regs[n] = None
+            elif stored is not None and n is not None:
+                stored.add(n)
+        return
+    if mnemonic in ("add", "sub", "addw", "subw") and len(ops) == 3 and ops[2].type == cs_arm.ARM_OP_IMM \
+            and names[0] is not None and names[1] is not None:
+        regs[names[0]] = _plus(value(regs, names[1]), ops[2].imm if mnemonic.startswith("add") else -ops[2].imm)
+        return
+    if mnemonic in ("add", "sub") and len(ops) == 2 and ops[1].type == cs_arm.ARM_OP_IMM and names[0] is not None:
+        regs[names[0]] = _plus(value(regs, names[0]), ops[1].imm if mnemonic == "add" else -ops[1].imm)
+        return
+    if mnemonic == "mov" and len(ops) == 2 and names[0] is not None and names[1] is not None:
+        regs[names[0]] = value(regs, names[1])
+        return
+    if stored is not None and mnemonic in ("str", "strd") and ops[-1].type == cs_arm.ARM_OP_MEM \
+            and _CORE.get(insn.reg_name(ops[-1].mem.base)) == SP:
+        stored.update(n for n in names if n is not None)
+    if mnemonic in ("str", "ldr") and insn.writeback and len(ops) >= 2 and ops[1].type == cs_arm.ARM_OP_MEM \
+            and _CORE.get(insn.reg_name(ops[1].mem.base)) == SP:
+        step = ops[1].mem.disp if mnemonic == "str" else 4     # [sp, #-4]! down, [sp], #4 up
+        regs[SP] = _plus(value(regs, SP), step)
+        if mnemonic == "ldr" and names[0] is not None:
+            regs[names[0]] = None
+        return
+    for n in written:
+        if n != PC:
+            regs[n] = None
+
+
+def _branches(insn):
+    _, written = insn.regs_access()
+    return any(_CORE.get(insn.reg_name(r)) == PC for r in written) or \
+        insn.mnemonic.split(".")[0] in ("bl", "blx", "cbz", "cbnz")
+
+
+def _conditional(insn):
+    from capstone import arm as cs_arm
+    return insn.cc not in (cs_arm.ARM_CC_AL, cs_arm.ARM_CC_INVALID) or insn.mnemonic in ("cbz", "cbnz")
+
+
+def _returns(insn):
+    mnemonic = insn.mnemonic.split(".")[0]
+    if mnemonic == "bx":
+        return insn.op_str == "lr"
+    return mnemonic in _POPS + ("ldr",) and "pc" in insn.op_str and (mnemonic != "ldr" or "[sp]" in insn.op_str)
+
+
+def code_facts(read, start: int, pc: int, thumb: bool) -> Optional[CodeFacts]:
+    """CodeFacts at pc in the function starting at start; None when the code cannot be read."""
+    md = _disassembler(thumb)
+    prologue, stored = None, set()
+    if pc - start <= SWEEP_BYTES:
+        code = read(start, pc - start)
+        if code is None:
+            return None
+        prologue, at = {}, start
+        for insn in md.disasm(code, start):
+            at = insn.address + insn.size
+            if _branches(insn) and not _conditional(insn):
+                prologue = None
+                break
+            _run(insn, prologue, stored)
+        if at != pc:
+            prologue = None         # bytes capstone cannot decode, or pc inside an instruction
+    epilogue, by_lr = None, False
+    code = read(pc, 4 * EPILOGUE_INSNS)
+    if code is not None:
+        regs = {}
+        for count, insn in enumerate(md.disasm(code, pc)):
+            if count >= EPILOGUE_INSNS:
+                break
+            if _branches(insn):
+                if _returns(insn) and not _conditional(insn):
+                    _run(insn, regs)
+                    epilogue, by_lr = regs, insn.mnemonic.startswith("bx")
+                break
+            _run(insn, regs)
+    return CodeFacts(prologue, epilogue, by_lr, frozenset(stored))

@@ -10,138 +10,107 @@ computes when a `vsp = r[n]` came between) and the shared evaluator reads
 the values. The caller's pc is the popped r15 if there was one, else its
 r14 (the `finish` rule), with the Thumb bit cleared.
 
-EHABI opcodes describe a function at its call sites, after its prologue:
-at an exact pc (the innermost frame) on the function's first instruction
-the entry rule (CFA = sp, return address in lr) is used instead; elsewhere
-in a prologue or epilogue of the innermost frame they can be wrong, which
-the engine's checks may catch but nothing here detects. VFP and iWMMXt
+EHABI opcodes describe a function at its call sites, after its prologue.
+At an exact pc (the innermost frame, a frame a signal interrupted) the
+straight-line code around pc decides (checked_at): the opcodes' row where
+the code agrees with it, the entry rule (CFA = sp, return address in lr)
+where nothing is saved yet or all is popped before `bx lr`, else "not
+known" (not applicable, kind not-at-call-site). VFP and iWMMXt
 registers popped are skipped over, not tracked (the core's rules read
 address-sized words), so those registers are unknown in the caller.
 """
 
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import List, Optional
 
-from plugin.arch import arm
+from plugin.arch import arm, reader
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import exidx
-from plugin.formats.exidx_ops import LR, PC, SP, OpKind
-from plugin.memory import Region, encode_sleb
+from plugin.formats.exidx_ops import LR, SP
+from plugin.memory import Region
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
-from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
+from plugin.model.rules import CfaKind, RuleKind
 from plugin.modules import region_of
 from plugin.strategies import ModuleTables
 from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.exidx_plan import Plan, at_entry, plan  # noqa: F401 (plan: the module's API)
 
 SOURCE = "exidx"
 SECTION = exidx.INDEX_SECTION
 FOUND_BY = ".ARM.exidx EHABI"
-_DW_OP_BREG0, _DW_OP_DEREF, _DW_OP_CONSTS, _DW_OP_PLUS, _DW_OP_DROP = 0x70, 0x06, 0x11, 0x22, 0x13
 
 
-@dataclass
-class Plan:
-    """An entry's opcodes run symbolically: the Row, and what each instruction did."""
-    row: Row
-    effects: List[str]              # one sentence per executed instruction
-    pc_from: int                    # PC (popped) or LR (the finish rule)
-    skipped: List[str]              # VFP/iWMMXt pops: stepped over, registers not tracked
-    refused: bool                   # a "refuse to unwind" instruction was reached
+def function_start(entry: exidx.IndexEntry, ctx, pc: int) -> int:
+    """Where the function holding pc starts: its symbol when it lies in the entry's range (the
+    linker merges the identical index entries of adjacent functions), else the entry's start."""
+    hit = ctx.symbol(pc)
+    start = hit[1] & ~1 if hit and hit[1] is not None else None
+    return start if start is not None and entry.function <= start <= pc else entry.function
 
 
-# -- symbolic values: (base, offset); base is ("reg", n) or ("load", value) ----------
+def checked_at(steps: Plan, start: int, frame, ctx, pc: int):
+    """The Plan for the innermost frame at pc, or a not-applicable Outcome.
 
-def _reg(n, offset=0):
-    return (("reg", n), offset)
-
-
-def _plus(value, k):
-    return (value[0], value[1] + k)
-
-
-def _text(value, arch):
-    base, k = value
-    core = arch.name_of(base[1]) if base[0] == "reg" else "[%s]" % _text(base[1], arch)
-    return "%s%+d" % (core, k) if k else core
-
-
-def _expression(value):
-    base, k = value
-    if base[0] == "reg" and base[1] < 32:
-        return bytes([_DW_OP_BREG0 + base[1]]) + encode_sleb(k)
-    out = _expression(base[1]) + bytes([_DW_OP_DEREF])
-    if k:
-        out += bytes([_DW_OP_CONSTS]) + encode_sleb(k) + bytes([_DW_OP_PLUS])
-    return out
-
-
-def plan(unwind: exidx.UnwindEntry, arch, start: int, end: int) -> Plan:
-    """The Plan of a decoded UnwindEntry for the range [start, end)."""
-    vsp = _reg(SP)
-    saved = {}                      # core register -> address value it was popped from
-    effects, skipped = [], []
-    refused = False
-    for ins in unwind.instructions:
-        kind = ins.kind
-        if kind == OpKind.FINISH:
-            effects.append("finish: stop")
-            break
-        if kind == OpKind.REFUSE:
-            refused = True
-            effects.append("refuse to unwind")
-            break
-        if kind == OpKind.VSP_ADD:
-            vsp = _plus(vsp, ins.amount)
-            effects.append("vsp = %s" % _text(vsp, arch))
-        elif kind == OpKind.VSP_SUB:
-            vsp = _plus(vsp, -ins.amount)
-            effects.append("vsp = %s" % _text(vsp, arch))
-        elif kind == OpKind.VSP_FROM_REGISTER:
-            n = ins.register
-            vsp = (("load", saved[n]), 0) if n in saved else _reg(n)
-            effects.append("vsp = %s = %s" % (arch.name_of(n), _text(vsp, arch)))
-        elif kind == OpKind.POP:
-            parts, slot = [], vsp
-            for n in ins.registers:
-                saved[n] = slot
-                parts.append("%s from [%s]" % (arch.name_of(n), _text(slot, arch)))
-                slot = _plus(slot, 4)
-            vsp = (("load", saved[SP]), 0) if SP in ins.registers else slot
-            effects.append("%s; vsp = %s" % (", ".join(parts), _text(vsp, arch)))
-        else:
-            skipped.append(ins.text())
-            vsp = _plus(vsp, ins.amount)
-            effects.append("%s skipped (not tracked): %d bytes; vsp = %s" % (ins.text(), ins.amount,
-                                                                              _text(vsp, arch)))
-    registers = {}
-    for n, where in saved.items():
-        if n == SP:
-            continue                # the caller's sp is the CFA
-        if where[0] == vsp[0]:
-            registers[n] = Rule(RuleKind.OFFSET, offset=where[1] - vsp[1])
-        else:
-            registers[n] = Rule(RuleKind.EXPRESSION, expression=bytes([_DW_OP_DROP]) + _expression(where))
-    registers.setdefault(LR, Rule(RuleKind.SAME))
-    base, k = vsp
-    if base[0] == "reg":
-        cfa = CfaRule(CfaKind.REGISTER, register=base[1], offset=k)
-    elif k == 0 and base[1][0][0] == "reg":
-        cfa = CfaRule(CfaKind.REGISTER, register=base[1][0][1], offset=base[1][1], deref=True)
-    else:
-        cfa = CfaRule(CfaKind.EXPRESSION, expression=_expression(vsp))
-    row = Row(address=start, cfa=cfa, registers=registers, end=end)
-    return Plan(row, effects, PC if PC in saved else LR, skipped, refused)
+    EHABI opcodes hold at call sites. The innermost frame may be stopped
+    anywhere, so the straight-line code around pc decides (arm.code_facts):
+    run from the function's start, the row's CFA must be the entry sp; run
+    from pc through the next return, the sp after it must be the row's CFA.
+    Where nothing is pushed yet, or all is popped before a `bx lr`, the entry
+    rule holds instead; elsewhere the caller is not known from the table.
+    """
+    arch = ctx.arch
+    cpsr = frame.registers.get(arm.CPSR)
+    cfa = steps.row.cfa
+    if cpsr is None or cfa.kind != CfaKind.REGISTER or cfa.deref:
+        return replace(steps, effects=steps.effects + [
+            "not checked against the code at 0x%x (%s): valid only if pc is past the prologue"
+            % (pc, "CPSR unknown" if cpsr is None else "the CFA rule is not register+offset")])
+    facts = arm.code_facts(reader(ctx.read_memory), start, pc, bool(cpsr & arm.CPSR_THUMB))
+    if facts is None:
+        return Outcome.failed(SOURCE, "the code of the function at 0x%x cannot be read to check the pc "
+                              "0x%x is past its prologue" % (start, pc), FailureKind.UNREADABLE_MEMORY)
+    row_cfa = (cfa.register, cfa.offset)
+    if facts.prologue is not None:
+        regs = facts.prologue
+        base = arm.value(regs, cfa.register)
+        saved = {n for n, rule in steps.row.registers.items() if rule.kind != RuleKind.SAME}
+        if base is not None and (base[0], base[1] + cfa.offset) == (SP, 0) and saved <= facts.stored:
+            return steps
+        if arm.value(regs, SP) == (SP, 0) and arm.value(regs, LR) == (LR, 0):
+            return at_entry(None, arch, pc, "the code from the function's start (0x%x) to pc 0x%x "
+                            "pushes nothing and keeps %s" % (start, pc, arch.name_of(LR)))
+        return Outcome.not_applicable(SOURCE, "pc 0x%x is in the prologue of the function at 0x%x: run from its "
+                                      "start, the code does not yet give CFA = %s and the saves of the "
+                                      "opcodes' rule; EHABI rows hold after the prologue, so the caller is "
+                                      "not known from them"
+                                      % (pc, start, steps.row.cfa.text(arch)), FailureKind.NOT_AT_CALL_SITE)
+    if facts.epilogue is not None:
+        after = arm.value(facts.epilogue, SP)
+        if after == row_cfa or _number(after, frame) == _number(row_cfa, frame) is not None:
+            return steps
+        if facts.returns_by_lr and after == (SP, 0) and arm.value(facts.epilogue, LR) == (LR, 0):
+            return at_entry(None, arch, pc, "from pc 0x%x the code returns by `bx lr` with nothing left "
+                            "to pop" % pc)
+        return Outcome.not_applicable(SOURCE, "pc 0x%x is in an epilogue of the function at 0x%x: run to the "
+                                      "return, the code leaves sp at %s, not at the opcodes' CFA = %s; the "
+                                      "caller is not known from them" % (
+                                          pc, start, _symbol_text(after, arch),
+                                          steps.row.cfa.text(arch)), FailureKind.NOT_AT_CALL_SITE)
+    return steps
 
 
-def at_entry(entry: exidx.IndexEntry, arch) -> Plan:
-    """The Plan at a function's first instruction, where its opcodes do not hold yet."""
-    row = Row(address=entry.function, cfa=CfaRule(CfaKind.REGISTER, register=SP, offset=0),
-              registers={LR: Rule(RuleKind.SAME)}, end=entry.function + 1)
-    note = ("the pc is the function's first instruction: nothing is saved yet, so CFA = %s and "
-            "the return address is in %s (the opcodes describe the body, after the prologue)"
-            % (arch.name_of(SP), arch.name_of(LR)))
-    return Plan(row, [note], LR, [], False)
+def _number(symbol, frame):
+    """A symbolic (register, offset) of the current registers as a number, or None."""
+    if symbol is None or frame.registers.get(symbol[0]) is None:
+        return None
+    return (frame.registers.get(symbol[0]) + symbol[1]) & 0xFFFFFFFF
+
+
+def _symbol_text(symbol, arch):
+    if symbol is None:
+        return "a value not tracked"
+    return "%s%+d" % (arch.name_of(symbol[0]), symbol[1]) if symbol[1] else arch.name_of(symbol[0])
 
 
 # -- the module's tables -------------------------------------------------------
@@ -199,6 +168,20 @@ class ExidxTables(ModuleTables):
         return found
 
 
+    def unwindable(self, pc, symbol) -> Optional[exidx.IndexEntry]:
+        """The entry covering pc if its opcodes can be run (not EXIDX_CANTUNWIND, decoded,
+        no refusal), else None: what GDB's own EHABI unwinder can use at a call site."""
+        table = self.table()
+        entry = table.find(pc) if table is not None else None
+        if entry is None or pc >= self.end_of(entry) or entry.kind == exidx.EntryKind.CANTUNWIND:
+            return None
+        try:
+            _, steps = self.planned(entry, symbol)
+        except DecodeError:
+            return None
+        return entry if steps is not None and not steps.refused else None
+
+
 # -- the step ------------------------------------------------------------------
 
 def step(frame, ctx) -> Outcome:
@@ -227,8 +210,15 @@ def step(frame, ctx) -> Outcome:
     if steps.refused:
         return Outcome.not_applicable(SOURCE, "the opcodes of entry %d refuse to unwind" % entry.index,
                                       FailureKind.NO_RETURN_ADDRESS)
-    if frame.exact_pc and pc == entry.function:
-        steps = at_entry(entry, module.arch)
+    start = function_start(entry, ctx, pc) if frame.exact_pc else entry.function
+    if frame.exact_pc and pc == start:
+        steps = at_entry(entry, module.arch, pc, None if start == entry.function else
+                         "the pc is the first instruction of the function at 0x%x (from symbols; the linker "
+                         "merged its index entry with the one at 0x%x)" % (start, entry.function))
+    elif frame.exact_pc:
+        steps = checked_at(steps, start, frame, ctx, pc)
+        if isinstance(steps, Outcome):
+            return steps
     evidence = StepEvidence(source=SOURCE, found_by=FOUND_BY, lookup_pc=pc, module=module.name,
                             section=SECTION, section_address=table.address,
                             entry=entry_json(entry, unwind, steps, "binary search of the index"),
@@ -255,10 +245,7 @@ def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:
                               % arch.name_of(steps.pc_from), FailureKind.NO_RETURN_ADDRESS, evidence=evidence)
     if ra & 1:
         evidence.notes.append("return address 0x%x has bit 0 set: the caller runs Thumb code" % ra)
-    caller[arch.pc] = ra & ~1
-    cpsr = frame.registers.get(arm.CPSR)
-    if cpsr is not None:            # the caller's state: Thumb when the return address says so
-        caller[arm.CPSR] = (cpsr | arm.CPSR_THUMB) if ra & 1 else (cpsr & ~arm.CPSR_THUMB)
+    caller[arch.pc] = arch.return_to(ra, frame.registers, caller)
     if steps.skipped:
         evidence.notes.append("popped but not tracked: %s" % "; ".join(steps.skipped))
     evidence.caller_registers = caller

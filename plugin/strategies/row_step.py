@@ -28,6 +28,15 @@ def step_with_row(row, frame, ctx, evidence, signal_frame=False):
                        evidence=evidence, outermost=True, signal_frame=signal_frame)
     caller = result.registers
     ra = caller.get(arch.ra)
+    if ra is None and arch.ra != arch.pc and arch.ra not in row.registers:
+        # No rule for a return-address register (Arm's lr, aarch64's x30): it keeps
+        # its value, as GDB's DWARF unwinder treats an unspecified register; a
+        # leaf's rows say nothing about lr.
+        ra = frame.registers.get(arch.ra)
+        if ra is not None:
+            caller[arch.ra] = ra
+            evidence.notes.append("the row has no rule for %s: it keeps its value 0x%x (same value), "
+                                  "the return address" % (arch.name_of(arch.ra), ra))
     if ra is None:
         return Outcome.failed(evidence.source,
                               "the row gives no value for the return address (%s)" % arch.name_of(arch.ra),
@@ -38,7 +47,7 @@ def step_with_row(row, frame, ctx, evidence, signal_frame=False):
             evidence.notes.append("return address 0x%x is signed; pointer-auth bits stripped: 0x%x"
                                   % (ra, stripped))
         ra = stripped
-    caller[arch.pc] = ra
+    caller[arch.pc] = arch.return_to(ra, frame.registers, caller)
     evidence.caller_registers = caller
     return Outcome(AttemptStatus.RECOVERED, evidence.source, registers=caller, evidence=evidence,
                    signal_frame=signal_frame)

@@ -34,7 +34,7 @@ from plugin.model.evidence import StepEvidence
 from plugin.memory import PAGE
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
-from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_by_convention,
+from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_child_of_clone,
                             sets_up_frame_pointer)
 from plugin.strategies import sigframe
 from plugin.strategies.row_step import step_with_row
@@ -51,7 +51,7 @@ def step(frame, ctx):
     trampoline = sigframe.at_trampoline(frame, ctx)
     if trampoline is not None:
         return sigframe.step(frame, ctx, SOURCE, trampoline)
-    marker = outermost_by_convention(frame, ctx, SOURCE)
+    marker = outermost_child_of_clone(frame, ctx, SOURCE)
     if marker is not None:
         return marker
     sp = frame.registers.get(arch.sp)

@@ -3,6 +3,7 @@
 import struct
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from plugin.arch import arm
 from plugin.errors import MemoryReadError
@@ -120,3 +121,58 @@ def test_entry_rule():
 def test_every_executed_instruction_has_an_effect(hexbytes, count):
     steps = plan(unwind(hexbytes), ARCH, 0x1000, 0x1100)
     assert len(steps.effects) == count
+
+
+# -- the code around an innermost pc (arm.code_facts), on GCC's own bytes ------------------
+# arm-linux-gnueabihf-gcc -O0 -marm, level2 of tests/fixtures/ehabi.cpp (objdump -d):
+#   0 push {fp, lr}   4 add fp, sp, #4   8 sub sp, sp, #16   c str r0, [fp, #-16]
+#   10 bl ...         14 sub sp, fp, #4  18 pop {fp, pc}
+ARM_O0 = bytes.fromhex("00482de9" "04b08de2" "10d04de2" "10000be5" "ecffffeb" "04d04be2" "0088bde8")
+# -mthumb -O2 -fno-omit-frame-pointer shape: push {r7, lr}; add r7, sp, #0; bl; mov sp, r7; pop {r7, pc};
+# then a leaf's `bx lr`.
+THUMB = bytes.fromhex("80b5" "00af" "fff7feff" "bd46" "80bd" "7047")
+
+
+def facts(code, start, pc, thumb=False):
+    return arm.code_facts(lambda a, n: code[a - start:a - start + n], start, pc, thumb)
+
+
+@pytest.mark.parametrize("pc, sp, fp", [
+    (0x1000, (13, 0), (11, 0)),         # entry: nothing done
+    (0x1004, (13, -8), (11, 0)),        # after push {fp, lr}: fp not yet set
+    (0x1008, (13, -8), (13, -4)),       # fp = entry sp - 4: the row CFA = fp+4 holds from here
+    (0x100c, (13, -24), (13, -4)),
+])
+def test_prologue_run_from_the_start(pc, sp, fp):
+    found = facts(ARM_O0, 0x1000, pc)
+    assert arm.value(found.prologue, 13) == sp and arm.value(found.prologue, 11) == fp
+    assert found.epilogue is None or pc >= 0x1014
+    assert found.stored == (frozenset() if pc == 0x1000 else {11, 14})      # push {fp, lr}
+
+
+def test_a_call_ends_the_straight_line_and_the_epilogue_is_run_to_the_return():
+    found = facts(ARM_O0, 0x1000, 0x1014)
+    assert found.prologue is None                       # the bl was on the way
+    assert arm.value(found.epilogue, 13) == (11, 4)     # sp = fp - 4, then pop {fp, pc}: fp + 4
+    assert not found.returns_by_lr
+    assert arm.value(facts(ARM_O0, 0x1000, 0x1018).epilogue, 13) == (13, 8)
+    assert facts(ARM_O0, 0x1000, 0x100c).epilogue is None     # a call comes before any return
+
+
+def test_thumb():
+    assert arm.value(facts(THUMB, 0x2000, 0x2004, thumb=True).prologue, 7) == (13, -8)
+    assert facts(THUMB, 0x2000, 0x2004, thumb=True).stored == {7, 14}
+    at_mov = facts(THUMB, 0x2000, 0x2008, thumb=True)
+    assert arm.value(at_mov.epilogue, 13) == (7, 8)
+    at_bx = facts(THUMB, 0x2000, 0x200c, thumb=True)
+    assert at_bx.returns_by_lr and arm.value(at_bx.epilogue, 13) == (13, 0)
+    assert facts(THUMB, 0x2000, 0x2002, thumb=True).prologue is not None
+    assert arm.code_facts(lambda a, n: None, 0x2000, 0x2002, True) is None     # unreadable code
+
+
+@settings(max_examples=300, deadline=None)
+@given(code=st.binary(min_size=0, max_size=96), offset=st.integers(0, 48).map(lambda n: n * 2), thumb=st.booleans())
+def test_code_facts_never_raise_on_any_bytes(code, offset, thumb):
+    found = arm.code_facts(lambda a, n: code[a - 0x4000:a - 0x4000 + n] if a - 0x4000 + n <= len(code) else None,
+                           0x4000, 0x4000 + offset, thumb)
+    assert found is None or isinstance(found, arm.CodeFacts)

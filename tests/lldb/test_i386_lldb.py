@@ -1,0 +1,84 @@
+"""32-bit x86 live in LLDB: chain.c built with `gcc -m32`, launched natively.
+
+Oracle: LLDB's own physical frames (pc, sp) and its register values.
+
+- The i386 register map (lldb_commands/native.py reads each DWARF
+  register by the arch's names): the plugin's registers of frame 0 are
+  LLDB's eax..eip, every one of them.
+- `cfi` at -O0, -O2 and -O2 -fomit-frame-pointer, stops in our code
+  (plain, a SIGUSR1 handler, qsort's callback) and in libc (getpid):
+  the plugin's walk equals LLDB's frames down to _start.
+- `frame-pointer` and `scan` with .eh_frame removed: equal to LLDB's frames
+  on the twin with tables, sp relative to the innermost frame's (the two
+  programs' paths differ, so their stacks sit at different heights).
+"""
+
+import pytest
+
+from lldbrun import physical, run_lldb
+from support import build
+
+BUILDS = {"O0": ["-O0"], "O2": ["-O2"], "O2-nofp": ["-O2", "-fomit-frame-pointer"]}
+SIGNAL = ["process handle SIGUSR1 -s false -p true -n false"]
+STOPS = {                       # name: (arguments, breakpoint, setup, innermost function)
+    "plain": (["plain"], "stop_here", [], "stop_here"),
+    "signal": (["signal"], "stop_here", SIGNAL, "stop_here"),
+    "qsort": (["qsort"], "stop_here", [], "stop_here"),
+    "libc": (["qsort"], "getpid", [], "getpid"),       # LLDB names it __getpid
+}
+I386_REGISTERS = ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "eip"]
+LLDB_REGISTERS = ("{r.GetName(): r.GetValueAsUnsigned() for s in frame.GetRegisters() for r in s "
+                  "if r.GetName() in %r}" % (I386_REGISTERS,))
+STRIP = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+
+
+def _program(flags_name, post=None, name="chain-i386"):
+    return build("chain.c", ["-m32", *BUILDS[flags_name]], name=name, post=post)
+
+
+def _pc_sp(frames):
+    return [(f["pc"], f["sp"]) for f in frames]
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+@pytest.mark.parametrize("flags_name", sorted(BUILDS))
+def test_i386_cfi_walk_equals_lldb(flags_name, stop):
+    args, breakpoint, setup, innermost = STOPS[stop]
+    results, transcript = run_lldb(_program(flags_name), [
+        ("triple", "py", "target.GetTriple()"),
+        ("frames", "frames", None),
+        ("ours", "json", "unwind backtrace --json --sources cfi"),
+        ("explain", "json", "unwind explain --json 0"),
+        ("lldb_registers", "py", LLDB_REGISTERS),
+    ], args=args, breakpoint=breakpoint, setup=setup)
+    assert results["triple"].startswith("i386-"), results["triple"]
+    # The register map: every i386 register, LLDB's value.
+    ours_registers = results["explain"]["frames"][0]["registers"]
+    assert sorted(results["lldb_registers"]) == sorted(I386_REGISTERS)
+    assert {name: ours_registers[name] for name in I386_REGISTERS} == results["lldb_registers"]
+    theirs = physical(results["frames"])
+    assert theirs[0]["function"].endswith(innermost) and theirs[-1]["function"] == "_start", transcript
+    frames = results["ours"]["frames"]
+    assert _pc_sp(frames) == _pc_sp(theirs), transcript
+    assert all(f["method"] == "cfi" for f in frames[1:])
+    assert results["ours"]["stop_reason"] == "outermost"
+    if stop == "signal":
+        assert any(f["signal_frame"] for f in frames), frames
+
+
+def _relative(frames):
+    return [(f["pc"], f["sp"] - frames[0]["sp"]) for f in frames]
+
+
+@pytest.mark.parametrize("flags_name", sorted(BUILDS))
+def test_i386_fallbacks_equal_lldb_on_the_twin_with_tables(flags_name):
+    truth, _ = run_lldb(_program(flags_name), [("frames", "frames", None)], args=["plain"])
+    results, transcript = run_lldb(_program(flags_name, STRIP, "chain-i386-noeh"), [
+        ("ours", "json", "unwind backtrace --json --sources frame-pointer,scan"),
+    ], args=["plain"])
+    theirs = physical(truth["frames"])
+    upto = [f["function"] for f in theirs].index("main") + 1
+    frames = results["ours"]["frames"]
+    assert _relative(frames)[:upto] == _relative(theirs)[:upto], transcript
+    methods = {f["method"] for f in frames[2:upto]}
+    assert methods == ({"frame-pointer"} if flags_name == "O0" else {"scan"}), frames
