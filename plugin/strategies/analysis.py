@@ -24,7 +24,9 @@ A caller frame is read at the state before the call it made (its return
 address follows that call), the innermost or an interrupted frame at its
 exact pc. An innermost pc that is not code at all (a call through a null
 or stale function pointer) is a function entered by that call: only the
-return address the call left is known (the ABI's entry rule).
+return address the call left is known: the analysis leaves that frame to
+the frame-pointer source's edge rule (a call to a non-code address). The
+child side of clone/clone3 is outermost, as for the other fallbacks.
 
 Like every fallback it answers only where no table covers the frame, and
 GDB's `bt` uses it only with `set unwind fallback on`.
@@ -42,6 +44,7 @@ from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.model.rules import RuleKind
 from plugin.model.vocabulary import Vocabulary
 from plugin.strategies import sigframe
+from plugin.strategies.frame_pointer import outermost_child_of_clone
 from plugin.strategies.row_step import step_with_row
 from plugin.strategies.scan import read_stack_words
 
@@ -81,8 +84,9 @@ def step(frame, ctx) -> Outcome:
         import capstone  # noqa: F401  (the analysis decodes with it)
     except ImportError:
         return Outcome.not_applicable(SOURCE, "capstone is not installed", FailureKind.NOT_SUPPORTED)
-    if frame.exact_pc and not ctx.is_code(frame.pc):
-        return _entered_by_a_bad_call(frame, ctx)
+    marker = outermost_child_of_clone(frame, ctx, SOURCE)
+    if marker is not None:
+        return marker
     pc = ctx.lookup_pc(frame)
     if not ctx.is_code(pc):
         return Outcome.not_applicable(SOURCE, "0x%x is not code" % pc, FailureKind.NO_ENTRY)
@@ -285,23 +289,3 @@ def _evidence(frame, ctx, start, result, address, row, facts) -> StepEvidence:
         evidence.notes.append("%s=%s: %s" % (arch.name_of(number), rule.text(arch), how))
     return evidence
 
-
-def _entered_by_a_bad_call(frame, ctx) -> Outcome:
-    """An innermost pc that is not code: a call to it just happened, so only its return address is known."""
-    arch = ctx.arch
-    row = arch.entry_row(frame.pc, ra_signed=arch.pointer_auth)
-    if row is None:
-        return Outcome.not_applicable(SOURCE, "0x%x is not code" % frame.pc, FailureKind.NO_ENTRY)
-    evidence = StepEvidence(source=SOURCE, found_by="instruction analysis: a call to code that is not there",
-                            lookup_pc=frame.pc, section="stack at sp", section_address=frame.registers.get(arch.sp),
-                            entry={"start": frame.pc, "kind": "call to non-code"})
-    evidence.notes.append("pc 0x%x is not code: the frame was entered by a call to it (a null or stale "
-                          "function pointer), so only the return address the call left is known" % frame.pc)
-    outcome = step_with_row(row, frame, ctx, evidence)
-    if outcome.status == AttemptStatus.RECOVERED:
-        ra = outcome.registers.get(arch.pc)
-        if ra and ctx.arch.call_before(reader(ctx.read_memory), ra) is None:
-            return Outcome.failed(SOURCE, "pc 0x%x is not code, and 0x%x (where a call would have left its return "
-                                  "address) does not follow a call" % (frame.pc, ra), FailureKind.NOT_AFTER_CALL,
-                                  evidence=outcome.evidence)
-    return outcome

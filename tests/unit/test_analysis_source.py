@@ -113,13 +113,14 @@ def test_an_unknown_stack_adjustment_is_undecided_and_the_next_source_answers():
     assert bt.frames[1].method == "scan"
 
 
-def test_a_call_through_a_null_pointer_is_a_call_to_code_that_is_not_there():
+def test_a_call_through_a_null_pointer_is_left_to_the_frame_pointer_edge_rule():
     w, regs, truth, leaf_cfa = world()
     regs[X86.pc] = 0
     regs[X86.sp] = leaf_cfa - 8                       # the call pushed outer's return address, then jumped to 0
-    bt = w.unwind(regs, sources=SOURCES, max_frames=2)
+    bt = w.unwind(regs, sources=("analysis", "frame-pointer"), max_frames=2)
     assert (bt.frames[1].pc, bt.frames[1].registers[X86.sp]) == truth[0]
-    assert bt.frames[1].evidence.entry["kind"] == "call to non-code"
+    assert bt.frames[1].method == "frame-pointer"
+    assert bt.frames[1].attempts[0].source == "analysis" and bt.frames[1].attempts[0].kind == FailureKind.NO_ENTRY
 
 
 def test_no_start_is_not_applicable():
