@@ -40,6 +40,19 @@ class Claim(str, Enum):
     NONE = "none"       # claim nothing: GDB unwinds alone
 
 
+# What a frame GDB's `bt` takes from the plugin loses there. GDB's Python unwinder API
+# (py-unwind.c, GDB 13 to the 2024 sources) copies each register handed to it as bytes
+# (frame_unwind_got_bytes), never as the location it was saved at.
+CLAIMED_NOTE = ("claimed: GDB's bt takes this frame from the plugin (set unwind claim %s). GDB's Python "
+                "unwinder API keeps the registers it restores as values, not the stack slots they were "
+                "saved in: \"info frame\" in frame #%d lists no saved registers, a variable of frame #%d "
+                "held in one of them cannot be assigned (set var), and GDB builds no tail-call frames "
+                "(DW_TAG_call_site) and no @entry values on it.")
+
+
+def claimed_note(claim, callee_level, level):
+    """The note `unwind explain` adds to a frame GDB's bt took from the plugin."""
+    return CLAIMED_NOTE % (claim, callee_level, level)
 
 
 class GdbCoverage:

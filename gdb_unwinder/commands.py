@@ -22,6 +22,8 @@ from plugin.render.style import Styled, plain
 from plugin.settings import Setting, SettingError, SettingType, is_fallback, settings_for
 
 from . import native
+from .claim import claimed_note
+from .levels import GdbLevels
 
 GDB = Debugger.GDB
 
@@ -53,29 +55,28 @@ def _need_process():
 
 # -- what each command does in GDB: (state, Given) -> (json object, text) ------------
 
-def _walk(state, sources, limit=None):
+def _walk(state, sources, start, limit=None, until_level=None):
+    """The plugin's walk from GDB frame `start` (its physical frame), at GDB's levels; it
+    reads GDB's frames and unwinds only as far as `limit` or `until_level` need."""
     arch = state.refresh_arch()
-    registers, exact, level = native.innermost_registers(arch)
-    return arch, reports.backtrace(state.target, state.modules, registers, exact, sources,
-                                   state.max_frames, first_level=level, limit=limit)
-
-
-def _from_newest(state, sources):
-    arch = state.refresh_arch()
-    registers, exact, _ = native.innermost_registers(arch, gdb.newest_frame())
-    return arch, reports.backtrace(state.target, state.modules, registers, exact, sources, state.max_frames)
+    registers, exact, _ = native.innermost_registers(arch, start)
+    levels = GdbLevels(start)
+    return arch, reports.backtrace(state.target, state.modules, registers, exact, sources, state.max_frames,
+                                   first_level=start.level(), limit=limit, place=levels.place,
+                                   until_level=until_level)
 
 
 def run_backtrace(state, given):
     _need_process()
-    arch, bt = _walk(state, given.sources, given.value)
+    arch, bt = _walk(state, given.sources, gdb.selected_frame(), given.value)
     return reports.backtrace_report(bt, arch, gdb_style())
 
 
 def run_explain(state, given):
     _need_process()
     which = given.value if given.value is not None else gdb.selected_frame().level()
-    arch, bt = _from_newest(state, given.sources)
+    arch, bt = _walk(state, given.sources, gdb.newest_frame(), until_level=None if which == "all" else which)
+    note_claimed(state, bt)
     reports.attach_native(bt, native.native_frames(state, len(bt.frames) + 1), state.context(given.sources))
     _attach_declines(state, bt)
     return reports.explain_report(bt, arch, which, given.verbose, _width(), gdb_style())
@@ -95,6 +96,15 @@ def _attach_declines(state, bt):
         if reason is not None and is_fallback(caller.method) and frame.native is not None:
             frame.native["gdb_bt"] = "the plugin declined this frame, so GDB's own unwinders found its caller: " + (
                 "fallback sources are off (set unwind fallback on)" if not state.claim_fallback else reason)
+
+
+def note_claimed(state, bt):
+    """Mark the frames GDB's `bt` took from the plugin's unwinder (those it handed registers for)."""
+    handed = state.inferior().handed
+    sp = state.target.arch.sp
+    for callee, frame in zip(bt.frames, bt.frames[1:]):
+        if (frame.pc, frame.registers.get(sp)) in handed:
+            frame.claimed = claimed_note(state.claim, callee.level, frame.level)
 
 
 _COLOURS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36,
@@ -168,7 +178,7 @@ def _static_tables(address):
 
 def run_compare(state, given):
     _need_process()
-    _, bt = _from_newest(state, given.sources)
+    _, bt = _walk(state, given.sources, gdb.newest_frame())
     theirs = native.native_frames(state, len(bt.frames) + 16)
     return reports.compare_report(bt, theirs, state.context(given.sources))
 

@@ -16,6 +16,7 @@ import gdb
 from plugin.engine import DEFAULT_SOURCES, UnwindContext
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, is_fallback
 from plugin.modules import ModuleMap
+from plugin.plans import PlanCache
 
 from .claim import Claim, GdbCoverage
 from .target import GdbTarget
@@ -30,10 +31,12 @@ class InferiorState:
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
         self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
-        self.handed = {}                 # (pc, sp) of a frame the unwinder produced -> {DWARF number: gdb.Value}
+        self.handed = {}                 # (pc, sp) of a frame the unwinder produced -> {DWARF number: (gdb.Value, int or None)}
         self.unwinder_context = None
+        self.plans = PlanCache()         # lookup pc -> the engine's accepted row, for the unwinder
 
     def modules_changed(self):
+        self.plans.clear()
         self.target.invalidate()
         self.coverage.invalidate()
         self.inline_depths.clear()
@@ -73,6 +76,7 @@ class GdbState:
         self.claim_fallback = False      # may GDB's `bt` use frame-pointer / stack-scan frames?
         self.claim = Claim.AUTO.value    # `set unwind claim`: which frames GDB's `bt` takes from the plugin
         self.unwinder = None
+        self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
 
     # -- the selected inferior's -------------------------------------------------
     def inferior(self):
@@ -105,7 +109,10 @@ class GdbState:
         gdb.events.exited.connect(lambda event: self.modules_changed())
         gdb.events.inferior_deleted.connect(self._inferior_deleted)
         gdb.events.stop.connect(lambda event: self.stopped())
-        for event in (gdb.events.cont, gdb.events.memory_changed, gdb.events.register_changed):
+        changes = [gdb.events.cont, gdb.events.memory_changed, gdb.events.register_changed]
+        if hasattr(gdb.events, "inferior_call"):       # a call into the debuggee runs it
+            changes.append(gdb.events.inferior_call)
+        for event in changes:
             event.connect(lambda event: self.resumed())
 
     def _inferior_deleted(self, event):

@@ -17,6 +17,7 @@ import gdb
 
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
+from plugin.pages import PageCache
 from plugin.target import Mapping, ModuleRef, Target
 
 from . import objfiles
@@ -37,6 +38,7 @@ class GdbTarget(Target):
         self.inside_unwinder = False     # set by the unwinder: no GDB command may run now
         self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
         self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
+        self._pages = PageCache(self._read_memory)
 
     @property
     def scan_words(self):
@@ -68,10 +70,12 @@ class GdbTarget(Target):
         self._generation += 1
         self._modules = None
         self._mappings = None
+        self._pages.clear()
 
     def forget_mappings(self):
         """The process ran or was changed: its mappings (stacks, JIT code) may differ."""
         self._mappings = None
+        self._pages.clear()
 
     def set_arch(self, gdb_arch_name):
         if gdb_arch_name != self._arch_name:
@@ -82,6 +86,13 @@ class GdbTarget(Target):
 
 # -- memory --------------------------------------------------------------
     def read_memory(self, address, size):
+        """Inside the unwinder through a page cache (dropped with the mappings at every stop,
+        resume, memory or register write, and module change); elsewhere straight from GDB."""
+        if self.inside_unwinder:
+            return self._pages.read(address, size)
+        return self._read_memory(address, size)
+
+    def _read_memory(self, address, size):
         self.reads += 1
         try:
             return bytes(gdb.selected_inferior().read_memory(address, size))
@@ -152,10 +163,13 @@ class GdbTarget(Target):
             block = gdb.block_for_pc(address)
         except (RuntimeError, gdb.error):
             block = None
-        while block is not None and block.function is None:
+        function = None         # the outermost function block: the physical frame's own function,
+        while block is not None:    # not one inlined into it
+            if block.function is not None:
+                function = block
             block = block.superblock
-        if block is not None and block.function is not None:
-            return block.function.print_name, block.start
+        if function is not None:
+            return function.function.print_name, function.start
         if self.inside_unwinder:
             return None         # minimal symbols need `info symbol`, a command
         try:

@@ -17,6 +17,7 @@ from gdb.unwinder import Unwinder
 from plugin.arch import reader
 from plugin.engine import step_frame
 from plugin.model.evidence import Frame
+from plugin.plans import replay
 
 from .claim import Claim
 
@@ -71,12 +72,23 @@ class PendingRegisters:
         they are what GDB would read back, so no read_register is needed. Registers not
         handed are unavailable, as GDB would report them."""
         for number in self._arch.registers:
-            raw = handed.get(number)
-            if raw is None:
+            entry = handed.get(number)
+            if entry is None:
                 self.known[number] = None
             else:
-                self.raw[number] = raw
-                self.known.pop(number, None)
+                # The value as an int too, when the claim knew it: no int() of the gdb.Value again.
+                self.raw[number], value = entry
+                if value is None:
+                    self.known.pop(number, None)
+                else:
+                    self.known[number] = value
+
+    def values(self):
+        """The known registers as a plain dict (cheaper to read than get): complete after prefill
+        with a claim that knew every value, else None."""
+        if any(number not in self.known for number in self._arch.registers):
+            return None
+        return {number: value for number, value in self.known.items() if value is not None}
 
     def same_value(self, number, name):
         """The pending frame's own gdb.Value of a register, for GDB's same-value rule; None if unavailable."""
@@ -169,27 +181,43 @@ class PluginUnwinder(Unwinder):
         handed = inferior.handed.get((pc, sp))
         if handed is not None:
             registers.prefill(handed)
-        frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
-        outcome, attempts = step_frame(frame, ctx)
-        if outcome is None or outcome.outermost:
-            reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
-                if outcome is None else "outermost frame: left to GDB"
-            self.declines.append((level, pc, reason))
-            return None
-        caller = outcome.registers
-        if outcome.signal_frame:
-            # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
-            # same registers and marks the frame "<signal handler called>", which
-            # a Python unwinder cannot. The interrupted frame above it is ours
-            # again, looked up at its exact pc.
-            inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
-            self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
-            return None
+        plans = inferior.plans
+        if plans.owner is not ctx:
+            plans.clear(ctx)
+        lookup = pc if exact else pc - 1
+        plan = plans.get(lookup, exact) if state.use_plans else None
+        replayed = None
+        if plan is not None:
+            values = registers.values() if handed is not None else None
+            replayed = replay(plan, registers if values is None else values, ctx)
+        if replayed is not None:        # the engine's accepted row for this pc, replayed
+            plans.hits += 1
+            caller, cfa, start, ruled = replayed.registers, replayed.cfa, replayed.start, plan.row.registers
+        else:
+            frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
+            outcome, attempts = step_frame(frame, ctx)
+            if outcome is None or outcome.outermost:
+                reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
+                    if outcome is None else "outermost frame: left to GDB"
+                self.declines.append((level, pc, reason))
+                return None
+            caller = outcome.registers
+            if outcome.signal_frame:
+                # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
+                # same registers and marks the frame "<signal handler called>", which
+                # a Python unwinder cannot. The interrupted frame above it is ours
+                # again, looked up at its exact pc.
+                inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
+                self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
+                return None
+            if state.use_plans:
+                plans.remember(lookup, exact, outcome, attempts)
+            start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
+            cfa, ruled = outcome.evidence.cfa, _ruled_registers(outcome.evidence)
         if trap:
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))   # LLDB's rule: its caller is exact too
-        start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
-        info = pending_frame.create_unwind_info(FrameId(outcome.evidence.cfa, start))
-        names, known, raws = arch.registers, registers.known, registers.raw
+        info = pending_frame.create_unwind_info(FrameId(cfa, start))
+        known, raws = registers.known, registers.raw
         link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
         if link is not None and link not in caller and arch.pc in caller:
             # The caller's link register holds what its call left there, the return
@@ -197,9 +225,8 @@ class PluginUnwinder(Unwinder):
             # stop GDB's own unwinders for the frames above.
             caller = dict(caller)
             caller[link] = caller[arch.pc]
-        ruled = _ruled_registers(outcome.evidence)
-        given = {}          # DWARF number -> the gdb.Value handed to GDB: the caller's registers
-        for number, name in names.items():
+        given = {}          # DWARF number -> (gdb.Value handed to GDB, its int or None): the caller's registers
+        for number, name in _handed_registers(arch):
             if number in caller:
                 value = caller[number]
                 raw = raws.get(number)
@@ -210,11 +237,19 @@ class PluginUnwinder(Unwinder):
             else:
                 # GDB's rule for a register the row says nothing about: same
                 # value as in the callee (dwarf2/frame.c, "unspecified").
-                raw = registers.same_value(number, name)
+                raw = raws.get(number)
                 if raw is None:
-                    continue
+                    raw = registers.same_value(number, name)
+                    if raw is None:
+                        continue
+                value = known.get(number)
+                if value is None:       # read but never needed as a number: the next frame may
+                    try:
+                        value = int(raw) & arch.mask
+                    except (gdb.error, ValueError):
+                        value = None
             info.add_saved_register(name, raw)
-            given[number] = raw
+            given[number] = (raw, value)
         caller_key = (caller.get(arch.pc), caller.get(arch.sp))
         if len(inferior.handed) >= HANDED_CACHE_SIZE:
             inferior.handed.clear()
@@ -229,10 +264,29 @@ class PluginUnwinder(Unwinder):
             inferior.after_signal.add((outcome.registers.get(arch.pc), outcome.registers.get(arch.sp)))
 
     def _value(self, pending_frame, name, value):
-        kind = self._types.get(name)
-        if kind is None:
-            kind = self._types[name] = pending_frame.read_register(name).type
+        """value as a gdb.Value of the register's size: uncast (several times cheaper) where a
+        plain gdb.Value of an int already has that size; GDB copies only the bytes."""
+        known = self._types.get(name)
+        if known is None:
+            kind, plain = pending_frame.read_register(name).type, gdb.Value(0).type.sizeof
+            known = self._types[name] = (kind, 1 << (8 * plain - 1) if kind.sizeof == plain else 0)
+        kind, limit = known
+        if 0 <= value < limit:
+            return gdb.Value(value)
         return gdb.Value(value).cast(kind)
+
+
+_HANDED = {}
+
+
+def _handed_registers(arch):
+    """(DWARF number, name) of every register a claim hands GDB (aarch64's RA column, x30,
+    too: the caller's x30 is the return address its call left there); computed once per
+    architecture."""
+    pairs = _HANDED.get(arch.name)
+    if pairs is None:
+        pairs = _HANDED[arch.name] = tuple(arch.registers.items())
+    return pairs
 
 
 def _descriptors(gdb_arch):

@@ -16,7 +16,8 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUBCOMMANDS = (("backtrace", "BacktraceCommand"), ("explain", "ExplainCommand"),
                ("tables", "TablesCommand"), ("compare", "CompareCommand"),
                ("modules", "ModulesCommand"), ("settings", "SettingsCommand"),
-               ("validate", "ValidateCommand"))
+               ("validate", "ValidateCommand"),
+               ("provider", "ProviderCommand"))
 
 SHORT_HELP = "Recover the stack from unwind tables and explain every frame."
 # LLDB 16 shows a container's --long-help as its "Syntax:" line, so that is what it holds.
@@ -57,8 +58,10 @@ def _register(debugger):
     # -o replaces what an earlier import registered, so re-importing reloads cleanly.
     # LLDB's own quoting: the help texts must not contain double quotes.
     lines = ['command container add -o -h "%s" -H "%s" unwind' % (SHORT_HELP, SYNTAX)]
-    lines += ["command script add -o -c %s.commands.%s unwind %s" % (__package__, cls, name)
-              for name, cls in SUBCOMMANDS]
+    # LLDB 18 and later take parsed commands (real syntax lines, completion); 16 raw ones.
+    from . import parsed
+    kind = "-p -c %s.parsed" % __package__ if parsed.available() else "-c %s.commands" % __package__
+    lines += ["command script add -o %s.%s unwind %s" % (kind, cls, name) for name, cls in SUBCOMMANDS]
     for line in lines:
         result = lldb.SBCommandReturnObject()
         interpreter.HandleCommand(line, result)

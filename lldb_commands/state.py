@@ -44,15 +44,23 @@ class LldbState:
             setattr(self, setting.key, setting.default_value(DEFAULT_SOURCES))
         self._live = None           # (LldbTarget, ModuleMap)
         self._static = {}           # (module path, uuid) -> (LldbTarget, ModuleMap)
+        self.providers = {}         # SBTarget's globally unique id -> the id of its registered frame provider (provider.py)
+        self.supplied = {}          # (thread id, stop id) -> {physical level: pc} the provider supplied
 
-    def live(self, sbtarget):
-        """(LldbTarget, ModuleMap) of sbtarget's stopped process."""
+    def live(self, sbtarget, read_settings=True):
+        """(LldbTarget, ModuleMap) of sbtarget's stopped process.
+
+        read_settings=False keeps LLDB's settings as the last command read
+        them: the frame provider runs while LLDB holds a lock that
+        SBDebugger.GetSetting takes too (LLDB 22.1 aborts).
+        """
         if self._live is None or self._live[0].sbtarget != sbtarget:
             self._live = self._make(sbtarget)
         else:
             self._live[0].refresh()
         self._live[0].scan_words = self.scan_words
-        self._live[0].trap_handler_names = trap_handler_names(sbtarget)
+        if read_settings or not hasattr(self._live[0], "trap_handler_names"):
+            self._live[0].trap_handler_names = trap_handler_names(sbtarget) if read_settings else ()
         return self._live
 
     def static(self, sbtarget, sbmodule):

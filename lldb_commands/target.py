@@ -30,6 +30,9 @@ import lldb
 
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
+from plugin.memory import PageCache
+
+from .fast import Plans
 from plugin.target import Mapping, ModuleRef, Target
 
 # Process states in which memory and registers can be read.
@@ -68,6 +71,9 @@ class LldbTarget(Target):
         self._refs = []
         self._mappings = None
         self._stop_id = None
+        self._process = None            # the stopped process, looked up once per command
+        self._pages = PageCache(self._read_process)     # cleared at every command (refresh)
+        self.plans = Plans()            # `unwind backtrace`'s per-pc plans (fast.py)
         self.refresh()
 
     @property
@@ -88,8 +94,9 @@ class LldbTarget(Target):
         ModuleMap then rediscovers. Mappings are dropped whenever the stop id
         moves, so nothing about the stack outlives a resume.
         """
+        self._pages.clear()
+        self._process = process = self.process
         refs = self._module_refs()
-        process = self.process
         signature = (process.GetUniqueID() if process else None,
                      tuple((r.name, r.header_address, r.path) for r in refs))
         if signature != self._signature:
@@ -102,17 +109,27 @@ class LldbTarget(Target):
             self._stop_id = stop_id
             self._mappings = None
 
+    def resumed(self):
+        """The process ran within a command (a step, a continue): nothing read before holds."""
+        self._pages.clear()
+        self._mappings = None
+
     # -- memory --------------------------------------------------------------------
     def read_memory(self, address, size):
-        self.reads += 1
         if size <= 0:
             return b""
         if address < 0 or address + size > self.arch.mask + 1:
             raise MemoryReadError(address, size, "outside the address space")
         if self.static:
+            self.reads += 1
             return self._read_file(address, size)
-        process = self.process
-        if process is None:
+        return self._pages.read(address, size)
+
+    def _read_process(self, address, size):
+        """One read from the stopped process (through the page cache, see read_memory)."""
+        self.reads += 1
+        process = self._process
+        if process is None or not process.IsValid():
             raise MemoryReadError(address, size, "the process is not stopped")
         error = lldb.SBError()
         data = process.ReadMemory(address, size, error)

@@ -27,8 +27,8 @@ OTHER_STOPS = {lldb.eStopReasonBreakpoint: "a breakpoint was hit", lldb.eStopRea
 
 
 class LldbStepper(stepping.Stepper):
-    def __init__(self, process, thread, arch):
-        self.process, self.thread, self.arch = process, thread, arch
+    def __init__(self, process, thread, target):
+        self.process, self.thread, self.target, self.arch = process, thread, target, target.arch
 
     def registers(self):
         return native.registers(self.thread.GetFrameAtIndex(0), self.arch)
@@ -36,6 +36,7 @@ class LldbStepper(stepping.Stepper):
     def step(self, over):
         error = lldb.SBError()
         self.thread.StepInstruction(over, error)
+        self.target.resumed()
         if self.process.GetState() in ENDED:
             return live.Ending.EXITED, "exit status %d" % self.process.GetExitStatus()
         if not error.Success():
@@ -99,11 +100,12 @@ class ValidateCommand(_Command):
                 address, _ = resolve(given.value, sbtarget, frame, True)
                 if address != pc:
                     thread = _run_to(sbtarget, process, address)
+                    target.resumed()
                     ran_to_entry = True
             elif not stepping.is_function_entry(target, modules, pc):
                 raise UsageError("0x%x is not a function's first instruction; stop at one "
                                  "(breakpoint set -a FUNCTION) or name it: unwind validate FUNCTION" % pc)
-            stepper = LldbStepper(process, thread, arch)
+            stepper = LldbStepper(process, thread, target)
             truth = live.truth_at_entry(arch, stepper.registers(), target.read_memory)
             found = target.symbol(truth.entry)
             name = given.value or (found[0] if found and found[1] == truth.entry else "0x%x" % truth.entry)

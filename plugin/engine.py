@@ -80,6 +80,7 @@ class UnwindContext:
         self._all_mappings = None
         self._symbols = {}
         self.stack_pointer = None       # the walked thread's sp: its stack mapping is no code
+        self._code = {}             # (address, stack_pointer) -> is_code(address), for this walk
 
     @property
     def scan_words(self):
@@ -91,6 +92,7 @@ class UnwindContext:
         self._mappings = None
         self._all_mappings = None
         self._symbols = {}
+        self._code = {}
 
     def read_memory(self, address, size):
         return self.target.read_memory(address, size)
@@ -117,6 +119,13 @@ class UnwindContext:
         return found[0] if found is not None and found[0] in names else None
 
     def is_code(self, address):
+        key = (address, self.stack_pointer)      # in_a_stack depends on the walk's sp
+        known = self._code.get(key)
+        if known is None:
+            known = self._code[key] = self._is_code(address)
+        return known
+
+    def _is_code(self, address):
         module = self.modules.find(address)
         if module is not None:
             return module.is_executable(address)
@@ -343,12 +352,17 @@ def _stop_for(attempts):
 
 
 def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FRAMES,
-           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None):
+           modules=None, symbolize=True, exact_pc=True, first_level=0, scan_words=None, step=None,
+           until=None):
     """Walk the stack from `registers`; returns a Backtrace.
 
     The walk starts at the frame the registers belong to (the innermost one
     unless first_level says otherwise); exact_pc says whether its pc is the
-    instruction itself rather than a return address.
+    instruction itself rather than a return address. `step` replaces
+    step_frame (same arguments and answer): an adapter's fast path. until:
+    called with each frame as the walk reaches it (an adapter numbers it
+    there); when it returns True the walk ends there with the stop reason
+    `limit`.
     """
     ctx = UnwindContext(target, modules, sources, scan_words)
     arch = ctx.arch
@@ -359,6 +373,8 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     seen = {(frame.pc, registers.get(arch.sp))}
     previous_cfa = None
     stop, detail, last_attempts = None, "", []
+    if until is not None and until(frame):
+        stop = StopReason.LIMIT
     while stop is None:
         if len(frames) >= max_frames:
             stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
@@ -372,7 +388,7 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
         if switched is not None:
             stop, detail = StopReason.STACK_SWITCH, switched
             break
-        outcome, attempts = step_frame(frame, ctx, previous_cfa)
+        outcome, attempts = (step or step_frame)(frame, ctx, previous_cfa)
         if outcome is None:
             stop, last_attempts = _stop_for(attempts), attempts
             detail = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) or "no sources enabled"
@@ -401,6 +417,8 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
                        exact_pc=outcome.signal_frame or _after_trap_handler(frame, caller_pc, outcome, ctx))
         frames.append(caller)
         frame = caller
+        if until is not None and until(frame):
+            stop = StopReason.LIMIT
     if symbolize:
         name_frames(frames, ctx)
     return Backtrace(frames, stop, detail, last_attempts)

@@ -321,3 +321,58 @@ def encode_sleb(value):
         out.append(byte | (0 if done else 0x80))
         if done:
             return bytes(out)
+
+
+class PageCache:
+    """Target memory read through whole pages, kept for one debugger command.
+
+    A stack walk reads a few words per frame from the same few pages; through
+    this cache that costs one target read per page instead of one per word.
+    The adapter clears it at every command: a `memory write` between two
+    commands does not change the process's stop id, so a cache keyed by the
+    stop id alone would serve stale bytes. A page that cannot be read whole
+    (at the end of a mapping) is remembered as such and the read goes to the
+    target exactly as asked, so errors are the target's own. At most
+    `max_pages` pages are kept (the cache starts over when full).
+    """
+
+    def __init__(self, fetch, page: int = PAGE, max_pages: int = 4096) -> None:
+        self._fetch = fetch
+        self._size = page
+        self._max = max_pages
+        self._pages: dict = {}
+        self._partial: set = set()
+
+    def clear(self) -> None:
+        self._pages.clear()
+        self._partial.clear()
+
+    def read(self, address: int, size: int) -> bytes:
+        """`size` bytes at `address`, from cached pages where the pages can be read whole."""
+        first, last = address // self._size, (address + size - 1) // self._size
+        if size <= 0 or last - first > 1:
+            return self._fetch(address, size)       # big reads (tables) are cached by their Region
+        chunks = []
+        for index in range(first, last + 1):
+            data = self._pages.get(index)
+            if data is None:
+                data = self._load(index)
+                if data is None:
+                    return self._fetch(address, size)
+            chunks.append(data)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        start = address - first * self._size
+        return data[start:start + size]
+
+    def _load(self, index: int):
+        if index in self._partial:
+            return None
+        try:
+            data = self._fetch(index * self._size, self._size)
+        except MemoryReadError:
+            self._partial.add(index)
+            return None
+        if len(self._pages) >= self._max:
+            self._pages.clear()
+        self._pages[index] = data
+        return data

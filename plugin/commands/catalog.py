@@ -14,16 +14,21 @@ GDB, LLDB = Debugger.GDB, Debugger.LLDB
 BACKTRACE = CommandSpec(
     "backtrace", "Print the plugin's own backtrace from the selected frame.",
     ("json", "sources", "count"),
-    words=(Words(WordsKind.COUNT, "[N|-N]"),),
+    words=(Words(WordsKind.THREADS_COUNT, "[all] [N|-N]", debuggers=(LLDB,)), Words(WordsKind.COUNT, "[N|-N]")),
     about="""One line per frame: level, pc, function, module, and which source found it
 (e.g. "found by: .eh_frame CFI"), then the reason the walk stopped.""",
-    notes={GDB: """N shows the innermost N frames, -N the outermost N (as "bt -N" does). {sources} picks and orders the sources for
+    notes={GDB: """Levels are GDB's, as "bt" numbers frames: inline and tail-call frames appear,
+marked, beside the physical frame they share; the walk unwinds only as far
+as the levels asked for.
+N shows the innermost N frames, -N the outermost N (as "bt -N" does). {sources} picks and orders the sources for
 this walk only (see "set unwind sources").
 Sources: {source_names}.""",
            LLDB: """Levels count physical frames (LLDB's inlined frames are not separate frames here).
 N (or {count} N) shows the innermost N frames, -N the outermost N; {sources} picks and orders the sources for
-this walk. Sources: {source_names}."""},
-    json_keys=("version", "frames", "stop_reason", "stop_detail", "stop_attempts"))
+this walk. Sources: {source_names}.
+"all" first (as in "bt all") shows every thread's backtrace, each from its innermost frame."""},
+    json_keys=("version", "frames", "stop_reason", "stop_detail", "stop_attempts"),
+    json_sometimes={"threads": "LLDB, with all: each thread's backtrace, with its thread, tid and name"})
 
 EXPLAIN = CommandSpec(
     "explain", "Explain how the plugin recovered one frame, or all of them.",
@@ -34,10 +39,15 @@ range they cover), the row in readable form (CFA = rsp+16, rip = [CFA-8]),
 every value read and the address it came from, the sources tried first and
 why they were rejected, and whether {debugger}'s own unwinder agrees.
 Expressions are written readably (CFA = *(rsp+160)); {verbose} adds the
-raw DWARF operations. Text wraps at the terminal's width.
-LEVEL counts physical frames from the innermost one (default: the selected
-frame's).""",
-    json_keys=("version", "frames", "stop_reason", "stop_detail"))
+raw DWARF operations. Text wraps at the terminal's width.""",
+    notes={GDB: """LEVEL is GDB's frame level, as "bt" numbers frames (default: the selected
+frame). An inline or tail-call frame is explained as the physical frame it
+shares. A frame GDB's bt took from the plugin says what GDB's Python
+unwinder API loses there.""",
+           LLDB: """LEVEL counts physical frames from the innermost one (default: the selected
+frame's)."""},
+    json_keys=("version", "frames", "stop_reason", "stop_detail"),
+    json_sometimes={"supplied": "LLDB: the levels \"unwind provider\" supplied to LLDB"})
 
 TABLES = CommandSpec(
     "tables", "Show every unwind table entry that covers an address or function.",
@@ -109,7 +119,22 @@ after the return (or where stepping ended), and the report says where.""" % VALI
     json_keys=("function", "entry", "cfa", "return_address", "steps", "instructions", "path", "ending",
                "ending_detail", "complete", "inferior", "sources", "wrong"))
 
-COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS, VALIDATE)
+
+PROVIDER = CommandSpec(
+    "provider", "Let LLDB's own bt use the plugin's frames where LLDB's unwinder stops.",
+    ("json",),
+    words=(Words(WordsKind.SWITCH, "[on|off]"),),
+    about="""on registers a scripted frame provider on the target (it needs LLDB 22 or later,
+which has the frame provider API); off removes it; with no word, shows
+whether it is on. It only adds: LLDB's own frames are kept as long as LLDB
+has them; where LLDB's unwinder stops and the plugin's walk agrees with
+every frame LLDB had, the plugin's further frames are supplied, marked
+[synthetic] in "bt" and "supplied" in "unwind explain". Supplied frames
+carry a pc only: LLDB 22.1 cannot show their registers or variables.""",
+    json_keys=("provider", "lldb_version"),
+    debuggers=(LLDB,))
+
+COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS, VALIDATE, PROVIDER)
 COMMAND_BY_NAME: Dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
 
 PREFIX_SUMMARY = "Recover the stack from unwind tables and explain every frame."

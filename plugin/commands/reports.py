@@ -8,12 +8,46 @@ from plugin.validate import compare as comparing
 from plugin.render import explain, tables
 from plugin.render.style import plain
 from plugin.engine import UnwindContext, unwind
+from plugin.model.stops import StopReason
 from plugin.strategies.cfi import CfiTables
 
 
-def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None):
+def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None,
+              step=None, place=None, until_level=None):
+    """The plugin's walk from `registers`, at the debugger's levels.
+
+    place(frame) -> its last level: the adapter numbers each frame as its
+    debugger does (inline and tail-call frames included) as the walk reaches
+    it; without it levels count physical frames. limit N > 0: the walk stops
+    once level first_level + N - 1 is reached, and only the levels asked
+    for are shown; -N: the outermost N levels. until_level: the walk stops
+    at the first frame whose levels lie past it (the frame after it, which
+    says whether the walk ends there). step: the adapter's fast path
+    (engine.unwind's step).
+    """
+    place = place or (lambda frame: frame.level)
+    def until(frame):
+        last = place(frame)
+        if limit is not None and limit > 0:
+            return last >= first_level + limit - 1
+        return until_level is not None and frame.levels[0] > until_level
     bt = unwind(state_target, registers, sources=sources, max_frames=max_frames, modules=modules,
-                exact_pc=exact_pc, first_level=first_level)
+                exact_pc=exact_pc, first_level=first_level, until=until, step=step)
+    if bt.stop_reason == StopReason.LIMIT:
+        bt.stop_detail = "stopped after %d frame%s as asked" % (limit, "" if limit == 1 else "s") \
+            if limit is not None else "stopped after the frame asked for"
+    if limit is not None and limit > 0:
+        bt.shown = range(first_level, first_level + limit)
+    elif limit is not None and limit < 0:
+        end = bt.frames[-1].levels[-1] + 1      # the outermost -limit levels; the stop reason is the walk's
+        bt.shown = range(max(end + limit, first_level), end)
+    if bt.shown is not None:
+        bt.frames = [f for f in bt.frames if f.levels[-1] >= bt.shown.start and f.levels[0] < bt.shown.stop]
+    return bt
+
+
+def limited(bt, limit=None):
+    """bt cut to the innermost `limit` frames (limit > 0), the outermost -limit (limit < 0), or whole."""
     if limit is not None and limit < 0:
         bt.frames = bt.frames[limit:]           # the outermost -limit frames; the stop reason is the walk's
     elif limit is not None and len(bt.frames) > limit:
@@ -42,15 +76,19 @@ def attach_native(bt, native, ctx):
 def explain_report(bt, arch, which, verbose=False, width=None, style=plain):
     """which: a level (int) or "all". verbose: raw DWARF operations too; width: wrap text there."""
     if which == "all":
-        frames = bt.frames
+        chosen = [(level, f) for f in bt.frames for level, _ in explain.levels_of(f)]
     else:
-        frames = [f for f in bt.frames if f.level == which]
-        if not frames:
+        chosen = [(which, f) for f in bt.frames if which in f.levels]
+        if not chosen:
             raise ValueError("no frame at level %d: the plugin's walk has levels %d to %d (%s)"
-                             % (which, bt.frames[0].level, bt.frames[-1].level, bt.stop_reason))
+                             % (which, bt.frames[0].levels[0], bt.frames[-1].levels[-1], bt.stop_reason))
+    frames = []
+    for _, frame in chosen:
+        if not frames or frames[-1] is not frame:
+            frames.append(frame)
     data = {"version": explain.JSON_VERSION, "frames": [explain.frame_json(f, arch, detail=True) for f in frames],
             "stop_reason": bt.stop_reason, "stop_detail": bt.stop_detail}
-    text = explain.explain_frames_text(bt.frames, frames, arch, verbose, width, style)
+    text = explain.explain_frames_text(bt.frames, chosen, arch, verbose, width, style)
     if which == "all" or frames[-1] is bt.frames[-1]:
         text += "\n\n" + "\n".join(explain.wrap(line, width) for line in explain.stop_text(bt).split("\n"))
     return data, text

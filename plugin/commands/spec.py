@@ -87,6 +87,8 @@ class WordsKind(str, Enum):
     EXPRESSION = "expression"    # ADDRESS|FUNCTION: the rest of the line, for the debugger to evaluate
     SETTING = "setting"          # [NAME [VALUE]]: a setting, and a new value for it
     OPTIONAL_EXPRESSION = "optional-expression"     # [ADDRESS|FUNCTION]: as EXPRESSION, or nothing
+    SWITCH = "switch"            # [on|off]: turn something on or off, or show whether it is
+    THREADS_COUNT = "threads-count"     # [all] [N|-N]: every thread (LLDB's `bt all`), a frame count
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,12 @@ class CommandSpec:
             return level_or_all(words)
         if kind is WordsKind.OPTIONAL_EXPRESSION:
             return " ".join(words) if words else None
+        if kind is WordsKind.SWITCH:
+            return on_or_off(words)
+        if kind is WordsKind.THREADS_COUNT:
+            if words and words[0] == "all":
+                return EveryThread(frame_count(words[1:]))
+            return frame_count(words)
         if kind is WordsKind.EXPRESSION:
             every = OPTIONS["all"]
             if given.get("all"):
@@ -199,6 +207,12 @@ class CommandSpec:
                                     % (self.name, alternative))
             return " ".join(words)
         return list(words)
+
+
+@dataclass(frozen=True)
+class EveryThread:
+    """`all` before a frame count: every thread's backtrace (count as frame_count gives it)."""
+    count: Optional[int] = None
 
 
 def settings_help(debugger: Debugger, sources: Sequence[str]) -> str:
@@ -235,6 +249,15 @@ def level_or_all(words: Sequence[str]) -> Union[None, int, str]:
     if level is None or level < 0:
         raise ArgumentError("LEVEL must be a frame number or \"all\", not %r" % words[0])
     return level
+
+
+def on_or_off(words: Sequence[str]) -> Optional[bool]:
+    """[on|off]: True, False, or None (show the state)."""
+    if not words:
+        return None
+    if len(words) == 1 and words[0] in ("on", "off"):
+        return words[0] == "on"
+    raise ArgumentError("expected \"on\" or \"off\", got %r" % " ".join(words))
 
 
 def convert(option: Option, text: str, available: Sequence[str]) -> object:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from plugin.model.outcome import AttemptStatus, FailureKind
+from plugin.model.vocabulary import Vocabulary
 
 
 @dataclass
@@ -62,6 +63,21 @@ class StepEvidence:
         return {self.arch.name_of(n): v for n, v in sorted(self.caller_registers.items())}
 
 
+class VirtualKind(Vocabulary):
+    """Frames the debugger numbers that have no stack frame of their own: no unwind step made them."""
+    INLINE = ("inline", "inlined: it runs in the physical frame it is inlined into")
+    TAIL_CALL = ("tail-call", "left by a jump (a tail call): its own frame was reused by its callee")
+
+
+@dataclass
+class VirtualFrame:
+    """An inline or tail-call frame at a debugger level, attached to the physical frame it shares."""
+    level: int
+    kind: VirtualKind
+    pc: int
+    function: str = None
+
+
 @dataclass
 class Frame:
     level: int
@@ -77,6 +93,14 @@ class Frame:
     evidence: StepEvidence = None        # how this frame was recovered (None for level 0)
     attempts: list = field(default_factory=list)   # what was tried first and rejected
     native: dict = None                  # the debugger's own view, filled by adapters
+    inline_frames: list = field(default_factory=list)   # VirtualFrames numbered before this one, newest first
+    tail_calls: list = field(default_factory=list)      # VirtualFrames numbered after it, sharing its stack frame
+    claimed: str = None                  # the adapter's note on what its unwinder API loses for this frame
+
+    @property
+    def levels(self):
+        """The debugger levels this physical frame spans: its inline frames, itself, its tail calls."""
+        return range(self.level - len(self.inline_frames), self.level + len(self.tail_calls) + 1)
 
     @property
     def trust(self):
@@ -89,3 +113,4 @@ class Backtrace:
     stop_reason: str                     # a plugin.model.stops.StopReason
     stop_detail: str = ""
     attempts: list = field(default_factory=list)   # what was tried for the frame that failed
+    shown: range = None                  # the debugger levels asked for (None: every level walked)

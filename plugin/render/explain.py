@@ -7,6 +7,7 @@ names are a contract (documented in README.md): add, do not rename.
 
 import re
 
+from plugin.model.evidence import VirtualKind
 from plugin.model.outcome import AttemptStatus
 from plugin.model.stops import describe
 from plugin.render.expression import row_order, row_rules
@@ -42,11 +43,19 @@ def frame_json(frame, arch, detail=False):
     }
     if frame.native is not None:
         out["native"] = frame.native
+    out["inline_frames"] = [virtual_json(v) for v in frame.inline_frames]
+    out["tail_calls"] = [virtual_json(v) for v in frame.tail_calls]
+    if frame.claimed:
+        out["claimed"] = frame.claimed
     if detail:
         out["registers"] = {arch.name_of(n): v for n, v in sorted(frame.registers.items())}
         out["evidence"] = evidence_json(frame.evidence)
         out["attempts"] = [attempt_json(a) for a in frame.attempts]
     return out
+
+
+def virtual_json(virtual):
+    return {"level": virtual.level, "kind": virtual.kind.value, "pc": virtual.pc, "function": virtual.function}
 
 
 def evidence_json(ev):
@@ -95,9 +104,41 @@ def frame_line(frame, width=16, style=plain):
     return line
 
 
+def virtual_line(virtual, frame, width=16, style=plain):
+    """`#0   0x... in helper from demo  [inlined into #1 outer]`: a level with no frame of its own."""
+    line = "#%-3d %s in %s" % (virtual.level, style(Styled.ADDRESS, "0x%0*x" % (width, virtual.pc)),
+                               style(Styled.FUNCTION, virtual.function or "??"))
+    if frame.module:
+        line += " from %s" % style(Styled.FILE, frame.module)
+    tail = "" if virtual.kind == VirtualKind.INLINE else "tail call: "
+    return line + "  [%s%s]" % (tail, shares_text(virtual, frame))
+
+
+def shares_text(virtual, frame):
+    """Whose physical frame a virtual frame shares, in words."""
+    owner = "#%d %s" % (frame.level, frame.function or "??")
+    if virtual.kind == VirtualKind.INLINE:
+        return "inlined into %s, runs in its frame" % owner
+    if virtual in frame.inline_frames:      # numbered before its caller: a walk began at it
+        return "no frame of its own, its callee's frame took its place; its caller is %s" % owner
+    return "no frame of its own, %s's frame took its place" % owner
+
+
+def levels_of(frame):
+    """(level, VirtualFrame or None for the physical frame) in the debugger's order."""
+    return ([(v.level, v) for v in frame.inline_frames] + [(frame.level, None)]
+            + [(v.level, v) for v in frame.tail_calls])
+
+
 def backtrace_text(bt, arch, style=plain):
     width = 2 * arch.address_size
-    lines = [frame_line(f, width, style) for f in bt.frames]
+    lines = []
+    for frame in bt.frames:
+        for level, virtual in levels_of(frame):
+            if bt.shown is not None and level not in bt.shown:
+                continue
+            lines.append(frame_line(frame, width, style) if virtual is None
+                         else virtual_line(virtual, frame, width, style))
     # The reason's name first (scripts match it), then what happened in words.
     lines.append(stop_text(bt))
     return "\n".join(lines)
@@ -118,11 +159,12 @@ def explain_text(frame, arch, callee=None, verbose=False, width=None, style=plai
     """
     ev = frame.evidence
     lines = []
+    callee_level = callee.level if callee is not None else frame.level - 1
     if ev is None:
         lines.append("#%d %s: the innermost frame, registers from the debugger" % (frame.level, _where(frame, style)))
         lines.append("  pc = 0x%x, sp = %s" % (frame.pc, hexa(frame.registers.get(arch.sp))))
     else:
-        below = "frame #%d" % (frame.level - 1)
+        below = "frame #%d" % callee_level
         if callee is not None:
             below += " (%s)" % ", ".join([style(Styled.FUNCTION, callee.function or "??")]
                                          + ([style(Styled.FILE, callee.module)] if callee.module else []))
@@ -136,7 +178,7 @@ def explain_text(frame, arch, callee=None, verbose=False, width=None, style=plai
             lines.append("  looked up at 0x%x" % ev.lookup_pc)
         if ev.entry:
             lines.append("  entry: " + _entry_text(ev.entry))
-        lines.extend(_row_lines(ev, arch, frame.level - 1, verbose))
+        lines.extend(_row_lines(ev, arch, callee_level, verbose))
         lines.extend(_read_lines(ev, arch))
         for note in ev.notes:
             lines.append("  note: " + note)
@@ -145,6 +187,8 @@ def explain_text(frame, arch, callee=None, verbose=False, width=None, style=plai
         lines.append("  verdict: the debugger's own unwinder " + native_text(frame.native))
         if frame.native.get("gdb_bt"):
             lines.append("  GDB's bt: " + frame.native["gdb_bt"])
+    if frame.claimed:
+        lines.append("  " + frame.claimed)
     return "\n".join(wrap(line, width) for line in lines)
 
 
@@ -224,9 +268,28 @@ def wrap(line, width):
 
 
 def explain_frames_text(frames, chosen, arch, verbose=False, width=None, style=plain):
-    """explain_text for each of `chosen`, each with its callee from `frames`."""
-    by_level = {f.level: f for f in frames}
-    return "\n\n".join(explain_text(f, arch, by_level.get(f.level - 1), verbose, width, style) for f in chosen)
+    """explain_text for each of `chosen` (frames, or (level, frame) pairs), each with its callee from
+    `frames`. A level that is an inline or tail-call frame says whose physical frame it shares, then
+    explains that one."""
+    callees = {id(f): c for c, f in zip([None] + frames[:-1], frames)}
+    texts, explained = [], set()
+    for item in chosen:
+        level, frame = item if isinstance(item, tuple) else (item.level, item)
+        virtual = next((v for at, v in levels_of(frame) if at == level), None)
+        if virtual is not None:
+            texts.append("\n".join(wrap(line, width) for line in virtual_text(virtual, frame, arch, style)))
+        if id(frame) not in explained:
+            explained.add(id(frame))
+            texts.append(explain_text(frame, arch, callees.get(id(frame)), verbose, width, style))
+    return "\n\n".join(texts)
+
+
+def virtual_text(virtual, frame, arch, style=plain):
+    kind = "an inline frame" if virtual.kind == VirtualKind.INLINE else "a tail-call frame"
+    name = style(Styled.FUNCTION, virtual.function or "??")
+    return ["#%d %s: %s, made by no unwind step: %s" % (virtual.level, name, kind, shares_text(virtual, frame)),
+            "  pc 0x%x, sp %s, the registers of frame #%d" % (virtual.pc, hexa(frame.registers.get(arch.sp)),
+                                                              frame.level)]
 
 
 def native_text(native):

@@ -26,28 +26,37 @@ def step_with_row(row, frame, ctx, evidence, signal_frame=False):
                        "%s marks the return address undefined at 0x%x" % (evidence.found_by, evidence.lookup_pc),
                        registers=None,
                        evidence=evidence, outermost=True, signal_frame=signal_frame)
-    caller = result.registers
+    caller, notes = return_address(row, arch, frame.registers, result.registers)
+    evidence.notes.extend(notes)
+    if caller is None:
+        return Outcome.failed(evidence.source,
+                              "the row gives no value for the return address (%s)" % arch.name_of(arch.ra),
+                              FailureKind.NO_RETURN_ADDRESS, evidence=evidence)
+    evidence.caller_registers = caller
+    return Outcome(AttemptStatus.RECOVERED, evidence.source, registers=caller, evidence=evidence,
+                   signal_frame=signal_frame)
+
+
+def return_address(row, arch, registers, caller):
+    """(caller with its pc set from the return address, notes), or (None, notes) when the row
+    gives no return address. Shared by step_with_row and the plans' replay (plugin/plans.py)."""
+    notes = []
     ra = caller.get(arch.ra)
     if ra is None and arch.ra != arch.pc and arch.ra not in row.registers:
         # No rule for a return-address register (Arm's lr, aarch64's x30): it keeps
         # its value, as GDB's DWARF unwinder treats an unspecified register; a
         # leaf's rows say nothing about lr.
-        ra = frame.registers.get(arch.ra)
+        ra = registers.get(arch.ra)
         if ra is not None:
             caller[arch.ra] = ra
-            evidence.notes.append("the row has no rule for %s: it keeps its value 0x%x (same value), "
-                                  "the return address" % (arch.name_of(arch.ra), ra))
+            notes.append("the row has no rule for %s: it keeps its value 0x%x (same value), "
+                         "the return address" % (arch.name_of(arch.ra), ra))
     if ra is None:
-        return Outcome.failed(evidence.source,
-                              "the row gives no value for the return address (%s)" % arch.name_of(arch.ra),
-                              FailureKind.NO_RETURN_ADDRESS, evidence=evidence)
+        return None, notes
     if row.ra_signed:
         stripped = arch.strip_pointer_auth(ra)
         if stripped != ra:
-            evidence.notes.append("return address 0x%x is signed; pointer-auth bits stripped: 0x%x"
-                                  % (ra, stripped))
+            notes.append("return address 0x%x is signed; pointer-auth bits stripped: 0x%x" % (ra, stripped))
         ra = stripped
-    caller[arch.pc] = arch.return_to(ra, frame.registers, caller)
-    evidence.caller_registers = caller
-    return Outcome(AttemptStatus.RECOVERED, evidence.source, registers=caller, evidence=evidence,
-                   signal_frame=signal_frame)
+    caller[arch.pc] = arch.return_to(ra, registers, caller)
+    return caller, notes

@@ -23,7 +23,7 @@ def compare(frames, native, ctx):
     for level in range(max(len(frames), len(native))):
         ours = frames[level] if level < len(frames) else None
         theirs = native[level] if level < len(native) else None
-        row = {"level": level,
+        row = {"level": ours.level if ours is not None else theirs.get("level", level),
                "plugin": None if ours is None else {
                    "pc": ours.pc, "sp": ours.registers.get(arch.sp), "function": ours.function,
                    "method": ours.method},

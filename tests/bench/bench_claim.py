@@ -13,7 +13,9 @@ command). Modes, interleaved round by round in one session:
   auto    the default: declines what GDB's DWARF unwinder covers
   all     claims every frame it can
   none    called by GDB for every frame, claims nothing
-Prints the median per mode, per frame, and the ratio to native.
+Prints the median per mode, per frame, and the ratio to native; then, after a
+simulated stop (GDB's frame cache and the plugin's stop-scoped caches
+dropped), GDB's first full `bt` against the first `unwind explain`.
 """
 
 import argparse
@@ -25,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "helpers"))
 
 from support import ROOT, build  # noqa: E402
 
@@ -33,7 +35,7 @@ MODES = ("native", "auto", "all", "none")
 
 SETUP = r'''
 import gdb, json, time
-TIMES = {mode: [] for mode in %(modes)r}
+TIMES = {mode: [] for mode in %(modes)r + ("first-bt", "first-explain")}
 STATE = gdb._unwind_plugin_state
 def use(mode):
     STATE.unwinder.enabled = mode != "native"
@@ -43,6 +45,15 @@ def use(mode):
 def walk(mode):
     start = time.process_time()
     gdb.execute("bt", to_string=True)
+    TIMES[mode].append(time.process_time() - start)
+def cold(mode):
+    """After a stop (GDB's frames and the plugin's stop-scoped caches dropped): GDB's first `bt`
+    alone (native), or the first `unwind explain` of the selected frame with default settings."""
+    use("native" if mode == "first-bt" else "auto")
+    STATE.resumed()
+    gdb.execute("maintenance flush register-cache", to_string=True)
+    start = time.process_time()
+    gdb.execute("bt" if mode == "first-bt" else "unwind explain", to_string=True)
     TIMES[mode].append(time.process_time() - start)
 def depth():
     count, frame = 0, gdb.newest_frame()
@@ -67,6 +78,7 @@ def gdb_commands(binary, depth, rounds, out, python=False):
     for r in range(rounds):
         for mode in MODES:
             commands += ["python use(%r)" % mode, "python walk(%r)" % mode]
+        commands += ["python cold('first-bt')", "python cold('first-explain')"]
     commands += ["python use('native')",
                  "python json.dump({'times': TIMES, 'frames': depth()}, open(%r, 'w'))" % out, "kill"]
     return commands
@@ -105,6 +117,9 @@ def main():
     for mode in MODES:
         print("  %-7s %7.3f s  %6.1f us/frame  %.2fx native"
               % (mode, medians[mode], 1e6 * medians[mode] / frames, medians[mode] / medians["native"]))
+    print("after a stop: GDB's first bt %.1f ms; first `unwind explain` (default settings) %.1f ms: %.2fx"
+          % (1e3 * medians["first-bt"], 1e3 * medians["first-explain"],
+             medians["first-explain"] / medians["first-bt"]))
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ STOPS = {
     "cpp-coroutine": Stop("cpp-coroutine", (), "stop_here", "_start"),
     "rust-panic": Stop("rust-panic", (), "rust_panic", "_start"),
     "rust-overflow-main": Stop("rust-overflow", ("main",), None, "_start", SEGV_PASS),
-    "rust-overflow-thread": Stop("rust-overflow", ("thread",), None, "clone3", SEGV_PASS),
+    "rust-overflow-thread": Stop("rust-overflow", ("thread",), None, "clone3", SEGV_PASS,
+                                 lldb_truth_ends="__clone3"),      # LLDB names the alias
     "go-goroutine": Stop("go", (), "main.stopHere", "runtime.goexit", lldb_setup=GO_LLDB),
     "go-main": Stop("go", (), "main.stopHere", "runtime.goexit", extra={"skip_hits": 1}, lldb_setup=GO_LLDB),
     "go-mallocgc": Stop("go", (), "main.allocate", "runtime.goexit", extra={"then": "runtime.mallocgc"},

@@ -31,6 +31,8 @@ SUBSET = {
     "test_fallbacks_recover_every_frame_lldb_recovers_on_a_stripped_binary": {"plain-O2-nofp", "qsort-O0"},
     "test_jit_code_in_an_anonymous_mapping": {"O2-nofp"},
     "test_tables_match_offline_and_lldb_plans": {"engine-x86_64-O2-nofp", "engine-arm64-O2-fp"},
+    "test_fast_backtrace_equals_the_engines_walk": {"recurse-O2-nofp", "signal-O0", "python3"},
+    "test_provider_keeps_lldbs_frames_where_lldb_is_right": {"jit-O2-nofp", "sframe-only-O2"},
 }
 
 

@@ -5,7 +5,7 @@ Each command's --json output has the keys its declaration announces (for
 and its help shows the declared summary and usage line.
 """
 
-from lldbrun import run_lldb
+from lldbrun import run_lldb, version
 from plugin.commands.catalog import commands_for
 from plugin.commands.spec import Debugger
 from plugin.engine import DEFAULT_SOURCES
@@ -14,6 +14,7 @@ from support import build
 
 LLDB = Debugger.LLDB
 LINES = {"tables": "unwind tables --json level2"}
+PARSED_VERSION = 19         # LLDB 18 and later take parsed Python commands (lldb_commands/parsed.py)
 
 
 def test_commands_follow_their_declarations():
@@ -27,7 +28,12 @@ def test_commands_follow_their_declarations():
         assert set(keys) - set(always) <= set(spec.json_sometimes), (spec.name, keys)
         help_text = results["help " + spec.name]["output"]
         assert help_text.startswith(spec.title(LLDB, DEFAULT_SOURCES)), help_text
-        assert "Usage: " + spec.usage(LLDB) in help_text, help_text
+        if version() >= PARSED_VERSION:     # parsed commands: LLDB writes the syntax and options
+            assert "Syntax: %s <cmd-options>" % spec.name in help_text and "Expects 'raw' input" not in help_text, help_text
+            for option in spec.options_for(LLDB):
+                assert "-%s" % option.short in help_text and "--%s" % option.name in help_text, help_text
+        else:
+            assert "Usage: " + spec.usage(LLDB) in help_text, help_text
     for setting in settings_for("lldb", DEFAULT_SOURCES):
         value = setting.default_value(DEFAULT_SOURCES)
         assert results["settings"][setting.key] == (list(value) if isinstance(value, tuple) else value)

@@ -20,7 +20,9 @@ def _stop_actions(stop):
     breakpoint = stop.breakpoint
     if stop.breakpoint is None:         # run to a signal: pass SIGSEGV to the program's handler
         breakpoint = "main"
+        # `main` also names Rust's `<crate>::main` in LLDB: delete the breakpoint so the run goes on to the signal
         actions += [("handle", "cmd", "process handle SIGSEGV --stop false --pass true --notify false"),
+                    ("unbreak", "cmd", "breakpoint delete --force"),
                     ("go", "cmd", "process continue")]
     actions += [("skip%d" % i, "cmd", "process continue") for i in range(stop.extra.get("skip_hits", 0))]
     if "then" in stop.extra:

@@ -30,12 +30,12 @@ GDB, LLDB = Debugger.GDB, Debugger.LLDB
 
 def test_usage_lines_spell_options_in_each_debuggers_style():
     assert BACKTRACE.usage(GDB) == "unwind backtrace [-json] [-sources LIST] [N|-N]"
-    assert BACKTRACE.usage(LLDB) == "unwind backtrace [--json] [--sources LIST] [--count N] [N|-N]"
+    assert BACKTRACE.usage(LLDB) == "unwind backtrace [--json] [--sources LIST] [--count N] [all] [N|-N]"
     assert EXPLAIN.usage(GDB) == "unwind explain [-json] [-sources LIST] [-verbose] [LEVEL|all]"
     assert TABLES.usage(LLDB) == "unwind tables [--json] [--all] ADDRESS|FUNCTION"
     assert [c.name for c in commands_for(GDB)] == ["backtrace", "explain", "tables", "compare", "modules",
                                                    "validate"]
-    assert [c.name for c in commands_for(LLDB)][-2:] == ["settings", "validate"]
+    assert [c.name for c in commands_for(LLDB)][-3:] == ["settings", "validate", "provider"]
     assert VALIDATE.usage(GDB) == "unwind validate [-json] [-sources LIST] [-steps N] [FUNCTION|ADDRESS]"
     assert VALIDATE.usage(LLDB) == "unwind validate [--json] [--sources LIST] [--steps N] [FUNCTION|ADDRESS]"
 

@@ -1,0 +1,185 @@
+"""LLDB's own frames through the plugin: a scripted frame provider (LLDB 22 and later).
+
+`unwind provider on` registers UnwindFrameProvider on the target; LLDB then
+asks it for every frame of every thread (`bt`, `frame select`, `up`/`down`).
+It only adds, as the GDB unwinder does:
+
+- LLDB's own frames are passed through (by their index in LLDB's list),
+  so they keep their registers and variables;
+- where LLDB's list ends (its unwinder stopped) the plugin walks the stack
+  from the innermost frame; if every physical frame LLDB had agrees with
+  the plugin's (same pc and sp), the plugin's further frames are supplied,
+  each by its pc, until the plugin's walk ends;
+- where LLDB skips the caller of the innermost frame (a stop at a
+  function's first instruction in code without tables: LLDB follows the
+  rbp chain, which does not yet hold that frame), the plugin's frame #1 is
+  inserted, but only when the plugin found it by something better than a
+  stack scan and the plugin's frame #2 is LLDB's frame #1 (same pc and sp).
+
+Any other disagreement keeps LLDB's frames and supplies nothing: a
+verdict between two unwinders is `unwind compare`'s job, not a silent
+replacement. Supplied frames carry a pc only (see catalog.PROVIDER).
+
+The supplied frames are recorded in the debugger's state, keyed by thread
+and stop, so `unwind explain` says which frames were supplied.
+"""
+
+from typing import Dict, List, Optional, Union
+
+import lldb
+
+try:
+    from lldb.plugins.scripted_frame_provider import ScriptedFrameProvider
+except ImportError:         # LLDB before 22: no frame providers
+    ScriptedFrameProvider = object
+
+from plugin.commands import reports
+from plugin.settings import Trust
+
+from . import native
+from .state import state_for
+from .target import arch_of
+
+CLASS_NAME = __name__ + ".UnwindFrameProvider"
+NEEDED = "LLDB 22"
+
+
+def available() -> bool:
+    return ScriptedFrameProvider is not object and hasattr(lldb.SBTarget, "RegisterScriptedFrameProvider")
+
+
+def supplied_key(thread) -> tuple:
+    process = thread.GetProcess()
+    return thread.GetThreadID(), process.GetStopID()
+
+
+def switch(state, sbtarget, on: bool) -> None:
+    """Register (on) or remove (off) the provider on sbtarget; ValueError if LLDB refuses."""
+    known = state.providers.get(sbtarget.GetGloballyUniqueID())
+    if on and known is None:
+        error = lldb.SBError()
+        ident = sbtarget.RegisterScriptedFrameProvider(CLASS_NAME, lldb.SBStructuredData(), error)
+        if not error.Success() or not ident:
+            raise ValueError("LLDB did not register the frame provider: %s" % (error.GetCString() or "no reason given"))
+        state.providers[sbtarget.GetGloballyUniqueID()] = ident
+    elif not on and known is not None:
+        error = sbtarget.RemoveScriptedFrameProvider(known)
+        if not error.Success():
+            raise ValueError("LLDB did not remove the frame provider: %s" % (error.GetCString() or "no reason given"))
+        del state.providers[sbtarget.GetGloballyUniqueID()]
+
+
+class UnwindFrameProvider(ScriptedFrameProvider):
+
+    @staticmethod
+    def get_description():
+        return "unwind plugin: frames recovered from unwind tables where LLDB's unwinder stops"
+
+    def __init__(self, input_frames, args):
+        super().__init__(input_frames, args)
+        self._seen: Optional[List[Dict[str, int]]] = []     # LLDB's physical frames, as asked for
+        self._registers: Optional[Dict[int, int]] = None    # frame #0's, read when it was asked for
+        self._inserted: Optional[int] = None    # the pc of a frame #1 LLDB skipped (see the module's help)
+        self._supplied: Optional[List[Dict[str, int]]] = None      # frames after LLDB's last one
+
+    def get_frame_at_index(self, index: int) -> Union[None, int, Dict[str, int]]:
+        try:
+            size = self.input_frames.GetSize()
+            shift = 1 if self._inserted is not None else 0
+            if index == 1 and shift:
+                return {"idx": 1, "pc": self._inserted}
+            if index - shift < size:
+                self._note(index - shift)
+                if index == 1 and self._skipped():
+                    return {"idx": 1, "pc": self._inserted}
+                return index - shift
+            if self._supplied is None:
+                self._supplied = self._extend(size)
+            extra = index - size - shift
+            return self._supplied[extra] if 0 <= extra < len(self._supplied) else None
+        except Exception:       # never break LLDB's own backtrace: supply nothing more
+            return None
+
+    def _note(self, index: int) -> None:
+        """Record LLDB's frame `index` while LLDB lets us read it.
+
+        LLDB 22.1 aborts ("Resource deadlock avoided") when an input frame
+        is read once LLDB has asked past its own frames, and on IsValid(),
+        IsInlined(), IsArtificial() or GetCFA() at any time; GetPC(),
+        GetSP() and FindRegister() work while frame `index` is being asked
+        for. So frames are read here, and an inlined frame is grouped with
+        the frames after it by the sp they share (a caller's sp is above
+        its callee's), keeping the first pc, as native.physical() does.
+        """
+        if self._seen is None:
+            return
+        last = self._seen[-1]["index"] if self._seen else -1
+        if index <= last:
+            return          # asked again
+        if index != last + 1:
+            self._seen = None       # a frame was skipped and cannot be read later: supply nothing
+            return
+        frame = self.input_frames.GetFrameAtIndex(index)
+        if index == 0:
+            self._registers = native.registers(frame, arch_of(self.target))
+        sp = frame.GetSP()
+        if not self._seen or self._seen[-1]["sp"] != sp:
+            self._seen.append({"index": index, "pc": frame.GetPC(), "sp": sp})
+        else:
+            self._seen[-1]["index"] = index
+
+    def _walk(self, frames: int):
+        """(LldbTarget, the plugin's frames from frame #0, at most `frames` of them)."""
+        state = state_for(self.target.GetDebugger())
+        target, modules = state.live(self.target, read_settings=False)
+        bt = reports.backtrace(target, modules, self._registers, True, state.sources, min(frames, state.max_frames),
+                               step=target.plans.stepper(target.generation))
+        return target, bt.frames
+
+    def _skipped(self) -> bool:
+        """Did LLDB skip frame #1? Then remember the plugin's frame #1 to insert."""
+        seen = self._seen
+        if self.thread is None or self._registers is None or not seen or len(seen) != 2 or seen[1]["index"] != 1:
+            return False
+        target, ours = self._walk(3)
+        sp = target.arch.sp
+        if len(ours) < 3 or ours[1].method == Trust.SCAN.value:
+            return False
+        if (ours[1].pc, ours[1].registers.get(sp)) == (seen[1]["pc"], seen[1]["sp"]):
+            return False        # LLDB's frame #1 is the plugin's: nothing skipped
+        if (ours[2].pc, ours[2].registers.get(sp)) != (seen[1]["pc"], seen[1]["sp"]):
+            return False        # another disagreement: keep LLDB's frames
+        self._inserted = ours[1].pc
+        self._record({1: ours[1].pc})
+        return True
+
+    def _extend(self, size: int) -> List[Dict[str, int]]:
+        """The frames the plugin recovers after LLDB's last one (input frame size-1), or []."""
+        theirs = [dict(f) for f in self._seen or ()]
+        if self.thread is None or not theirs or theirs[-1]["index"] != size - 1 or self._registers is None:
+            return []
+        if self._inserted is not None:
+            theirs.insert(1, {"pc": self._inserted, "sp": None})
+        state = state_for(self.target.GetDebugger())
+        target, ours = self._walk(state.max_frames)
+        if len(ours) <= len(theirs):
+            return []
+        for mine, lldbs in zip(ours, theirs):
+            if mine.pc != lldbs["pc"] or lldbs["sp"] not in (None, mine.registers.get(target.arch.sp)):
+                return []
+        first = size + (1 if self._inserted is not None else 0)
+        out = []
+        for offset, frame in enumerate(ours[len(theirs):]):
+            if frame.pc in (None, 0):
+                break
+            out.append({"idx": first + offset, "pc": frame.pc})
+        self._record({len(theirs) + i: f["pc"] for i, f in enumerate(out)})
+        return out
+
+    def _record(self, levels: Dict[int, int]) -> None:
+        """Say in the debugger's state which physical levels were supplied at this stop."""
+        state = state_for(self.target.GetDebugger())
+        key = supplied_key(self.thread)
+        for old in [k for k in state.supplied if k[1] != key[1]]:      # earlier stops: gone
+            del state.supplied[old]
+        state.supplied.setdefault(key, {}).update(levels)

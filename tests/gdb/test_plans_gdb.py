@@ -1,0 +1,97 @@
+"""The unwinder's per-pc plans (plugin/plans.py) give what the full engine gives, on every frame.
+
+With `set unwind claim all` GDB's `bt` takes every frame it can from the
+plugin. Each scenario's whole stack is read from GDB (pc, sp and every
+general register of every frame, as GDB's `info registers` would show
+them) with plans off (the engine decides each frame) and with plans on,
+twice (the second walk replays plans made by the first). They must be
+equal, and plans must have been replayed.
+"""
+
+import shutil
+
+import pytest
+
+from gdbrun import run_gdb
+from support import build
+from test_transcripts import FIXED_SEEDS, FLAGS
+
+DEFINE = "\n".join([
+    "python",
+    "def stack_registers():",
+    "    names = ['rax', 'rbx', 'rcx', 'rdx', 'rsi', 'rdi', 'rbp', 'rsp'] + ['r%d' % i for i in range(8, 16)] + ['rip']",
+    "    out, frame = [], gdb.newest_frame()",
+    "    while frame is not None:",
+    "        values = []",
+    "        for name in names:",
+    "            value = frame.read_register(name)",
+    "            values.append(None if value.is_optimized_out else str(value))",
+    "        out.append([frame.level(), int(frame.type()), frame.pc(), values])",
+    "        frame = frame.older()",
+    "    return out",
+    "def with_plans(on):",
+    "    gdb._unwind_plugin_state.use_plans = on",
+    "    gdb.invalidate_cached_frames()",
+    "    return on",
+    "end",
+])
+HITS = "gdb._unwind_plugin_state.inferior().plans.hits"
+CLAIMED = "gdb._unwind_plugin_state.unwinder.claimed"
+SCENARIOS = {"recurse": ["recurse", "300"], "alloca": ["alloca", "40"], "realign": ["realign", "24"],
+             "signal": ["signal"], "qsort": ["qsort"]}
+
+
+def _compare(program, args, breakpoint, setup=()):
+    results, _ = run_gdb(program, [
+        ("define", "cmd", DEFINE),
+        ("all", "cmd", "set unwind claim all"),
+        ("off", "py", "with_plans(False)"),
+        ("engine", "py", "stack_registers()"),
+        ("claimed", "py", CLAIMED),
+        ("on", "py", "with_plans(True)"),
+        ("first", "py", "stack_registers()"),
+        ("again", "py", "with_plans(True)"),
+        ("second", "py", "stack_registers()"),
+        ("hits", "py", HITS),
+    ], args=args, breakpoint=breakpoint, setup=list(setup) + ["handle SIGUSR1 nostop noprint pass", "set backtrace past-main on"])
+    assert results["claimed"] > 3, results["claimed"]           # the plugin unwound these frames
+    assert len(results["engine"]) > 4
+    assert results["first"] == results["engine"]
+    assert results["second"] == results["engine"]
+    assert results["hits"] > 0
+    return results
+
+
+@pytest.mark.parametrize("flags", sorted(FLAGS))
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_plans_equal_the_engine_on_fixtures(scenario, flags):
+    results = _compare(build("chain.c", FLAGS[flags]), SCENARIOS[scenario], "stop_here")
+    if scenario == "recurse":
+        assert results["hits"] >= 300      # every recursive frame after the first is a replay
+
+
+def test_plans_equal_the_engine_on_python3():
+    """A varied real stack: Debian's python3 (interpreter and libc frames) stopped in getpid."""
+    program = shutil.which("python3", path="/usr/bin")
+    if program is None:
+        pytest.fail("python3 is not installed")
+    _compare(program, ["-c", "\"import os; f = lambda n: list(map(f, [n - 1])) if n else os.getpid(); f(40)\""],
+             "getpid", setup=FIXED_SEEDS + ["set breakpoint pending on"])
+
+
+def test_stack_write_drops_the_page_cache():
+    """The unwinder reads the stack through a page cache: a write into the stack (GDB's
+    memory-changed event) must drop it, so the next `bt` sees the new return address."""
+    binary = build("chain.c", ["-O0"])
+    slot = "int(gdb.newest_frame().older().older().read_register('sp')) - 8"    # frame 1's return address
+    results, _ = run_gdb(binary, [
+        ("all", "cmd", "set unwind claim all"),
+        ("before", "frames", None),
+        ("slot", "py", slot),
+        ("write", "cmd", "python gdb.execute('set {long}%d = 0' % (" + slot + "))"),
+        ("after", "frames", None),
+        ("claimed", "py", CLAIMED),
+    ], args=["plain"], breakpoint="stop_here")
+    assert len(results["before"]) >= 4 and results["claimed"] >= 2
+    assert [f["pc"] for f in results["after"]][:2] == [f["pc"] for f in results["before"]][:2]
+    assert len(results["after"]) == 3 and results["after"][2]["pc"] == 0, results["after"]

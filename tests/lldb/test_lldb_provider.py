@@ -1,0 +1,149 @@
+"""`unwind provider on|off`: LLDB's own frames through the plugin (LLDB 22's frame provider).
+
+The oracle is LLDB itself: on a program stripped of its symbols and of
+.eh_frame, LLDB 22 alone stops after the first frame; with the provider,
+LLDB's own frames (SBThread, `bt`) are those LLDB finds on the twin that
+kept its symbols and tables (same code, same addresses: LLDB disables
+ASLR). Where LLDB alone is right (ordinary programs, JIT code that keeps a
+frame record, an SFrame-only program), its frames are the same with the
+provider on. Older versions answer with one line naming the version needed.
+"""
+
+import re
+
+import pytest
+
+from fallback_scenarios import BUILDS
+from lldbrun import run_batch, run_lldb, version
+from support import build, run
+
+PROVIDER_VERSION = 22
+STRIP_ALL = [["objcopy", "--strip-all", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
+              "{out}"]]
+SFRAME_ONLY = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+REGISTERS = "[frame.GetRegisters().GetSize(), frame.GetPC()]"
+
+
+def _twins(flags_name):
+    flags = BUILDS[flags_name]
+    twin = build("chain.c", flags, name="chain-twin-%s" % flags_name)
+    bare = build("chain.c", flags, name="chain-bare-%s" % flags_name, post=STRIP_ALL)
+    symbols = run(["nm", str(twin)]).stdout
+    stop_here = int(re.search(r"^([0-9a-f]+) T stop_here$", symbols, re.M).group(1), 16)
+    return twin, bare, stop_here
+
+
+def _pcs(frames):
+    return [f["pc"] for f in frames]
+
+
+def _needs_lldb_22():
+    """On LLDB before 22: `unwind provider` shows "off" and says which version is needed."""
+    status, transcript = run_batch(build("chain.c", ["-O0"]), ["unwind provider", "unwind provider on"])
+    assert status != 0, transcript
+    assert "provider: off (needs LLDB 22 or later)" in transcript, transcript
+    assert re.search(r"error: unwind provider: needs LLDB 22 or later \(the frame provider API\); "
+                     r"this is LLDB %d\.\d+\.\d+" % version(), transcript), transcript
+
+
+# O2-nofp: LLDB alone stops after frame #0. O0: the breakpoint is at stop_here's
+# first instruction; LLDB alone follows the rbp chain, skips level3 and stops
+# before _start.
+@pytest.mark.parametrize("flags_name", sorted(BUILDS))
+def test_provider_supplies_the_frames_lldb_cannot_find(flags_name):
+    if version() < PROVIDER_VERSION:
+        return _needs_lldb_22()
+    twin, bare, stop_here = _twins(flags_name)
+    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=["plain"])
+    results, _ = run_lldb(bare, [
+        ("alone", "frames", None),
+        ("on", "json", "unwind provider on --json"),
+        ("with", "frames", None),
+        ("explain", "json", "unwind explain all --json"),
+        ("compare", "json", "unwind compare --json"),
+        ("select", "cmd", "frame select 3"),
+        ("selected", "json", "unwind backtrace --json 1"),
+        ("registers", "py", REGISTERS),
+        ("finish", "cmd", "finish"),
+        ("after_finish", "frames", None),
+        ("off", "json", "unwind provider off --json"),
+        ("without", "frames", None),
+    ], args=["plain"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
+    expected = _pcs(truth["frames"])    # stop_here level3 level2 level1 main, 2 in libc, _start
+    alone = _pcs(results["alone"])
+    assert alone != expected[:len(alone)] or len(alone) < len(expected), (alone, expected)
+    assert results["on"] == {"provider": "on", "lldb_version": results["on"]["lldb_version"]}
+    assert results["on"]["lldb_version"].startswith("%d." % PROVIDER_VERSION)
+    # With the provider, LLDB's own frames are the twin's, frame by frame ...
+    assert _pcs(results["with"]) == expected, (results["with"], truth["frames"])
+    # ... LLDB's own frames among them unchanged, in LLDB's order.
+    kept = [f for f in results["with"] if f["pc"] in alone]
+    assert kept == results["alone"], (kept, results["alone"])
+    supplied = [level for level, pc in enumerate(expected) if pc not in alone]
+    assert supplied and results["explain"]["supplied"] == supplied, results["explain"]
+    # `unwind compare` compares with LLDB's own unwinder, not with what the plugin supplied to it.
+    assert [row["native"] is not None for row in results["compare"]["frames"]] == \
+        [level < supplied[0] for level in range(len(expected))], results["compare"]
+    # From frame #3 (level1), the plugin's backtrace starts there.
+    assert [f["pc"] for f in results["selected"]["frames"]] == [expected[3]], results["selected"]
+    # A supplied frame has a pc and no registers: LLDB 22.1.8 crashes on a scripted
+    # frame with a register context (fixed upstream in llvm PR #216840), so LLDB
+    # can show no registers or variables of it. LLDB's own frames keep theirs.
+    count, pc = results["registers"]
+    assert pc == expected[3] and (count == 0) == (3 in supplied), (results["registers"], supplied)
+    # `finish` from level1 (frame #3) returns to main, at the return address frame #4 shows.
+    assert results["finish"]["ok"], results["finish"]
+    assert results["after_finish"][0]["pc"] == expected[4], (results["after_finish"], expected)
+    assert results["off"]["provider"] == "off"
+    assert "[synthetic]" not in str(results["without"])
+
+
+CASES = {   # name: (build, args): programs LLDB 22 alone unwinds right
+    "plain-O2": (lambda: build("chain.c", ["-O2"]), ["plain"]),
+    "qsort-O2": (lambda: build("chain.c", ["-O2"]), ["qsort"]),
+    "thread-O0": (lambda: build("chain.c", ["-O0"]), ["thread"]),
+    "jit-O2-nofp": (lambda: build("jit.c", ["-O2", "-fomit-frame-pointer"]), []),
+    "sframe-only-O2": (lambda: build("chain.c", ["-O2", "-Wa,--gsframe"], name="chain-sframe-only",
+                                     post=SFRAME_ONLY), ["plain"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_provider_keeps_lldbs_frames_where_lldb_is_right(case):
+    if version() < PROVIDER_VERSION:
+        return _needs_lldb_22()
+    make, args = CASES[case]
+    results, transcript = run_lldb(make(), [
+        ("alone", "frames", None),
+        ("on", "cmd", "unwind provider on"),
+        ("with", "frames", None),
+        ("explain", "json", "unwind explain all --json"),
+        ("bt", "cmd", "bt"),
+    ], args=args)
+    assert len(results["alone"]) >= 4, results["alone"]
+    assert results["with"] == results["alone"]
+    assert "supplied" not in results["explain"], results["explain"]
+    assert "[synthetic]" not in results["bt"]["output"], results["bt"]
+
+
+def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return():
+    """What LLDB 22.1.8 cannot do: `finish` from a supplied frame has no registers to check the
+    stack with, so in a recursion it stops at the first return to that pc, from a deeper frame."""
+    if version() < PROVIDER_VERSION:
+        return _needs_lldb_22()
+    twin, bare, stop_here = _twins("O2-nofp")
+    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=["recurse", "6"])
+    results, _ = run_lldb(bare, [
+        ("on", "cmd", "unwind provider on"),
+        ("with", "frames", None),
+        ("select", "cmd", "frame select 3"),
+        ("finish", "cmd", "finish"),
+        ("after", "frames", None),
+    ], args=["recurse", "6"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
+    expected = _pcs(truth["frames"])        # stop_here, recurse x7, main, libc x2, _start
+    assert _pcs(results["with"]) == expected
+    assert expected[2] == expected[3] == expected[4]        # recurse returning into recurse
+    # A right `finish` from frame #3 would leave frames #4 on; LLDB stops at the first
+    # return to frame #3's pc, when frame #1 returns into frame #2.
+    assert results["finish"]["ok"], results["finish"]
+    assert _pcs(results["after"]) == expected[2:], (_pcs(results["after"]), expected)

@@ -1,0 +1,65 @@
+"""plugin.memory.PageCache: whole pages per target read, the target's own errors, a bound."""
+
+import pytest
+
+from plugin.errors import MemoryReadError
+from plugin.memory import PageCache
+
+PAGE = 0x100
+MAPPED = (0x1000, 0x1380)        # readable bytes; the page at 0x1300 is readable only in part
+
+
+class Memory:
+    def __init__(self):
+        self.calls = []
+
+    def read(self, address, size):
+        self.calls.append((address, size))
+        if address < MAPPED[0] or address + size > MAPPED[1]:
+            raise MemoryReadError(address, size, "not mapped")
+        return bytes((a * 7) & 0xFF for a in range(address, address + size))
+
+
+def test_words_on_one_page_cost_one_read_and_equal_the_target():
+    memory = Memory()
+    cache = PageCache(memory.read, page=PAGE)
+    for address in range(0x1000, 0x10F9, 8):
+        assert cache.read(address, 8) == Memory().read(address, 8)
+    assert memory.calls == [(0x1000, PAGE)]
+
+
+def test_a_read_across_two_pages_joins_them():
+    memory = Memory()
+    cache = PageCache(memory.read, page=PAGE)
+    assert cache.read(0x10FC, 8) == Memory().read(0x10FC, 8)
+    assert memory.calls == [(0x1000, PAGE), (0x1100, PAGE)]
+
+
+def test_a_page_that_cannot_be_read_whole_is_read_as_asked():
+    memory = Memory()
+    cache = PageCache(memory.read, page=PAGE)
+    assert cache.read(0x1370, 8) == Memory().read(0x1370, 8)        # the page 0x1300-0x1400 ends unmapped
+    assert cache.read(0x1378, 8) == Memory().read(0x1378, 8)
+    assert memory.calls == [(0x1300, PAGE), (0x1370, 8), (0x1378, 8)]   # the partial page is tried once
+    with pytest.raises(MemoryReadError) as error:
+        cache.read(0x137C, 8)
+    assert (error.value.address, error.value.size) == (0x137C, 8)     # the target's own error
+
+
+def test_clear_drops_every_page_and_big_reads_go_straight_through():
+    memory = Memory()
+    cache = PageCache(memory.read, page=PAGE)
+    cache.read(0x1000, 8)
+    cache.clear()
+    cache.read(0x1000, 8)
+    cache.read(0x1000, 3 * PAGE)
+    assert memory.calls == [(0x1000, PAGE), (0x1000, PAGE), (0x1000, 3 * PAGE)]
+
+
+def test_the_cache_holds_at_most_max_pages():
+    memory = Memory()
+    cache = PageCache(memory.read, page=PAGE, max_pages=2)
+    for address in (0x1000, 0x1100, 0x1200, 0x1000):
+        cache.read(address, 8)
+    assert len(cache._pages) <= 2
+    assert memory.calls[-1] == (0x1000, PAGE)      # dropped when the cache started over
