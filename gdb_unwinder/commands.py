@@ -19,7 +19,7 @@ from plugin.commands.options import parse_gdb
 from plugin.commands.spec import ArgumentError, CommandSpec, Debugger, WordsKind
 from plugin.engine import DEFAULT_SOURCES
 from plugin.render.style import Styled, plain
-from plugin.settings import Setting, SettingError, SettingType, settings_for
+from plugin.settings import Setting, SettingError, SettingType, is_fallback, settings_for
 
 from . import native
 from .claim import claimed_note
@@ -78,7 +78,24 @@ def run_explain(state, given):
     arch, bt = _walk(state, given.sources, gdb.newest_frame(), until_level=None if which == "all" else which)
     note_claimed(state, bt)
     reports.attach_native(bt, native.native_frames(state, len(bt.frames) + 1), state.context(given.sources))
+    _attach_declines(state, bt)
     return reports.explain_report(bt, arch, which, given.verbose, _width(), gdb_style())
+
+
+def _attach_declines(state, bt):
+    """Where the plugin's walk found a frame's caller with a fallback source but the unwinder
+    declined that frame in GDB's own bt (fallback off, or its checks failed there), say why."""
+    unwinder = state.unwinder
+    if unwinder is None or not unwinder.enabled:
+        return
+    unwinder.declines.clear()
+    native.physical_frames(len(bt.frames) + 1)      # GDB's bt as it is, asking the unwinder afresh
+    declined = {(level, pc): reason for level, pc, reason in unwinder.declines if level is not None}
+    for frame, caller in zip(bt.frames, bt.frames[1:]):
+        reason = declined.get((frame.level, frame.pc))
+        if reason is not None and is_fallback(caller.method) and frame.native is not None:
+            frame.native["gdb_bt"] = "the plugin declined this frame, so GDB's own unwinders found its caller: " + (
+                "fallback sources are off (set unwind fallback on)" if not state.claim_fallback else reason)
 
 
 def note_claimed(state, bt):

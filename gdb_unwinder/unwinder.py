@@ -218,6 +218,13 @@ class PluginUnwinder(Unwinder):
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))   # LLDB's rule: its caller is exact too
         info = pending_frame.create_unwind_info(FrameId(cfa, start))
         known, raws = registers.known, registers.raw
+        link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
+        if link is not None and link not in caller and arch.pc in caller:
+            # The caller's link register holds what its call left there, the return
+            # address, as GDB's DWARF unwinder gives the RA column; "not saved" would
+            # stop GDB's own unwinders for the frames above.
+            caller = dict(caller)
+            caller[link] = caller[arch.pc]
         given = {}          # DWARF number -> (gdb.Value handed to GDB, its int or None): the caller's registers
         for number, name in _handed_registers(arch):
             if number in caller:
@@ -273,12 +280,12 @@ _HANDED = {}
 
 
 def _handed_registers(arch):
-    """(DWARF number, name) of every register a claim hands GDB (aarch64: not the RA column,
-    which becomes pc); computed once per architecture."""
+    """(DWARF number, name) of every register a claim hands GDB (aarch64's RA column, x30,
+    too: the caller's x30 is the return address its call left there); computed once per
+    architecture."""
     pairs = _HANDED.get(arch.name)
     if pairs is None:
-        skip = arch.ra if arch.ra != arch.pc else None
-        pairs = _HANDED[arch.name] = tuple((n, name) for n, name in arch.registers.items() if n != skip)
+        pairs = _HANDED[arch.name] = tuple(arch.registers.items())
     return pairs
 
 

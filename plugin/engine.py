@@ -23,6 +23,7 @@ from plugin.model.stops import StopReason
 from plugin.modules import ModuleMap, on_disk
 from plugin import settings
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, SourceKind, source_names
+from plugin.strategies import analysis as analysis_strategy
 from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies import exidx as exidx_strategy
@@ -36,6 +37,7 @@ STRATEGIES = {
     "sframe": sframe_strategy.step,
     "compact": compact_strategy.step,
     "exidx": exidx_strategy.step,
+    "analysis": analysis_strategy.step,
     "frame-pointer": frame_pointer_strategy.step,
     "scan": scan_strategy.step,
 }
@@ -407,7 +409,9 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
             stop, detail = StopReason.REPEATED_FRAME, "pc 0x%x with sp 0x%x was already seen" % key
             break
         seen.add(key)
-        previous_cfa = frame.cfa
+        # Across a signal frame the stack may switch (sigaltstack): the CFA
+        # need not grow there; the repeated-frame check still guards loops.
+        previous_cfa = None if frame.signal_frame else frame.cfa
         caller = Frame(level=first_level + len(frames), pc=caller_pc, registers=caller_regs, method=outcome.source,
                        evidence=outcome.evidence, attempts=attempts,
                        exact_pc=outcome.signal_frame or _after_trap_handler(frame, caller_pc, outcome, ctx))

@@ -26,6 +26,7 @@ class Trust(Vocabulary):
     SFRAME = ("sframe", "SFrame")
     COMPACT = ("compact", "compact unwind info")
     EXIDX = ("exidx", "ARM exception index")
+    ANALYSIS = ("analysis", "instruction analysis")
     FRAME_POINTER = ("frame-pointer", "frame pointer")
     SCAN = ("scan", "stack scanning")
 
@@ -48,6 +49,7 @@ SOURCES: Tuple[Source, ...] = (
     Source(Trust.SFRAME, SourceKind.TABLE, "SFrame v1/v2/v3 (.sframe)"),
     Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)"),
     Source(Trust.EXIDX, SourceKind.TABLE, "ARM EHABI (.ARM.exidx/.ARM.extab)"),
+    Source(Trust.ANALYSIS, SourceKind.FALLBACK, "the function's instructions, read from its start to pc"),
     Source(Trust.FRAME_POINTER, SourceKind.FALLBACK, "the frame-pointer chain"),
     Source(Trust.SCAN, SourceKind.FALLBACK, "stack words that look like return addresses"),
 )

@@ -10,6 +10,7 @@ demo_packages=(gdb gcc libc6-dev binutils python3 python3-venv python3-pip)
 all_packages=("${demo_packages[@]}" g++ make file bzip2 lldb-16 python3-lldb-16 liblldb-16-dev
               llvm-16 clang-16 lld-16 llvm-22
               qemu-user gdb-multiarch binutils-aarch64-linux-gnu gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf gcc-12-multilib libc6-dev-i386
+              gcc-aarch64-linux-gnu
               coreutils perl bash git sqlite3 tar gzip xz-utils make apt libc6-dbg gdbserver
               libipt2 libz3-4 libcurl4 libedit2 libxml2 libzstd1 libffi8 libpython3.11
               golang-go rustc)

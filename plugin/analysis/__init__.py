@@ -126,6 +126,13 @@ class CodeAnalysis:
         self._results[start] = result
         return result
 
+    def function_covering(self, start: int, pc: int, end: int) -> FunctionAnalysis:
+        """function(start, end), analysed again with `end` when a cached analysis stops at or before pc."""
+        cached = self._results.get(start)
+        if cached is not None and cached.end <= pc:
+            del self._results[start]
+        return self.function(start, end)
+
     def _entries(self, start, end):
         """Seeds: the entry state at start; in a PLT section at every stub too."""
         first = None

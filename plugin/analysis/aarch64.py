@@ -16,6 +16,7 @@ RA_REGISTER = 30                    # ... and the return address is in x30
 CALLEE_SAVED = tuple(range(19, 30)) + tuple(range(72, 80))
 CALL_CLOBBERED = tuple(range(0, 19))
 POINTER_SIZE = 8
+DIRECT_CALL_SIZES = (4,)                # the length of a direct call: `bl`
 
 REGISTERS = {"sp": (31, True, 8), "wsp": (31, False, 4)}   # name -> (DWARF number, full, size)
 for _n in range(31):

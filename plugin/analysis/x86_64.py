@@ -17,6 +17,7 @@ RA_REGISTER = None                  # the return address lives on the stack, not
 CALLEE_SAVED = (3, 6, 12, 13, 14, 15)
 CALL_CLOBBERED = (0, 1, 2, 4, 5, 8, 9, 10, 11)
 POINTER_SIZE = 8
+DIRECT_CALL_SIZES = (5,)                # the length of a direct call: `call rel32`
 BOUND = 1000                        # pseudo-register: the immediate of the last `cmp reg, imm`
 
 _FULL = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp"] + ["r%d" % n for n in range(8, 16)]

@@ -23,6 +23,11 @@ for instead of branching on the architecture's name:
   child_of_clone(read, pc, registers)
                                the registers and code that show a thread's
                                first instant on the child side of clone/clone3
+  entries_in(code, base)       where a frame-record prologue opens a function
+                               in code read at base, nearest the end first
+  sigreturn_at(read, pc)       the kernel's signal trampoline (a sigreturn
+                               system call) starting at pc, with the layout of
+                               the registers the kernel saved on the stack
 
 The base class knows no instructions (every answer is "not known"); x86.py
 (shared by x86_64 and i386) and aarch64.py hold the encodings. `read` is a
@@ -80,6 +85,19 @@ class ChainLayout(NamedTuple):
     why: str
 
 
+class SigReturn(NamedTuple):
+    """A signal trampoline's code and the kernel's signal frame it returns through.
+
+    When the handler returns into the trampoline, the registers of the
+    interrupted code are saved at sp + context (the sigcontext or
+    mcontext); saved maps each DWARF register number to its offset there.
+    """
+    code: bytes
+    text: str                   # the instructions, as a person reads them
+    context: int                # offset from sp of the saved register block
+    saved: dict                 # DWARF number -> offset in the block
+
+
 def reader(read_memory: Callable[[int, int], bytes]) -> Read:
     """A `read` for the methods below over a read_memory that raises on unreadable memory."""
     def read(address, size):
@@ -108,6 +126,7 @@ class Arch:
     keeps_frame_records: bool = False   # a frame-pointer chain convention is known
     min_instruction_size: int = 1
     returns: tuple = ()            # (encoding, mnemonic) of each return instruction
+    sigreturns: tuple = ()         # SigReturn: the kernel's signal trampolines
 
     def __post_init__(self):
         if not self.stack_alignment:
@@ -163,6 +182,17 @@ class Arch:
         for encoding, mnemonic in self.returns:
             if code.startswith(encoding):
                 return mnemonic
+        return None
+
+    def entries_in(self, code: bytes, base: int) -> list:
+        """Addresses in code (read at base) where a frame-record prologue opens a function, last first."""
+        return []
+
+    def sigreturn_at(self, read: Read, pc: int) -> Optional[SigReturn]:
+        """The signal trampoline whose code starts at pc, or None."""
+        for trampoline in self.sigreturns:
+            if read(pc, len(trampoline.code)) == trampoline.code:
+                return trampoline
         return None
 
     def entry_row(self, pc: int, unchanged=(), ra_signed=False):

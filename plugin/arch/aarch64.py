@@ -20,7 +20,7 @@ sp (the CFA) is x29 + 8 + N: a ChainLayout with the N of the prologue.
 from dataclasses import dataclass
 from typing import Optional
 
-from plugin.arch import Arch, ChainLayout, Edge, FrameEdge, Read, Slots
+from plugin.arch import Arch, ChainLayout, Edge, FrameEdge, Read, SigReturn, Slots
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 _NAMES = {n: "x%d" % n for n in range(31)}
@@ -40,6 +40,8 @@ MOV_X29_SP = 0x910003FD          # add x29, sp, #0
 ADD_X29_SP_MASK = 0xFFC003FF     # add x29, sp, #imm (any imm12)
 STP_PRE_MASK = 0xFFC07FFF        # stp x29, x30, [sp, #imm7*8]!  (imm7 masked out)
 STP_PRE = 0xA9807BFD
+STR_LR_PRE_MASK = 0xFFE00FFF     # str x30, [sp, #imm9]!  (imm9 masked out): a frameless function's entry
+STR_LR_PRE = 0xF8000FFE
 SVC_0 = 0xD4000001               # svc #0
 # What glibc's clone/clone3 do between `svc #0` and the branch to the child,
 # as (mask, value): `cmp x0, #0`, `b.cond`, `cbz/cbnz x0`; none changes x0.
@@ -139,6 +141,17 @@ class AArch64(Arch):
                                 "the frame record is at [sp]" % size)
         return None
 
+    def entries_in(self, code: bytes, base: int) -> list:
+        """`stp x29, x30, [sp, #-N]!` (or, without a frame pointer, `str x30, [sp, #-N]!`), with the
+        pointer-auth or BTI instruction before it when there is one."""
+        found = []
+        for offset in range(0, len(code) - 3, 4):
+            word = self._word(code, offset)
+            if word & STP_PRE_MASK == STP_PRE or word & STR_LR_PRE_MASK == STR_LR_PRE:
+                pad = offset >= 4 and self._word(code, offset - 4) in PAC_OR_BTI
+                found.append(base + offset - (4 if pad else 0))
+        return sorted(found, reverse=True)
+
     def syscall_before(self, read: Read, pc: int) -> Optional[int]:
         code = read(pc - 16, 16)
         if code is None:
@@ -191,6 +204,15 @@ class AArch64(Arch):
         return int.from_bytes(data[offset:offset + 4], self.byteorder)
 
 
+# rt_sigreturn: `mov x8, #139; svc #0` (the vdso's __kernel_rt_sigreturn,
+# qemu-user's trampoline page). sp is the rt_sigframe: siginfo (128 bytes),
+# then the ucontext, whose uc_mcontext (struct sigcontext: fault_address,
+# x0..x30, sp, pc, pstate) is 176 bytes in.
+_SIGCONTEXT = {n: 8 + 8 * n for n in range(31)}
+_SIGCONTEXT.update({31: 8 + 8 * 31, 32: 8 + 8 * 32})
+SIGRETURNS = (SigReturn((0xD2801168).to_bytes(4, "little") + (0xD4000001).to_bytes(4, "little"),
+                        "mov x8, #139; svc #0 (rt_sigreturn)", 128 + 176, _SIGCONTEXT),)
+
 ARCH = AArch64(
     name="aarch64", address_size=8, byteorder="little",
     registers=_NAMES,
@@ -199,5 +221,5 @@ ARCH = AArch64(
     elf_machine=183,
     aliases={"fp": 29, "lr": 30},
     stack_alignment=16, pointer_auth=True, keeps_frame_records=True, min_instruction_size=4,
-    returns=RETURNS, syscall_result=0,               # x0
+    returns=RETURNS, sigreturns=SIGRETURNS, syscall_result=0,               # x0
 )

@@ -93,6 +93,18 @@ class X86(Arch):
     def sets_up_frame_pointer(self, code: bytes) -> bool:
         return any(pattern in code for pattern in self.mov_bp_sp)
 
+    def entries_in(self, code: bytes, base: int) -> list:
+        """`push bp; mov bp, sp`, with the landing pad before it when there is one."""
+        found = []
+        for pattern in self.mov_bp_sp:
+            head = bytes([PUSH_BP]) + pattern
+            at = code.find(head)
+            while at >= 0:
+                pad = at >= 4 and code[at - 4:at] in LANDING_PADS
+                found.append(base + at - (4 if pad else 0))
+                at = code.find(head, at + 1)
+        return sorted(found, reverse=True)
+
     def may_save_frame_pointer(self, prologue: Callable[[], Optional[bytes]]) -> bool:
         # A callee-saved register is saved with `push` in the prologue: with no
         # `push bp` byte the register still holds the caller's value.

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from plugin.arch import Edge, FrameEdge, Read, Slots
+from plugin.arch import Edge, FrameEdge, Read, SigReturn, Slots
 from plugin.arch.x86 import RETURNS, X86
 
 _NAMES = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
@@ -115,6 +115,15 @@ class X86_64(X86):
                     "the return address is at [rsp+%d]" % (size, size), Slots(cfa=size + 8, ra=-8, fp=None))
 
 
+# rt_sigreturn: `mov rax, 15; syscall`. The handler's `ret` popped the
+# rt_sigframe's return address, so sp is the ucontext; its uc_mcontext
+# (struct sigcontext: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip)
+# is 40 bytes in (uc_flags, uc_link, uc_stack).
+_SIGCONTEXT = {8: 0, 9: 8, 10: 16, 11: 24, 12: 32, 13: 40, 14: 48, 15: 56, 5: 64, 4: 72, 6: 80,
+               3: 88, 1: 96, 0: 104, 2: 112, 7: 120, 16: 128}
+SIGRETURNS = (SigReturn(b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", "mov rax, 15; syscall (rt_sigreturn)",
+                        40, _SIGCONTEXT),)
+
 ARCH = X86_64(
     name="x86_64", address_size=8, byteorder="little",
     registers=dict(enumerate(_NAMES)),
@@ -123,6 +132,7 @@ ARCH = X86_64(
     elf_machine=62,
     aliases={"pc": 16, "sp": 7, "fp": 6},
     stack_alignment=8, keeps_frame_records=True, returns=RETURNS,
+    sigreturns=SIGRETURNS,
     syscall_result=0,                                 # rax
     mov_bp_sp=(b"\x48\x89\xe5", b"\x48\x8b\xec"),     # mov rbp, rsp (89 /r and 8b /r)
 )

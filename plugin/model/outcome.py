@@ -37,6 +37,7 @@ class FailureKind(Vocabulary):
     NOT_STACK_MEMORY = ("not-stack-memory", "the frame pointer points into read-only or executable memory, not a stack")
     NOT_AFTER_CALL = ("not-after-call", "the return address found does not follow a call instruction")
     NO_RETURN_ADDRESS = ("no-return-address", "no value for the return address: the rule gives none, or no stack word is one")
+    UNDECIDED = ("undecided", "the instruction analysis cannot decide the frame at this pc")
     NOT_AT_CALL_SITE = ("not-at-call-site", "the table holds at call sites only, and the code shows the pc is in a "
                         "prologue or an epilogue")
     INTERNAL_ERROR = ("internal-error", "the strategy raised an exception (a bug): recorded, and the walk goes on")

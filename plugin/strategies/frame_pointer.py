@@ -40,7 +40,7 @@ from plugin.arch import CLONE_FUNCTIONS, FrameEdge, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
-from plugin.strategies import planted
+from plugin.strategies import planted, sigframe
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "frame-pointer"
@@ -251,6 +251,9 @@ def step(frame, ctx):
     if not arch.keeps_frame_records:
         return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name,
                                       FailureKind.NOT_SUPPORTED)
+    trampoline = sigframe.at_trampoline(frame, ctx)
+    if trampoline is not None:
+        return sigframe.step(frame, ctx, SOURCE, trampoline)
     marker = outermost_child_of_clone(frame, ctx, SOURCE)
     if marker is not None:
         return marker
@@ -305,6 +308,11 @@ def _return_address_problem(outcome, ctx):
     if not ra or not ctx.is_code(ra):
         return None     # 0 and non-code addresses are the engine's to judge (pc-zero, not-code)
     if ctx.arch.call_before(reader(ctx.read_memory), ra) is None and planted.planted_at(ctx, ra) is None:
+        trampoline = sigframe.recognise(ctx, ra)
+        if trampoline is not None:
+            outcome.evidence.notes.append("return address 0x%x is a signal trampoline (%s): the kernel "
+                                          "planted it, no call precedes it" % (ra, trampoline.why))
+            return None
         return ("return address 0x%x does not follow a call instruction: %s does not point at a "
                 "frame record" % (ra, ctx.arch.name_of(ctx.arch.fp)))
     return None

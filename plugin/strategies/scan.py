@@ -36,6 +36,7 @@ from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_child_of_clone,
                             sets_up_frame_pointer)
+from plugin.strategies import sigframe
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "scan"
@@ -47,6 +48,9 @@ SYMTAB_CACHE_KEY = "scan: has .symtab"     # in module.cache: does the module's 
 def step(frame, ctx):
     """Recover frame's caller from the first plausible return address above sp."""
     arch = ctx.arch
+    trampoline = sigframe.at_trampoline(frame, ctx)
+    if trampoline is not None:
+        return sigframe.step(frame, ctx, SOURCE, trampoline)
     marker = outermost_child_of_clone(frame, ctx, SOURCE)
     if marker is not None:
         return marker
@@ -118,7 +122,11 @@ def candidate_problem(address, ctx):
         return "not code", None
     call = ctx.arch.call_before(reader(ctx.read_memory), address)
     if call is None:
-        return "code, but not right after a call instruction", None
+        trampoline = sigframe.recognise(ctx, address)
+        if trampoline is None:
+            return "code, but not right after a call instruction", None
+        # The kernel planted it: no call precedes it, and it is named at itself.
+        return None, ("signal trampoline (recognised by its %s)" % trampoline.by.value, ctx.symbol(address))
     function = ctx.symbol(address - 1)
     if function is None:
         module = ctx.modules.find(address - 1)

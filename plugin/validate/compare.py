@@ -3,12 +3,13 @@
 Both sides are lists of physical frames (inline frames already collapsed
 by the adapter). Where they disagree we say which one looks right when the
 code can tell: a return address must be executable and follow a call, or be
-one a runtime plants without a call (plugin/strategies/planted.py), which is
-never held against either side.
+one a runtime plants without a call (plugin/strategies/planted.py), or a
+signal trampoline the kernel planted (plugin/strategies/sigframe.py); those
+are never held against either side.
 """
 
 from plugin.arch import reader
-from plugin.strategies import planted
+from plugin.strategies import planted, sigframe
 
 
 def native_entry(pc, sp, function=None):
@@ -79,6 +80,10 @@ def _plausible_return(pc, ctx):
             failed.append(address)
         return data
     call = ctx.arch.call_before(tracking, pc)
+    if call is None:
+        trampoline = sigframe.recognise(ctx, pc)
+        if trampoline is not None:
+            return "is a signal trampoline (%s)" % trampoline.why, True
     return call and "follows a %s" % call, call is not None or not failed
 
 

@@ -153,7 +153,7 @@ def test_sources_fallback_and_scan_window_settings():
     assert sources.index("cfi") < sources.index("frame-pointer") < sources.index("scan")
     assert "does not use" in results["show_fallback"]
     assert "1024" in results["show_words"]
-    assert {f["method"] for f in results["default"]["frames"][1:]} <= {"cfi", "frame-pointer", "scan"}
+    assert {f["method"] for f in results["default"]["frames"][1:]} <= {"cfi", "analysis", "frame-pointer", "scan"}
     assert {f["method"] for f in results["scan_only"]["frames"][1:]} == {"scan"}
     assert "error" in results["bad_sources"] and "unknown source 'stack'" in results["bad_sources"]["error"]
     assert "scan" in results["still"] and "stack" not in results["still"]

@@ -1,0 +1,291 @@
+"""The `analysis` source: code without tables, unwound from its own instructions.
+
+The instruction analysis (plugin.analysis, shared with `unwind validate`)
+follows every path from the function's start and knows, before each
+instruction, the stack pointer's offset from the CFA, which register holds
+the frame pointer, and where the caller's callee-saved registers and return
+address are. That state at the frame's pc becomes a row (plugin.analysis.
+unwind_row): CFA = sp or fp + offset, return address and saved registers
+at CFA + offset; where the analysis cannot decide (paths disagree, the
+stack pointer moved by an unknown amount, the pc is not reached) the source
+answers `undecided` and the next source is tried.
+
+The function's start is found, in this order:
+  symbol   the function symbol holding the pc;
+  call     the call that reached it: a direct call (`call rel32`, `bl`)
+           just before a return address on the stack (or, on aarch64, in
+           the link register) whose target lies at or below the pc. The
+           row from that start must then place the return address exactly
+           where that call's return address was found, or it is not used;
+  prologue the nearest frame-record prologue before the pc (`push rbp;
+           mov rbp, rsp`, `stp x29, x30, [sp, #-N]!`), for functions no
+           call reached (a signal handler, a thread's start routine).
+A caller frame is read at the state before the call it made (its return
+address follows that call), the innermost or an interrupted frame at its
+exact pc. An innermost pc that is not code at all (a call through a null
+or stale function pointer) is a function entered by that call: only the
+return address the call left is known: the analysis leaves that frame to
+the frame-pointer source's edge rule (a call to a non-code address). The
+child side of clone/clone3 is outermost, as for the other fallbacks.
+
+Like every fallback it answers only where no table covers the frame, and
+GDB's `bt` uses it only with `set unwind fallback on`.
+"""
+
+from typing import Iterator, NamedTuple, Optional
+
+from plugin import analysis as code_analysis
+from plugin.analysis import unwind_row
+from plugin.analysis.ops import Flow
+from plugin.analysis.state import OTHER
+from plugin.arch import reader
+from plugin.model.evidence import StepEvidence
+from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
+from plugin.model.rules import RuleKind
+from plugin.model.vocabulary import Vocabulary
+from plugin.strategies import sigframe
+from plugin.strategies.frame_pointer import outermost_child_of_clone
+from plugin.strategies.row_step import step_with_row
+from plugin.strategies.scan import read_stack_words
+
+SOURCE = "analysis"
+CACHE_KEY = "analysis: code"         # module.cache: the module's CodeAnalysis
+WINDOW_PAST_PC = 4096                # bytes of a function after the pc the analysis follows
+MAX_FUNCTION = 1 << 16               # a start further below the pc than this is not believed
+CALLER_WORDS = 256                   # stack words searched for the call that reached the function
+MAX_CALL_STARTS = 4                  # starts from calls tried before giving up
+PROLOGUE_WINDOW = 4096               # how far below the pc a prologue is looked for
+MAX_PROLOGUE_STARTS = 2              # prologues tried, the nearest first
+
+
+class StartBy(Vocabulary):
+    """How the analysis found a function's first instruction."""
+    SYMBOL = ("symbol", "the function symbol holding the pc")
+    CALL = ("call", "the target of the direct call that reached the function")
+    PROLOGUE = ("prologue", "the nearest frame-record prologue before the pc")
+
+
+class Start(NamedTuple):
+    address: int
+    by: StartBy
+    name: Optional[str]
+    slot: Optional[int]              # CALL: where its return address was found (None: the link register)
+    return_address: Optional[int]    # CALL: that return address
+
+
+def step(frame, ctx) -> Outcome:
+    arch = ctx.arch
+    if not code_analysis.supported(arch):
+        return Outcome.not_applicable(SOURCE, "no instruction analysis for %s" % arch.name, FailureKind.NOT_SUPPORTED)
+    trampoline = sigframe.at_trampoline(frame, ctx)
+    if trampoline is not None:
+        return sigframe.step(frame, ctx, SOURCE, trampoline)
+    try:
+        import capstone  # noqa: F401  (the analysis decodes with it)
+    except ImportError:
+        return Outcome.not_applicable(SOURCE, "capstone is not installed", FailureKind.NOT_SUPPORTED)
+    marker = outermost_child_of_clone(frame, ctx, SOURCE)
+    if marker is not None:
+        return marker
+    pc = ctx.lookup_pc(frame)
+    if not ctx.is_code(pc):
+        return Outcome.not_applicable(SOURCE, "0x%x is not code" % pc, FailureKind.NO_ENTRY)
+    reasons = []
+    for start in _starts(frame, ctx, pc):
+        outcome, why = _from_start(frame, ctx, start)
+        if outcome is not None:
+            return outcome
+        reasons.append(why)
+    if not reasons:
+        return Outcome.not_applicable(SOURCE, "the start of the function at 0x%x is unknown: no symbol, and no "
+                                              "direct call on the stack reaches it" % pc, FailureKind.NO_ENTRY)
+    return Outcome.failed(SOURCE, "; ".join(reasons), FailureKind.UNDECIDED)
+
+
+# -- finding the function's start ---------------------------------------------------
+
+def _starts(frame, ctx, pc) -> Iterator[Start]:
+    found = ctx.symbol(pc)
+    if found is not None and 0 <= pc - found[1] < MAX_FUNCTION:
+        yield Start(found[1], StartBy.SYMBOL, found[0], None, None)
+        return
+    yield from _starts_from_calls(frame, ctx, pc)
+    yield from _starts_from_prologues(ctx, pc)
+
+
+def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
+    """Functions entered by no call (a signal handler, a thread's start): the nearest prologues
+    before the pc, within PROLOGUE_WINDOW bytes. The row from such a start is checked like every
+    other (its return address must follow a call or be a signal trampoline)."""
+    low = max(pc + 1 - PROLOGUE_WINDOW, 0)
+    module = ctx.modules.find(pc)
+    if module is not None:
+        segment_start = next((s.start for s in module.segments if s.start <= pc < s.end), None)
+        if segment_start is not None:
+            low = max(low, segment_start)
+    try:
+        code = bytes(ctx.read_memory(low, pc + 1 - low))
+    except Exception:           # unreadable code: no prologue can be found
+        return
+    for start in ctx.arch.entries_in(code, low)[:MAX_PROLOGUE_STARTS]:
+        yield Start(start, StartBy.PROLOGUE, None, None, None)
+
+
+def _starts_from_calls(frame, ctx, pc) -> Iterator[Start]:
+    arch = ctx.arch
+    facts = code_analysis.FACTS[arch.name]
+    candidates = []
+    if facts.RA_REGISTER is not None and frame.exact_pc and arch.ra in frame.registers:
+        candidates.append((None, frame.registers[arch.ra]))
+    sp = frame.registers.get(arch.sp)
+    if sp is not None:
+        candidates += read_stack_words(ctx, sp, CALLER_WORDS)[0]
+    seen, tried = set(), 0
+    for slot, value in candidates:
+        address = arch.strip_pointer_auth(value)
+        if address in seen or not ctx.is_code(address):
+            continue
+        seen.add(address)
+        target = _direct_call_target(ctx, address)
+        if target is None or not 0 <= pc - target < MAX_FUNCTION:
+            continue
+        tried += 1
+        found = ctx.symbol(target)
+        yield Start(target, StartBy.CALL, found[0] if found and found[1] == target else None, slot, address)
+        if tried >= MAX_CALL_STARTS:
+            return
+
+
+def _direct_call_target(ctx, return_address) -> Optional[int]:
+    """The target of the direct call instruction that ends at return_address, or None."""
+    code = _code(ctx, return_address)
+    for size in code.facts.DIRECT_CALL_SIZES:
+        insn = code.decode_at(return_address - size)
+        if insn is not None and insn.end == return_address and insn.flow == Flow.CALL and insn.target is not None:
+            return insn.target
+    return None
+
+
+def _code(ctx, address) -> code_analysis.CodeAnalysis:
+    """The module's CodeAnalysis (kept with the module), or a fresh one for code outside every module."""
+    module = ctx.modules.find(address)
+    if module is None:
+        return code_analysis.CodeAnalysis(ctx.arch, ctx.read_memory, symbol=_symbol_name(ctx))
+    code = module.cache.get(CACHE_KEY)
+    if code is None:
+        code = module.cache[CACHE_KEY] = code_analysis.CodeAnalysis(ctx.arch, ctx.read_memory,
+                                                                    symbol=_symbol_name(ctx))
+    return code
+
+
+def _symbol_name(ctx):
+    def name(address):
+        found = ctx.symbol(address)
+        return found[0] if found and found[1] == address else None
+    return name
+
+
+def _end(ctx, start, pc) -> int:
+    """How far the analysis follows the function: a window past pc, within pc's code mapping."""
+    end = pc + WINDOW_PAST_PC
+    module = ctx.modules.find(pc)
+    limit = module.segment_end(pc) if module is not None else None
+    if limit is None:
+        mapping = ctx.mapping_at(pc) if ctx.knows_mappings() else None
+        limit = mapping.end if mapping is not None else None
+    return max(pc + 1, min(end, limit)) if limit else end
+
+
+# -- the row at the pc --------------------------------------------------------------
+
+def _from_start(frame, ctx, start: Start):
+    """(Outcome, "") when the analysis from start decides the frame, else (None, why not)."""
+    arch = ctx.arch
+    facts = code_analysis.FACTS[arch.name]
+    pc = ctx.lookup_pc(frame)
+    code = _code(ctx, start.address)
+    result = code.function_covering(start.address, pc, _end(ctx, start.address, pc))
+    where = "from 0x%x (%s)" % (start.address, start.by.value)
+    address = frame.pc if frame.exact_pc else _call_before(result, frame.pc)
+    if address is None:
+        return None, "%s: no call instruction of the function ends at 0x%x" % (where, frame.pc)
+    state = result.states.get(address)
+    if state is None:
+        why = result.gave_up.get(address, "0x%x is not reached from the start" % address)
+        return None, "%s: %s" % (where, why)
+    if not frame.exact_pc and facts.RA_REGISTER is not None:
+        # The call itself wrote the link register: the caller's value is only where it was saved.
+        state = state.copy()
+        state.regs[facts.RA_REGISTER] = OTHER
+    row, why = unwind_row.row_from_state(state, facts, arch, address)
+    if row is None:
+        return None, "%s: %s" % (where, why)
+    evidence = _evidence(frame, ctx, start, result, address, row, facts)
+    outcome = step_with_row(row, frame, ctx, evidence)
+    if outcome.status != AttemptStatus.RECOVERED:
+        return outcome, ""
+    if start.by == StartBy.CALL and not _return_address_where_found(outcome, row, start, arch):
+        return None, ("%s: the row does not put the return address where the call's (0x%x) was found"
+                      % (where, start.return_address))
+    problem = _return_address_problem(outcome, ctx)
+    if problem:
+        return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence), ""
+    return outcome, ""
+
+
+def _call_before(result, return_address) -> Optional[int]:
+    """The address of the call instruction the analysis reached that ends at return_address."""
+    for address, insn in result.insns.items():
+        if insn.end == return_address and insn.flow == Flow.CALL:
+            return address
+    return None
+
+
+def _return_address_where_found(outcome, row, start, arch) -> bool:
+    rule = row.registers.get(arch.ra)
+    if start.slot is None:              # the link register held it
+        return rule is not None and rule.kind == RuleKind.SAME
+    return rule is not None and rule.kind == RuleKind.OFFSET and outcome.evidence.cfa + rule.offset == start.slot
+
+
+def _return_address_problem(outcome, ctx) -> Optional[str]:
+    ra = outcome.registers.get(ctx.arch.pc)
+    if not ra or not ctx.is_code(ra):
+        return None                     # the engine's checks judge these
+    if ctx.arch.call_before(reader(ctx.read_memory), ra) is None:
+        trampoline = sigframe.recognise(ctx, ra)
+        if trampoline is None:
+            return "return address 0x%x does not follow a call instruction" % ra
+        outcome.evidence.notes.append("return address 0x%x is a signal trampoline (%s): the kernel planted "
+                                      "it, no call precedes it" % (ra, trampoline.why))
+    return None
+
+
+def _evidence(frame, ctx, start, result, address, row, facts) -> StepEvidence:
+    arch = ctx.arch
+    module = ctx.modules.find(address)
+    evidence = StepEvidence(source=SOURCE, found_by="instruction analysis from %s" % start.by.description,
+                            lookup_pc=address, module=module.name if module else None,
+                            section="code", section_address=start.address,
+                            entry={"start": start.address, "function": start.name, "start_by": start.by.value,
+                                   "instructions": len(result.states)})
+    if start.by == StartBy.CALL:
+        where = "the link register" if start.slot is None else "[0x%x]" % start.slot
+        evidence.notes.append("the function starts at 0x%x: the target of the call before the return "
+                              "address 0x%x in %s" % (start.address, start.return_address, where))
+    setters = unwind_row.setters(result, address, row, facts)
+    cfa_insn = setters.get("cfa")
+    evidence.notes.append("CFA=%s: %s" % (row.cfa.text(arch), "set by 0x%x `%s`" % (cfa_insn.address, cfa_insn.text)
+                                          if cfa_insn else "as at the function's entry"))
+    for number, rule in sorted(row.registers.items()):
+        insn = setters.get(number)
+        if rule.kind == RuleKind.OFFSET:
+            how = "saved by 0x%x `%s`" % (insn.address, insn.text) if insn else "where the call put it"
+        elif rule.kind == RuleKind.UNDEFINED:
+            how = "changed by 0x%x `%s`, not saved: unknown in the caller" % (insn.address, insn.text) \
+                if insn else "changed and not saved: unknown in the caller"
+        else:
+            how = "unchanged since the entry"
+        evidence.notes.append("%s=%s: %s" % (arch.name_of(number), rule.text(arch), how))
+    return evidence
+

@@ -1,0 +1,386 @@
+"""The frames-added matrix: what GDB and LLDB find alone, and with the plugin, on code without tables.
+
+Each row is a program (tests/fixtures/matrix.c, jit.c) built normally, then
+its .eh_frame, .eh_frame_hdr and .debug_frame removed with objcopy (code
+and addresses unchanged), sometimes its symbols too; one is a real program
+nobody here wrote (Debian's /usr/bin/sleep, shipped without symbols, its
+tables removed the same way, stopped in libc's clock_nanosleep). The truth is GDB's own
+backtrace on the twin that keeps its tables; for the JIT row (JIT code
+never has tables) it is GDB's own backtrace below the JIT frame plus GDB's
+own backtrace after single-stepping out of the JIT code into its caller.
+
+A frame is right when its pc and its stack pointer relative to the
+innermost frame's are the truth's (the debuggers start the program with
+different environments, which moves the whole stack by a multiple of 16);
+the frame a signal interrupted may stop at any pc of the same function,
+and the frames from it on are compared relative to its stack pointer (the
+kernel aligns the signal frame's parts, so the shift may change there).
+A column counts the frames right from the innermost one, up to and
+including `main` (`thread_main` on a thread's stack).
+
+Columns: GDB alone (the plugin's unwinder disabled), GDB with the plugin
+(default settings, then `set unwind fallback on`), the plugin's own walk
+in GDB (`unwind backtrace`), LLDB alone and the plugin's walk in LLDB.
+
+    python tests/helpers/matrix.py --update-readme
+writes the README's table from the results the last test run saved
+(tests/.build/matrix-results.json); tests/gdb/test_matrix.py runs it.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from support import BUILD, FIXTURES, ROOT, build, need_tool  # noqa: E402
+
+RESULTS = BUILD / "matrix-results.json"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- matrix: begin (tests/helpers/matrix.py) -->", "<!-- matrix: end -->"
+NO_TABLES = ["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
+             "--remove-section", ".debug_frame"]
+FLAGS = {"O2": ["-O2", "-fomit-frame-pointer"], "O0": ["-O0", "-fno-omit-frame-pointer"]}
+COLUMNS = (("gdb_alone", "GDB alone"), ("gdb_default", "GDB + plugin"), ("gdb_fallback", "GDB + plugin, fallback on"),
+           ("gdb_walk", "`unwind backtrace` (GDB)"), ("lldb_alone", "LLDB alone"),
+           ("lldb_walk", "`unwind backtrace` (LLDB)"))
+FRAME_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class Row:
+    arch: str              # x86_64 (native) or aarch64 (qemu-user)
+    program: str           # fixture file
+    build: str             # key of FLAGS
+    mode: str              # the program's argument
+    stripped: bool = False  # symbols removed too
+    tables_removed: bool = True
+    anchor: str = "main"   # the truth is cut after this function
+
+    @property
+    def name(self):
+        if self.program.startswith("/"):
+            return "%s %s (Debian's, no tables)" % (self.arch, Path(self.program).name)
+        what = {"matrix.c": self.mode, "jit.c": "jit"}[self.program]
+        strip = ", no symbols" if self.stripped else ""
+        return "%s %s -%s%s" % (self.arch, what, self.build, strip)
+
+
+def rows() -> List[Row]:
+    out = []
+    for arch in ("x86_64", "aarch64"):
+        for flags in ("O2", "O0"):
+            for stripped in (False, True):
+                for mode in ("plain", "signal"):
+                    out.append(Row(arch, "matrix.c", flags, mode, stripped))
+        out.append(Row(arch, "matrix.c", "O2", "thread", anchor="thread_main"))
+        out.append(Row(arch, "matrix.c", "O2", "null"))
+    out.append(Row("x86_64", "jit.c", "O2", "", tables_removed=False))
+    # A real program nobody here wrote: Debian's sleep (stripped of symbols as shipped).
+    out.append(Row("x86_64", "/usr/bin/sleep", "O2", "100", anchor="__libc_start_call_main"))
+    return out
+
+
+# -- builds --------------------------------------------------------------------------
+
+def binaries(row: Row) -> Tuple[Path, Path]:
+    """(the twin with tables and symbols, the program under test)."""
+    if row.program.startswith("/"):
+        return Path(row.program), _system_copy(row)
+    if row.arch == "x86_64":
+        twin = build(row.program, FLAGS[row.build], name="matrix-%s-%s" % (row.program[:-2], row.build))
+        post = [["objcopy", *NO_TABLES, "{out}"]] if row.tables_removed else []
+        if row.stripped:
+            post.append(["objcopy", "--strip-all", "{out}"])
+        name = "matrix-%s-%s-noeh%s" % (row.program[:-2], row.build, "-strip" if row.stripped else "")
+        return twin, build(row.program, FLAGS[row.build], name=name, post=post) if post else twin
+    return _aarch64(row, False), _aarch64(row, True)
+
+
+def _system_copy(row):
+    """A copy of an installed program with its tables removed."""
+    out = BUILD / ("matrix-system-%s-noeh" % Path(row.program).name)
+    if not out.exists():
+        BUILD.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp%d" % os.getpid())
+        subprocess.run(["objcopy", *NO_TABLES, row.program, str(tmp)], check=True, capture_output=True)
+        tmp.rename(out)
+    return out
+
+
+def _breakpoint(row):
+    """Where the program is stopped: matrix.c stops itself (a breakpoint instruction)."""
+    if row.program.startswith("/"):
+        return "clock_nanosleep"            # libc (with tables), called through the program's own code
+    return "stop_here" if row.program == "jit.c" else None
+
+
+def _aarch64(row, under_test):
+    """Static aarch64 executables (qemu-user has no /proc; the static one is found from its entry)."""
+    stem = "matrix-a64-%s-%s%s" % (row.program[:-2], row.build,
+                                   ("-noeh" + ("-strip" if row.stripped else "")) if under_test else "")
+    out = BUILD / stem
+    source = FIXTURES / row.program
+    if out.exists() and out.stat().st_mtime >= source.stat().st_mtime:
+        return out
+    BUILD.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp%d" % os.getpid())
+    subprocess.run([need_tool("aarch64-linux-gnu-gcc"), "-g", "-static", *FLAGS[row.build], "-o", str(tmp),
+                    str(source), "-lpthread"], check=True, capture_output=True, text=True)
+    if under_test:
+        objcopy = need_tool("aarch64-linux-gnu-objcopy")
+        subprocess.run([objcopy, *NO_TABLES, str(tmp)], check=True, capture_output=True)
+        if row.stripped:
+            subprocess.run([objcopy, "--strip-all", str(tmp)], check=True, capture_output=True)
+    tmp.rename(out)
+    return out
+
+
+# -- sessions ------------------------------------------------------------------------
+
+NATIVE = ["set backtrace past-main on"]
+QEMU_SETUP = ["handle SIGALRM nostop noprint pass"]
+
+
+def _gdb(row, binary, actions):
+    from gdbrun import run_gdb
+    args = [row.mode] if row.mode else []
+    breakpoint = _breakpoint(row)
+    if row.arch == "x86_64":
+        setup = NATIVE + (["set breakpoint pending on"] if row.program.startswith("/") else [])
+        return run_gdb(binary, actions, args=args, breakpoint=breakpoint, setup=setup)[0]
+    from qemu_user import qemu_user
+    with qemu_user("qemu-aarch64", binary, args, options=("-cpu", "max,sve=off")) as address:
+        return run_gdb(binary, actions, args=(), breakpoint=breakpoint, setup=NATIVE + QEMU_SETUP,
+                       gdb_program="gdb-multiarch", remote=address, timeout=300)[0]
+
+
+def _frames(payload=None):
+    return dict(limit=FRAME_LIMIT, **(payload or {}))
+
+
+def truth_frames(row, twin) -> List[dict]:
+    """GDB's own frames on the twin with tables, through the anchor function."""
+    if row.program == "jit.c":
+        return None             # taken in the same session as the columns (see _jit_truth)
+    results = _gdb(row, twin, [("off", "cmd", "disable unwinder global unwind-plugin"),
+                               ("truth", "frames", _frames())])
+    return _through(results["truth"], row.anchor)
+
+
+def _through(frames, anchor):
+    names = [f.get("name") or f.get("function") for f in frames]
+    if anchor not in names:
+        raise AssertionError("no %s among the truth's frames: %s" % (anchor, names))
+    return frames[:names.index(anchor) + 1]
+
+
+STEP_OUT = ("[gdb.execute('finish', to_string=True) for _ in range(2)] and "
+            "next((i for i in range(400) if (gdb.execute('stepi', to_string=True), "
+            "gdb.find_pc_line(gdb.selected_frame().pc()).symtab)[1] is not None), None)")
+
+
+def gdb_columns(row, binary) -> Dict[str, list]:
+    actions = [("off", "cmd", "disable unwinder global unwind-plugin"),
+               ("gdb_alone", "frames", _frames()),
+               ("on", "cmd", "enable unwinder global unwind-plugin"),
+               ("gdb_default", "frames", _frames()),
+               ("fallback", "cmd", "set unwind fallback on"),
+               ("flush", "cmd", "maintenance flush register-cache"),
+               ("gdb_fallback", "frames", _frames()),
+               ("gdb_walk", "json", "unwind backtrace -json"),
+               ("fallback_off", "cmd", "set unwind fallback off")]
+    if row.program == "jit.c":
+        actions += [("off2", "cmd", "disable unwinder global unwind-plugin"),
+                    ("stepped", "py", STEP_OUT),
+                    ("tail", "frames", _frames())]
+    results = _gdb(row, binary, actions)
+    out = {name: results[name] for name in ("gdb_alone", "gdb_default", "gdb_fallback")}
+    out["gdb_walk"] = results["gdb_walk"]["frames"]
+    if row.program == "jit.c":
+        assert results["stepped"] is not None, "did not step out of the JIT code"
+        alone = results["gdb_alone"]
+        jit = next(i for i, f in enumerate(alone) if f["name"] is None)
+        out["truth"] = alone[:jit + 1] + _through(results["tail"], row.anchor)
+    return out
+
+
+LLDB_FRAMES = "LLDB_FRAMES="
+LLDB_SCRIPT = ("script import json; fr = list(lldb.thread.frames); print('%s' + json.dumps("
+               "[{'pc': f.GetPC(), 'sp': f.GetSP(), 'cfa': f.GetCFA(), 'function': f.GetFunctionName(), "
+               "'inlined': f.IsInlined(), 'artificial': f.IsArtificial()} for f in fr[:%d]]))"
+               % (LLDB_FRAMES, FRAME_LIMIT))
+
+
+def _lldb_remote(row, binary):
+    """LLDB attached with `gdb-remote` to qemu-user's gdbstub: its own frames and the plugin's walk."""
+    from lldbrun import physical, run_batch
+    from qemu_user import qemu_user
+    # LLDB's batch mode ends at a stop by a signal (the `brk`), so it stops at a
+    # breakpoint on that instruction instead: the same pc, the same registers.
+    twin = _aarch64(row, False)
+    with qemu_user("qemu-aarch64", binary, [row.mode] if row.mode else [],
+                   options=("-cpu", "max,sve=off")) as address:
+        status, transcript = run_batch(binary, [
+            "gdb-remote %s" % address, "process handle SIGALRM --stop false --notify false --pass true",
+            "breakpoint set -a 0x%x" % _trap_address(twin), "continue",
+            LLDB_SCRIPT, "unwind backtrace --json"], timeout=120)
+    assert status == 0, transcript[-3000:]
+    frames = json.loads(transcript.rsplit(LLDB_FRAMES, 1)[1].splitlines()[0])   # the last one: not the echo
+    text = transcript.split("unwind backtrace --json", 1)[1]
+    walk = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
+    return {"lldb_alone": physical(frames), "lldb_walk": walk["frames"]}
+
+
+def _trap_address(twin):
+    """The address of the `brk` in stop_here (static twin: absolute)."""
+    objdump = need_tool("aarch64-linux-gnu-objdump")
+    out = subprocess.run([objdump, "-d", "--disassemble=stop_here", str(twin)], capture_output=True, text=True,
+                         check=True).stdout
+    return int(next(line for line in out.splitlines() if "\tbrk\t" in line).split(":")[0], 16)
+
+
+def lldb_columns(row, binary) -> Dict[str, list]:
+    if row.arch != "x86_64":
+        # LLDB 16 attached to qemu-user's gdbstub hangs once the program takes a
+        # signal (SIGALRM, even when told to pass it) and at the breakpoint in a
+        # program without symbols, and its batch mode ends at a SIGSEGV: only the
+        # plain and thread rows with symbols have LLDB columns there.
+        remote = row.mode in ("plain", "thread") and not row.stripped
+        return _lldb_remote(row, binary) if remote else {}
+    from lldbrun import physical, run_lldb
+    args = [row.mode] if row.mode else []
+    breakpoint = _breakpoint(row)
+    results, _ = run_lldb(binary, [("lldb_alone", "frames", None),
+                                   ("lldb_walk", "json", "unwind backtrace --json")],
+                          args=args, breakpoint=breakpoint)
+    return {"lldb_alone": physical(results["lldb_alone"]), "lldb_walk": results["lldb_walk"]["frames"]}
+
+
+# -- judging ---------------------------------------------------------------------------
+
+def function_ranges(twin: Path, arch: str) -> List[Tuple[int, int, str]]:
+    """(start, end, name) of the twin's functions (nm), for "same function" at an interrupted pc."""
+    nm = need_tool("nm" if arch == "x86_64" else "aarch64-linux-gnu-nm")
+    out = subprocess.run([nm, "-S", "--defined-only", str(twin)], capture_output=True, text=True).stdout
+    ranges = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in "tTwW":
+            start, size = int(parts[0], 16), int(parts[1], 16)
+            ranges.append((start, start + size, parts[3]))
+    return ranges
+
+
+def _function_at(pc, ranges, bias):
+    for start, end, name in ranges:
+        if start + bias <= pc < end + bias:
+            return name
+    return None
+
+
+def right_frames(frames: List[dict], truth: List[dict], ranges, bias=0) -> int:
+    """How many frames from the innermost are the truth's (pc, sp relative to the innermost frame)."""
+    if not frames or not truth:
+        return 0
+    base, truth_base = frames[0]["sp"], truth[0]["sp"]
+    count = 0
+    for level, expected in enumerate(truth):
+        if level >= len(frames):
+            break
+        got = frames[level]
+        if got.get("sp") is None:
+            break
+        interrupted = level > 0 and truth[level - 1].get("type") == SIGTRAMP_FRAME
+        if interrupted:
+            # The kernel aligns the signal frame's parts (its xsave area to 64
+            # bytes), so the shift between runs may change across it: the
+            # frames above it are compared relative to the interrupted one.
+            if got["sp"] <= frames[level - 1]["sp"] and expected["sp"] > truth[level - 1]["sp"]:
+                break
+            base, truth_base = got["sp"], expected["sp"]
+        if got["sp"] - base != expected["sp"] - truth_base:
+            break
+        if got["pc"] != expected["pc"]:
+            same = interrupted and _function_at(got["pc"], ranges, bias) == _function_at(expected["pc"], ranges, bias)
+            if not same or _function_at(got["pc"], ranges, bias) is None:
+                break
+        count += 1
+    return count
+
+
+SIGTRAMP_FRAME = 4          # gdb.SIGTRAMP_FRAME
+
+
+@dataclass
+class RowResult:
+    row: str
+    truth: int
+    counts: Dict[str, Optional[int]] = field(default_factory=dict)
+
+
+def run_row(row: Row) -> Tuple[RowResult, dict]:
+    """The row's counts, and every column's frames (for the test's assertions)."""
+    twin, binary = binaries(row)
+    columns = gdb_columns(row, binary)
+    truth = columns.pop("truth", None) or truth_frames(row, twin)
+    columns.update(lldb_columns(row, binary))
+    ranges = function_ranges(twin, row.arch)
+    bias = _pie_bias(truth, ranges)
+    result = RowResult(row.name, len(truth))
+    for key, _ in COLUMNS:
+        frames = columns.get(key)
+        result.counts[key] = None if frames is None else right_frames(frames, truth, ranges, bias)
+    columns["truth"] = truth
+    return result, columns
+
+
+def _pie_bias(truth, ranges):
+    """The load bias of a position-independent twin: its anchor's pc against nm's addresses."""
+    anchor = truth[-1]
+    name = anchor.get("name")
+    for start, end, symbol in ranges:
+        if symbol == name:
+            for bias in (0, 0x555555554000, 0x5555555000, 0x4000000000):
+                if start + bias <= anchor["pc"] < end + bias:
+                    return bias
+    return 0
+
+
+# -- the README table --------------------------------------------------------------------
+
+def save(results: List[RowResult]) -> None:
+    BUILD.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps([asdict(r) for r in results], indent=1))
+
+
+def table(results: List[dict]) -> str:
+    head = "| program | frames | " + " | ".join(title for _, title in COLUMNS) + " |"
+    lines = [head, "|" + " --- |" * (len(COLUMNS) + 2)]
+    for r in results:
+        cells = ["—" if r["counts"].get(k) is None else "%d" % r["counts"][k] for k, _ in COLUMNS]
+        lines.append("| %s | %d | %s |" % (r["row"], r["truth"], " | ".join(cells)))
+    return "\n".join(lines)
+
+
+def update_readme(results: List[dict]) -> None:
+    text = README.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise SystemExit("README.md has no matrix markers (%s ... %s)" % (BEGIN, END))
+    README.write_text(pattern.sub(lambda _: "%s\n%s\n%s" % (BEGIN, table(results), END), text))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update-readme"]:
+        raise SystemExit("usage: python tests/helpers/matrix.py --update-readme")
+    if not RESULTS.exists():
+        raise SystemExit("no %s: run `pytest tests/gdb/test_matrix.py` first" % RESULTS)
+    update_readme(json.loads(RESULTS.read_text()))
+    print("README.md: matrix table updated from %s" % RESULTS)
