@@ -19,17 +19,21 @@ def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, f
     place(frame) -> its last level: the adapter numbers each frame as its
     debugger does (inline and tail-call frames included) as the walk reaches
     it; without it levels count physical frames. limit N > 0: the walk stops
-    once level first_level + N - 1 is reached, and only the levels asked
-    for are shown; -N: the outermost N levels. until_level: the walk stops
+    at the frame after level first_level + N - 1 (so the last level shown
+    has its CFA), and only the levels asked for are shown; -N: the
+    outermost N levels. until_level: the walk stops
     at the first frame whose levels lie past it (the frame after it, which
     says whether the walk ends there). step: the adapter's fast path
     (engine.unwind's step).
     """
     place = place or (lambda frame: frame.level)
+    if limit is not None and limit > 0:
+        until_level = first_level + limit - 1
+
     def until(frame):
-        last = place(frame)
-        if limit is not None and limit > 0:
-            return last >= first_level + limit - 1
+        # The walk goes one frame past the last level wanted: unwinding that
+        # frame is what computes its CFA (and says whether the walk ends there).
+        place(frame)
         return until_level is not None and frame.levels[0] > until_level
     bt = unwind(state_target, registers, sources=sources, max_frames=max_frames, modules=modules,
                 exact_pc=exact_pc, first_level=first_level, until=until, step=step)

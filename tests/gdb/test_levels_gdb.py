@@ -138,7 +138,7 @@ def test_walks_stop_at_the_frame_they_need():
         ("after_full", "py", "__import__('plugin.engine').engine.STEPS[0]"),
     ], args=["recurse", "2000"], breakpoint="stop_here")
     assert "#1 " in results["bt2"] and "#2 " not in results["bt2"]
-    assert results["after_bt2"] == 1                     # frame #0 -> #1
+    assert results["after_bt2"] == 2                     # #0 -> #1, and #1 -> #2 for #1's CFA
     assert "#3 recurse in " in results["explain3"]
     assert results["after_explain3"] - results["after_bt2"] == 4      # up to #4: does the walk end at #3?
     assert results["after_full"] - results["after_explain3"] > 2000
