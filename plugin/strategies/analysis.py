@@ -44,7 +44,7 @@ from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.model.rules import RuleKind
 from plugin.model.vocabulary import Vocabulary
 from plugin.strategies import sigframe
-from plugin.strategies.frame_pointer import outermost_child_of_clone
+from plugin.strategies.frame_pointer import stack_edge
 from plugin.strategies.row_step import step_with_row
 from plugin.strategies.scan import read_stack_words
 
@@ -77,16 +77,13 @@ def step(frame, ctx) -> Outcome:
     arch = ctx.arch
     if not code_analysis.supported(arch):
         return Outcome.not_applicable(SOURCE, "no instruction analysis for %s" % arch.name, FailureKind.NOT_SUPPORTED)
-    trampoline = sigframe.at_trampoline(frame, ctx)
-    if trampoline is not None:
-        return sigframe.step(frame, ctx, SOURCE, trampoline)
+    edge = stack_edge(frame, ctx, SOURCE)
+    if edge is not None:
+        return edge
     try:
         import capstone  # noqa: F401  (the analysis decodes with it)
     except ImportError:
         return Outcome.not_applicable(SOURCE, "capstone is not installed", FailureKind.NOT_SUPPORTED)
-    marker = outermost_child_of_clone(frame, ctx, SOURCE)
-    if marker is not None:
-        return marker
     pc = ctx.lookup_pc(frame)
     if not ctx.is_code(pc):
         return Outcome.not_applicable(SOURCE, "0x%x is not code" % pc, FailureKind.NO_ENTRY)

@@ -58,6 +58,15 @@ def function_of(frame, ctx):
     return ctx.symbol(ctx.lookup_pc(frame))
 
 
+def stack_edge(frame, ctx, source):
+    """What every source that reads code or the stack answers alike, else None: a signal
+    trampoline's frame (unwound by the kernel's signal frame), or a new thread's first frame."""
+    trampoline = sigframe.at_trampoline(frame, ctx)
+    if trampoline is not None:
+        return sigframe.step(frame, ctx, source, trampoline)
+    return outermost_child_of_clone(frame, ctx, source)
+
+
 def outermost_child_of_clone(frame, ctx, source):
     """An outermost Outcome when the registers show a new thread's first instant, else None.
 
@@ -251,12 +260,9 @@ def step(frame, ctx):
     if not arch.keeps_frame_records:
         return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name,
                                       FailureKind.NOT_SUPPORTED)
-    trampoline = sigframe.at_trampoline(frame, ctx)
-    if trampoline is not None:
-        return sigframe.step(frame, ctx, SOURCE, trampoline)
-    marker = outermost_child_of_clone(frame, ctx, SOURCE)
-    if marker is not None:
-        return marker
+    edge = stack_edge(frame, ctx, SOURCE)
+    if edge is not None:
+        return edge
     function = function_of(frame, ctx)
     fp = frame.registers.get(arch.fp)
     sp = frame.registers.get(arch.sp)

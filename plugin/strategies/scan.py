@@ -34,7 +34,7 @@ from plugin.model.evidence import StepEvidence
 from plugin.memory import PAGE
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
-from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_child_of_clone,
+from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, stack_edge,
                             sets_up_frame_pointer)
 from plugin.strategies import sigframe
 from plugin.strategies.row_step import step_with_row
@@ -48,12 +48,9 @@ SYMTAB_CACHE_KEY = "scan: has .symtab"     # in module.cache: does the module's 
 def step(frame, ctx):
     """Recover frame's caller from the first plausible return address above sp."""
     arch = ctx.arch
-    trampoline = sigframe.at_trampoline(frame, ctx)
-    if trampoline is not None:
-        return sigframe.step(frame, ctx, SOURCE, trampoline)
-    marker = outermost_child_of_clone(frame, ctx, SOURCE)
-    if marker is not None:
-        return marker
+    edge = stack_edge(frame, ctx, SOURCE)
+    if edge is not None:
+        return edge
     sp = frame.registers.get(arch.sp)
     if sp is None:
         return Outcome.not_applicable(SOURCE, "the stack pointer is unknown", FailureKind.UNKNOWN_REGISTER)
