@@ -22,35 +22,18 @@ past-main` on), compared by (pc, sp).
 import pytest
 
 from gdbrun import run_gdb
-from support import build
+from i386_programs import BUILDS, STRIP, pc_sp, program, stops
 
-BUILDS = {"O0": ["-O0"], "O2": ["-O2"], "O2-nofp": ["-O2", "-fomit-frame-pointer"]}
 SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
-# name: (program arguments, breakpoint, setup, the innermost function GDB must show)
-STOPS = {
-    "plain": (["plain"], "stop_here", [], "stop_here"),
-    "alloca": (["alloca", "40"], "stop_here", [], "stop_here"),
-    "signal": (["signal"], "stop_here", SIGNAL, "stop_here"),
-    "qsort": (["qsort"], "stop_here", [], "stop_here"),
-    "libc": (["qsort"], "getpid", [], "getpid"),
-}
-STRIP = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+STOPS = stops(SIGNAL)
 PAST_MAIN = ["set backtrace past-main on"]
-
-
-def _program(flags_name, post=None, name="chain-i386"):
-    return build("chain.c", ["-m32", *BUILDS[flags_name]], name=name, post=post)
-
-
-def _pc_sp(frames):
-    return [(f["pc"], f["sp"]) for f in frames]
 
 
 @pytest.mark.parametrize("stop", sorted(STOPS))
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
 def test_cfi_walk_equals_gdb(flags_name, stop):
     args, breakpoint, setup, innermost = STOPS[stop]
-    results, transcript = run_gdb(_program(flags_name), [
+    results, transcript = run_gdb(program(flags_name), [
         ("arch", "py", "gdb.selected_frame().architecture().name()"),
         ("ours", "json", "unwind backtrace -json -sources cfi"),
         ("auto_bt", "cmd", "bt full"),
@@ -66,7 +49,7 @@ def test_cfi_walk_equals_gdb(flags_name, stop):
     assert results["arch"] == "i386", transcript
     native, ours = results["native"], results["ours"]
     assert native[0]["name"] == innermost and native[-1]["name"] == "_start", transcript
-    assert _pc_sp(ours["frames"]) == _pc_sp(native), transcript
+    assert pc_sp(ours["frames"]) == pc_sp(native), transcript
     assert all(f["method"] == "cfi" for f in ours["frames"][1:])
     assert ours["stop_reason"] == "outermost", ours["stop_detail"]
     if stop == "signal":
@@ -76,7 +59,7 @@ def test_cfi_walk_equals_gdb(flags_name, stop):
     assert "Saved registers:" in results["native_frame"], results["native_frame"]
     # GDB's bt built from the plugin's frames is GDB's own.
     assert results["count"] >= len(native) - 2, results["count"]
-    assert _pc_sp(results["claimed"]) == _pc_sp(native), transcript
+    assert pc_sp(results["claimed"]) == pc_sp(native), transcript
 
 
 def _relative(frames):
@@ -88,9 +71,9 @@ def _relative(frames):
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
 def test_fallbacks_equal_gdb_on_the_twin_with_tables(flags_name, stop):
     args, breakpoint, setup, _ = STOPS[stop]
-    truth, transcript = run_gdb(_program(flags_name), [("native", "frames", None)],
+    truth, transcript = run_gdb(program(flags_name), [("native", "frames", None)],
                                 args=args, breakpoint=breakpoint, setup=PAST_MAIN)
-    results, stripped_transcript = run_gdb(_program(flags_name, STRIP, "chain-i386-noeh"), [
+    results, stripped_transcript = run_gdb(program(flags_name, STRIP, "chain-i386-noeh"), [
         ("ours", "json", "unwind backtrace -json -sources frame-pointer,scan"),
     ], args=args, breakpoint=breakpoint, setup=PAST_MAIN)
     native = truth["native"]

@@ -16,35 +16,20 @@ Oracle: LLDB's own physical frames (pc, sp) and its register values.
 import pytest
 
 from lldbrun import physical, run_lldb
-from support import build
+from i386_programs import BUILDS, STRIP, pc_sp, program, stops
 
-BUILDS = {"O0": ["-O0"], "O2": ["-O2"], "O2-nofp": ["-O2", "-fomit-frame-pointer"]}
 SIGNAL = ["process handle SIGUSR1 -s false -p true -n false"]
-STOPS = {                       # name: (arguments, breakpoint, setup, innermost function)
-    "plain": (["plain"], "stop_here", [], "stop_here"),
-    "signal": (["signal"], "stop_here", SIGNAL, "stop_here"),
-    "qsort": (["qsort"], "stop_here", [], "stop_here"),
-    "libc": (["qsort"], "getpid", [], "getpid"),       # LLDB names it __getpid
-}
+STOPS = {name: stop for name, stop in stops(SIGNAL).items() if name != "alloca"}
 I386_REGISTERS = ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "eip"]
 LLDB_REGISTERS = ("{r.GetName(): r.GetValueAsUnsigned() for s in frame.GetRegisters() for r in s "
                   "if r.GetName() in %r}" % (I386_REGISTERS,))
-STRIP = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
-
-
-def _program(flags_name, post=None, name="chain-i386"):
-    return build("chain.c", ["-m32", *BUILDS[flags_name]], name=name, post=post)
-
-
-def _pc_sp(frames):
-    return [(f["pc"], f["sp"]) for f in frames]
 
 
 @pytest.mark.parametrize("stop", sorted(STOPS))
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
 def test_i386_cfi_walk_equals_lldb(flags_name, stop):
     args, breakpoint, setup, innermost = STOPS[stop]
-    results, transcript = run_lldb(_program(flags_name), [
+    results, transcript = run_lldb(program(flags_name), [
         ("triple", "py", "target.GetTriple()"),
         ("frames", "frames", None),
         ("ours", "json", "unwind backtrace --json --sources cfi"),
@@ -59,7 +44,7 @@ def test_i386_cfi_walk_equals_lldb(flags_name, stop):
     theirs = physical(results["frames"])
     assert theirs[0]["function"].endswith(innermost) and theirs[-1]["function"] == "_start", transcript
     frames = results["ours"]["frames"]
-    assert _pc_sp(frames) == _pc_sp(theirs), transcript
+    assert pc_sp(frames) == pc_sp(theirs), transcript
     assert all(f["method"] == "cfi" for f in frames[1:])
     assert results["ours"]["stop_reason"] == "outermost"
     if stop == "signal":
@@ -72,8 +57,8 @@ def _relative(frames):
 
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
 def test_i386_fallbacks_equal_lldb_on_the_twin_with_tables(flags_name):
-    truth, _ = run_lldb(_program(flags_name), [("frames", "frames", None)], args=["plain"])
-    results, transcript = run_lldb(_program(flags_name, STRIP, "chain-i386-noeh"), [
+    truth, _ = run_lldb(program(flags_name), [("frames", "frames", None)], args=["plain"])
+    results, transcript = run_lldb(program(flags_name, STRIP, "chain-i386-noeh"), [
         ("ours", "json", "unwind backtrace --json --sources frame-pointer,scan"),
     ], args=["plain"])
     theirs = physical(truth["frames"])
