@@ -7,7 +7,7 @@ live debugger. Errors are one line on stderr and exit status 2.
 """
 
 import argparse
-import json
+import struct
 import sys
 
 from plugin.commands.spec import OPTIONS, Debugger, convert
@@ -79,25 +79,28 @@ def cmd_validate(args):
 
 
 def cmd_tables(args):
-    from elftools.common.exceptions import ELFError
-    from plugin.errors import DecodeError
+    """Exit status 0: every entry decoded; 1: some entries (or the rows after
+    a bad instruction) could not be, each listed as a problem; 2: the input
+    cannot be used at all (one line on stderr)."""
     try:
         target = _open_file(args.file, args.arch)
-    except (OSError, ELFError, ValueError, DecodeError) as exc:
-        raise SystemExit(_fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc)))
+    except unusable_input() as exc:
+        return _fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc))
     modules = ModuleMap(target)
     if target.header_address is None:       # no program headers: an object file
         modules.add(target.section_module())
-    result = tables.collect(target, modules, args.address)
-    if args.sources is not None:
-        result["sources"] = [entry for entry in result["sources"] if entry["kind"] in args.sources]
-    if args.json:
-        json.dump(result, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        print(tables.text(result))
-    return 0
+    write = tables.write_json if args.json else tables.write_text
+    problems = write(target, modules, args.address, sys.stdout, args.sources)
+    return 1 if problems else 0
 
+
+def unusable_input() -> tuple:
+    """What the file system, pyelftools and the decoders raise for input that cannot be used."""
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.construct import ConstructError
+    from plugin.errors import DecodeError
+    return (DecodeError, OSError, ValueError, OverflowError, EOFError, struct.error, ELFError,
+            ELFParseError, ConstructError)
 
 def _open_file(path, arch):
     """FileTarget for an ELF file, MachOFileTarget for a Mach-O (thin or universal) one."""
@@ -105,8 +108,8 @@ def _open_file(path, arch):
     from plugin.formats.macho import FAT_MAGIC, FAT_MAGIC_64
     from plugin.targets.macho import MachOFileTarget
     from plugin.modules.macho import is_macho_magic
-    with open(path, "rb") as handle:
-        head = handle.read(4)
+    from plugin.targets.elf import map_regular_file
+    head = map_regular_file(path)[:4]
     if is_macho_magic(head) or int.from_bytes(head, "big") in (FAT_MAGIC, FAT_MAGIC_64):
         return MachOFileTarget(path, arch=arch)
     if arch is not None:

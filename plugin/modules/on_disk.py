@@ -79,6 +79,19 @@ def eh_frame_location(module: Module) -> TableLocation | None:
                          "section headers of %s (no .eh_frame_hdr)" % module.path)
 
 
+def section_size_at(module: Module, name: str, address: int) -> int | None:
+    """sh_size of the module file's section `name` when it starts at run-time
+    `address`; None when the file has no such section there (or cannot be read):
+    then the caller keeps its own bound (the segment's end)."""
+    try:
+        info = sections(module.path).get(name) if module.path and module.format == "elf" else None
+    except OSError:
+        return None
+    if info is None or info.type == "SHT_NOBITS" or info.address + module.load_bias != address:
+        return None
+    return info.size
+
+
 def debug_frame(module: Module) -> tuple[TableLocation, bytes] | None:
     """`.debug_frame` of an ELF module, read from its file: where it is (at link
     addresses: the loader never maps it) and its bytes; None if there is none."""

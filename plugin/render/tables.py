@@ -4,6 +4,8 @@ Shared by `python -m plugin tables`, GDB's `unwind tables` and LLDB's, so
 all three print the same entries in the same JSON shape.
 """
 
+import json
+
 from plugin.validate import agreement as row_agreement
 from plugin.errors import DecodeError
 from plugin.formats import cfi
@@ -13,14 +15,27 @@ from plugin.strategies import sframe as sframe_strategy
 from plugin.strategies.cfi import CfiTables
 
 
-def collect(target, modules, address=None):
-    """{"sources": [...], "problems": [...]} for every module (or the one holding address).
+class Entries:
+    """A source's entries, converted to JSON-ready dicts one at a time as they
+    are iterated (so a dump is streamed, never held whole); len() is known."""
 
-    With an address there is also "agreement": the CFI row and the SFrame
-    row in force there compared (plugin.validate.agreement), or null unless both
-    sources cover the address.
-    """
-    sources, problems = [], []
+    def __init__(self, items, convert):
+        self._items = items
+        self._convert = convert
+
+    def __len__(self):
+        return len(self._items)
+
+    def __iter__(self):
+        return map(self._convert, self._items)
+
+
+def iter_sources(target, modules, address=None, problems=None, kinds=None):
+    """Each table source of every module (or of the one holding address), its
+    "entries" lazy (Entries, or a list). Problems are appended to `problems`
+    as they are met, some only while the entries are iterated. `kinds`: only
+    the sources of these kinds ("cfi", "sframe", "compact", "exidx")."""
+    problems = [] if problems is None else problems
     if address is None:
         chosen = modules.all()
     else:
@@ -28,20 +43,69 @@ def collect(target, modules, address=None):
         chosen = [module] if module else []
         if module is None:
             problems.append("no module contains 0x%x" % address)
-    agreement = None
     for module in chosen:
-        sources.extend(compact_dump.table_sources(target, module, address, problems))
-        sources.extend(_cfi_sources(target, module, address, problems))
-        sources.extend(_sframe_sources(target, module, address, problems))
-        sources.extend(exidx_strategy.table_sources(target, module, address, problems))
-        if address is not None:
-            agreement = _agreement(target, module, address, problems)
+        for kind, sources_of in (("compact", compact_dump.table_sources), ("cfi", _cfi_sources),
+                                 ("sframe", _sframe_sources), ("exidx", exidx_strategy.table_sources)):
+            if kinds is None or kind in kinds:
+                yield from sources_of(target, module, address, problems)
     for ref, reason in modules.failed:
         problems.append("%s: %s" % (ref.name, reason))
+
+
+def collect(target, modules, address=None):
+    """{"sources": [...], "problems": [...]} for every module (or the one holding address).
+
+    With an address there is also "agreement": the CFI row and the SFrame
+    row in force there compared (plugin.validate.agreement), or null unless both
+    sources cover the address.
+    """
+    problems = []
+    sources = [dict(source, entries=list(source["entries"]))
+               for source in iter_sources(target, modules, address, problems)]
     result = {"sources": sources, "problems": problems}
     if address is not None:
-        result["agreement"] = agreement
+        result["agreement"] = agreement_at(target, modules, address, problems)
     return result
+
+
+def agreement_at(target, modules, address, problems):
+    """The CFI and SFrame rows in force at address compared, or None."""
+    module = modules.find(address)
+    return None if module is None else _agreement(target, module, address, problems)
+
+
+def write_json(target, modules, address, out, kinds=None):
+    """collect()'s JSON written to `out` as it is produced: one entry at a
+    time, with the C encoder (no indentation). Returns the problems."""
+    problems = []
+    out.write('{"sources": [')
+    for n, source in enumerate(iter_sources(target, modules, address, problems, kinds)):
+        head = json.dumps({k: v for k, v in source.items() if k != "entries"})
+        out.write(("," if n else "") + "\n" + head[:-1] + ', "entries": [')
+        for i, entry in enumerate(source["entries"]):
+            out.write(("," if i else "") + "\n" + json.dumps(entry))
+        out.write("]}")
+    tail = {"problems": problems}
+    if address is not None:
+        tail["agreement"] = agreement_at(target, modules, address, problems)
+    out.write("\n], " + json.dumps(tail)[1:] + "\n")
+    return problems
+
+
+def write_text(target, modules, address, out, kinds=None):
+    """text() written to `out` as the entries are produced. Returns the problems."""
+    problems = []
+    any_source = False
+    for source in iter_sources(target, modules, address, problems, kinds):
+        any_source = True
+        for line in _source_lines(source):
+            out.write(line + "\n")
+    result = {"sources": [True] if any_source else [], "problems": problems}
+    if address is not None:
+        result["agreement"] = agreement_at(target, modules, address, problems)
+    for line in _tail_lines(result):
+        out.write(line + "\n")
+    return problems
 
 
 def _sframe_sources(target, module, address, problems):
@@ -95,58 +159,81 @@ def _cfi_sources(target, module, address, problems):
         try:
             if address is None:
                 fdes = section.fdes()
+                problems.extend("%s %s" % (module.name, exc) for exc in section.bad_entries())
             else:
-                fde = section.find_fde(address)
+                hdr = tables.eh_frame_hdr() if section is tables.eh_frame() else None
+                fde = section.find_fde(address, hdr)
                 fdes = [fde] if fde else []
-            entries = [_fde_json(fde, arch, address) for fde in fdes]
         except DecodeError as exc:
             problems.append("%s %s: %s" % (module.name, name, exc))
             continue
-        if address is not None and not entries:
+        if address is not None and not fdes:
             continue
         out.append({"kind": "cfi", "module": module.name, "section": name,
-                    "address": section.region.address, "entries": entries})
+                    "address": section.region.address,
+                    "entries": Entries(fdes, _fde_converter(module, arch, address, problems))})
     problems.extend("%s %s" % (module.name, p) for p in tables.problems)
     return out
 
 
-def _fde_json(fde, arch, address):
-    rows = cfi.execute(fde, arch)
-    if address is not None:
-        rows = [r for r in rows if r.address <= address < r.end]
-    return {"start": fde.start, "end": fde.end, "fde_offset": fde.offset,
-            "cie_offset": fde.cie.offset, "augmentation": fde.cie.augmentation,
-            "signal_frame": fde.cie.signal_frame,
-            "rows": [r.to_json(arch) for r in rows],
-            "rows_text": [r.text(arch) for r in rows]}
+def _fde_converter(module, arch, address, problems):
+    def convert(fde):
+        rows, error = cfi.execute_contained(fde, arch)
+        if address is not None:
+            rows = [r for r in rows if r.address <= address < r.end]
+        out = {"start": fde.start, "end": fde.end, "fde_offset": fde.offset,
+               "cie_offset": fde.cie.offset, "augmentation": fde.cie.augmentation,
+               "signal_frame": fde.cie.signal_frame,
+               "rows": [r.to_json(arch) for r in rows],
+               "rows_text": [r.text(arch) for r in rows]}
+        if error is not None:
+            problems.append("%s %s" % (module.name, error))
+            out["error"] = str(error)
+            out["unknown_from"] = rows[-1].end if rows else fde.start
+        return out
+    return convert
 
 
 def text(result):
     """The collected tables for people: one block per entry, one line per row."""
     lines = []
     for source in result["sources"]:
-        lines.append("%s: %s %s at 0x%x (%d %s)" % (
-            source["module"], source["section"], source["kind"].upper(), source["address"],
-            len(source["entries"]), "entry" if len(source["entries"]) == 1 else "entries"))
-        for entry in source["entries"]:
-            if source["kind"] == "sframe":
-                lines.extend(sframe_dump.entry_text(entry))
-                continue
-            if source["kind"] == "compact":
-                lines.extend(compact_dump.entry_text(entry))
-                continue
-            head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"])
-            if "fde_offset" in entry:
-                head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
-                if entry.get("augmentation"):
-                    head += ", augmentation %r" % entry["augmentation"]
-            lines.append(head)
-            for row, row_text in zip(entry["rows"], entry["rows_text"]):
-                lines.append("    0x%x: %s" % (row["address"], row_text))
+        lines.extend(_source_lines(source))
+    lines.extend(_tail_lines(result))
+    return "\n".join(lines)
+
+
+def _source_lines(source):
+    count = len(source["entries"])
+    yield "%s: %s %s at 0x%x (%d %s)" % (
+        source["module"], source["section"], source["kind"].upper(), source["address"],
+        count, "entry" if count == 1 else "entries")
+    for entry in source["entries"]:
+        if source["kind"] == "sframe":
+            yield from sframe_dump.entry_text(entry)
+            continue
+        if source["kind"] == "compact":
+            yield from compact_dump.entry_text(entry)
+            continue
+        head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"])
+        if "fde_offset" in entry:
+            head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
+            if entry.get("augmentation"):
+                head += ", augmentation %r" % entry["augmentation"]
+        yield head
+        for row, row_text in zip(entry["rows"], entry["rows_text"]):
+            yield "    0x%x: %s" % (row["address"], row_text)
+        if entry.get("error"):
+            yield "    0x%x: unknown from here to 0x%x: %s" % (entry["unknown_from"], entry["end"],
+                                                              entry["error"])
+
+
+def _tail_lines(result):
+    lines = []
     if result.get("agreement"):
         lines.append(row_agreement.text(result["agreement"]))
     for problem in result["problems"]:
         lines.append("problem: %s" % problem)
     if not result["sources"] and not result["problems"]:
         lines.append("no unwind tables found")
-    return "\n".join(lines)
+    return lines

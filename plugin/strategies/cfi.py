@@ -86,6 +86,9 @@ class CfiTables(ModuleTables):
                 if end is None:
                     raise DecodeError(".eh_frame_hdr", 4, "eh_frame_ptr 0x%x is outside the module" % address)
                 size = end - address
+                sized = on_disk.section_size_at(self.module, ".eh_frame", address)
+                if sized is not None and sized <= size:
+                    size, found_by = sized, found_by + ", sized by the file's section headers"
             elif self.module.format == "macho":
                 # The section header gives __TEXT,__eh_frame itself; there is no
                 # header index, so lookup() builds the sorted one.
