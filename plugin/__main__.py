@@ -87,7 +87,7 @@ def cmd_tables(args):
     except unusable_input() as exc:
         return _fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc))
     modules = ModuleMap(target)
-    if target.header_address is None:       # no program headers: an object file
+    if target.header_address is None and not getattr(target, "relocatable", False):
         modules.add(target.section_module())
     write = tables.write_json if args.json else tables.write_text
     problems = write(target, modules, args.address, sys.stdout, args.sources)

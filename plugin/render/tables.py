@@ -13,6 +13,7 @@ from plugin.render import compact_dump, sframe_dump
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
 from plugin.strategies.cfi import CfiTables
+from plugin.targets import object_file
 
 
 class Entries:
@@ -43,6 +44,10 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None):
         chosen = [module] if module else []
         if module is None:
             problems.append("no module contains 0x%x" % address)
+    if getattr(target, "relocatable", False):
+        if kinds is None or "cfi" in kinds:
+            yield from object_file.table_sources(target, address, problems)
+        return
     for module in chosen:
         for kind, sources_of in (("compact", compact_dump.table_sources), ("cfi", _cfi_sources),
                                  ("sframe", _sframe_sources), ("exidx", exidx_strategy.table_sources)):
@@ -171,12 +176,14 @@ def _cfi_sources(target, module, address, problems):
             continue
         out.append({"kind": "cfi", "module": module.name, "section": name,
                     "address": section.region.address,
-                    "entries": Entries(fdes, _fde_converter(module, arch, address, problems))})
+                    "entries": Entries(fdes, fde_converter(module.name, arch, address, problems))})
     problems.extend("%s %s" % (module.name, p) for p in tables.problems)
     return out
 
 
-def _fde_converter(module, arch, address, problems):
+def fde_converter(module_name, arch, address, problems):
+    """A function from an FDE to its entry dict: rows up to a bad instruction,
+    which is noted in the entry ("error", "unknown_from") and in problems."""
     def convert(fde):
         rows, error = cfi.execute_contained(fde, arch)
         if address is not None:
@@ -187,7 +194,7 @@ def _fde_converter(module, arch, address, problems):
                "rows": [r.to_json(arch) for r in rows],
                "rows_text": [r.text(arch) for r in rows]}
         if error is not None:
-            problems.append("%s %s" % (module.name, error))
+            problems.append("%s %s" % (module_name, error))
             out["error"] = str(error)
             out["unknown_from"] = rows[-1].end if rows else fde.start
         return out
@@ -215,17 +222,19 @@ def _source_lines(source):
         if source["kind"] == "compact":
             yield from compact_dump.entry_text(entry)
             continue
-        head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"])
+        where = entry.get("relative_to")
+        at = (lambda a: "%s+0x%x" % (where, a)) if where else hex
+        head = "  [%s, %s)" % (at(entry["start"]), at(entry["end"]))
         if "fde_offset" in entry:
             head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
             if entry.get("augmentation"):
                 head += ", augmentation %r" % entry["augmentation"]
         yield head
         for row, row_text in zip(entry["rows"], entry["rows_text"]):
-            yield "    0x%x: %s" % (row["address"], row_text)
+            yield "    %s: %s" % (at(row["address"]), row_text)
         if entry.get("error"):
-            yield "    0x%x: unknown from here to 0x%x: %s" % (entry["unknown_from"], entry["end"],
-                                                              entry["error"])
+            yield "    %s: unknown from here to %s: %s" % (at(entry["unknown_from"]), at(entry["end"]),
+                                                          entry["error"])
 
 
 def _tail_lines(result):

@@ -84,6 +84,8 @@ class FileTarget(LaidOutFile):
         self._data = map_regular_file(path)
         elf = ELFFile(self._data)
         self.elf = elf
+        self.name = os.path.basename(path)
+        self.relocatable = elf["e_type"] == "ET_REL"     # see plugin/targets/object_file.py
         self.arch = arches.BY_ELF_MACHINE.get(_machine_number(elf))
         if self.arch is None:
             raise ValueError("unsupported ELF machine %s" % elf["e_machine"])

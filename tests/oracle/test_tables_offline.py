@@ -187,3 +187,48 @@ def test_a_compression_header_that_lies_about_its_size():
         problems = json.loads(out)["problems"]
         assert any(".debug_frame" in p and words in p for p in problems), problems
         assert not cfi_entries(out, ".debug_frame")
+
+
+# --- relocatable objects -------------------------------------------------------------------
+
+def readelf_relocated_targets(path, section):
+    """{offset in section: symbol name} of the relocations readelf lists for it."""
+    out = run([need_tool("readelf"), "-r", "-W", str(path)]).stdout
+    targets, current = {}, None
+    for line in out.splitlines():
+        header = re.match(r"Relocation section '\.rela?(\S+)'", line)
+        if header:
+            current = header.group(1)
+            continue
+        fields = line.split()
+        if current == section and len(fields) >= 5 and re.fullmatch(r"[0-9a-f]{8,}", fields[0]):
+            targets[int(fields[0], 16)] = fields[4]
+    return targets
+
+
+def test_crt1_ranges_are_relocated_against_text():
+    path = "/usr/lib/x86_64-linux-gnu/crt1.o"
+    rc, out, err, _, _ = measured("tables", path, "--json")
+    assert rc == 0, err
+    entries = cfi_entries(out)
+    assert sorted((e["start"], e["end"]) for e in entries) == readelf_fdes(path)
+    assert {e["relative_to"] for e in entries} == {".text"}
+    text = measured("tables", path)[1]
+    for start, end in readelf_fdes(path):
+        assert "  [.text+0x%x, .text+0x%x) FDE" % (start, end) in text
+
+
+@pytest.mark.parametrize("flags, section", [(["-fasynchronous-unwind-tables"], ".eh_frame"),
+                                            (["-fno-asynchronous-unwind-tables"], ".debug_frame")])
+def test_object_with_function_sections(flags, section):
+    path = build("chain.c", ["-c", "-O2", "-ffunction-sections", *flags],
+                 name="chain-obj-%s" % section.strip("."))
+    rc, out, err, _, _ = measured("tables", path, "--json")
+    assert rc == 0, err
+    entries = cfi_entries(out, section)
+    assert sorted((e["start"], e["end"]) for e in entries) == readelf_fdes(path, section)
+    targets = readelf_relocated_targets(path, section)
+    for entry in entries:
+        # The relocation at the FDE's pc_begin names the section it describes.
+        assert entry["relative_to"] == targets[entry["fde_offset"] + 8], entry
+    assert len({e["relative_to"] for e in entries}) == len(entries) > 1
