@@ -12,7 +12,7 @@ from plugin.formats import cfi
 from plugin.render import compact_dump, sframe_dump
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
-from plugin.strategies.cfi import CfiTables
+from plugin.strategies.cfi import CfiTables, ra_column_problem
 from plugin.targets import object_file
 
 
@@ -193,6 +193,9 @@ def fde_converter(module_name, arch, address, problems):
                "signal_frame": fde.cie.signal_frame,
                "rows": [r.to_json(arch) for r in rows],
                "rows_text": [r.text(arch) for r in rows]}
+        if fde.cie.ra_register != arch.ra:
+            out["refused"] = ra_column_problem(fde.section, fde, arch)
+            problems.append("%s %s" % (module_name, out["refused"]))
         if error is not None:
             problems.append("%s %s" % (module_name, error))
             out["error"] = str(error)
@@ -230,6 +233,8 @@ def _source_lines(source):
             if entry.get("augmentation"):
                 head += ", augmentation %r" % entry["augmentation"]
         yield head
+        if entry.get("refused"):
+            yield "    not used for unwinding: %s" % entry["refused"]
         for row, row_text in zip(entry["rows"], entry["rows_text"]):
             yield "    %s: %s" % (at(row["address"]), row_text)
         if entry.get("error"):

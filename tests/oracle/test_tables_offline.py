@@ -232,3 +232,34 @@ def test_object_with_function_sections(flags, section):
         # The relocation at the FDE's pc_begin names the section it describes.
         assert entry["relative_to"] == targets[entry["fde_offset"] + 8], entry
     assert len({e["relative_to"] for e in entries}) == len(entries) > 1
+
+
+# --- a CIE whose return-address column is not the ABI's -------------------------------------
+
+def test_cie_with_another_return_address_column_is_refused():
+    from plugin.engine import UnwindContext
+    from plugin.model.evidence import Frame
+    from plugin.model.outcome import AttemptStatus
+    from plugin.strategies import cfi as cfi_strategy
+    from plugin.targets.elf import FileTarget
+    path = build("chain.c", ["-O2"])
+    data = bytearray(path.read_bytes())
+    start, _ = crafted_elf.section_offset(bytes(data), ".eh_frame")
+    # CIE: length, id, version 1, "zR\0", code align 1, data align -8, RA column (1 byte).
+    assert data[start + 8:start + 14] == b"\x01zR\x00\x01\x78"
+    ra_byte = start + 14
+    assert data[ra_byte] == 16 == int(re.search(r"Return address column:\s+(\d+)", run(
+        [need_tool("readelf"), "--debug-dump=frames", str(path)]).stdout).group(1))
+    data[ra_byte] = 6                                                    # rbp
+    patched = crafted("racolumn", bytes(data))
+    rc, out, err, _, _ = measured("tables", patched, "--json")
+    assert rc == 1, err
+    refused = [e for e in cfi_entries(out) if e.get("refused")]
+    assert refused and all("return-address column 6 (rbp), not the ABI's 16 (rip)" in e["refused"]
+                           for e in refused)
+    target = FileTarget(str(patched))
+    ctx = UnwindContext(target, sources=("cfi",))
+    pc = refused[0]["start"]
+    frame = Frame(level=0, pc=pc, registers={16: pc, 7: 0x7ff000, 6: 0}, method="context", exact_pc=True)
+    outcome = cfi_strategy.step(frame, ctx)
+    assert outcome.status == AttemptStatus.FAILED and "return-address column 6" in outcome.reason
