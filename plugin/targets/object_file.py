@@ -11,15 +11,21 @@ pc_begin relocation names, and is shown against that section
 """
 
 import io
+import struct
 from typing import NamedTuple
 
-from elftools.common.exceptions import ELFError
+from elftools.common.exceptions import ELFError, ELFParseError
+from elftools.construct import ConstructError
 from elftools.elf.relocation import RelocationHandler
 
 from plugin.formats import cfi
 from plugin.memory import Region
 
 CFI_SECTIONS = (".eh_frame", ".debug_frame")
+# What pyelftools raises on a damaged object (its relocation handler asserts
+# that sh_link names a symbol table).
+PYELFTOOLS_ERRORS = (ELFError, ELFParseError, ConstructError, ValueError, KeyError, AssertionError,
+                     OverflowError, struct.error)
 NOT_DECODED = (".sframe", ".ARM.exidx")
 
 
@@ -35,7 +41,7 @@ class ObjectCfi(NamedTuple):
         return self.targets.get(pc_begin)
 
 
-def cfi_sections(elf, arch, problems: list) -> list[ObjectCfi]:
+def cfi_sections(elf, arch, problems: list, file_size: int) -> list[ObjectCfi]:
     """The relocated .eh_frame and .debug_frame of an ELFFile of type ET_REL."""
     out = []
     handler = RelocationHandler(elf)
@@ -48,6 +54,9 @@ def cfi_sections(elf, arch, problems: list) -> list[ObjectCfi]:
         sec = elf.get_section_by_name(name)
         if sec is None or sec["sh_type"] == "SHT_NOBITS":
             continue
+        if sec["sh_offset"] + sec["sh_size"] > file_size:
+            problems.append("%s: runs past the end of the file" % name)
+            continue
         try:
             data = sec.data()
             targets = {}
@@ -57,8 +66,8 @@ def cfi_sections(elf, arch, problems: list) -> list[ObjectCfi]:
                 handler.apply_section_relocations(stream, relocations)
                 data = stream.getvalue()
                 targets = _targets(elf, relocations)
-        except (ELFError, ValueError, KeyError, AssertionError) as exc:
-            problems.append("%s: cannot apply its relocations: %s" % (name, exc))
+        except PYELFTOOLS_ERRORS as exc:
+            problems.append("%s: cannot apply its relocations: %s" % (name, exc or type(exc).__name__))
             continue
         kind = "eh_frame" if name == ".eh_frame" else "debug_frame"
         section = cfi.CfiSection(Region.from_bytes(name, 0, data, arch.byteorder), kind, arch)
@@ -86,10 +95,12 @@ def table_sources(target, address, problems: list) -> list[dict]:
     module_name = target.name
     out = []
     try:
-        found = cfi_sections(target.elf, target.arch, problems)
-    except (ELFError, ValueError) as exc:
-        problems.append("%s: %s" % (module_name, exc))
-        return []
+        own = []
+        found = cfi_sections(target.elf, target.arch, own, target.file_size)
+    except PYELFTOOLS_ERRORS as exc:
+        own.append(str(exc) or type(exc).__name__)
+        found = []
+    problems.extend("%s %s" % (module_name, p) for p in own)
     for item in found:
         fdes = item.section.fdes()
         problems.extend("%s %s" % (module_name, exc) for exc in item.section.bad_entries())
