@@ -8,34 +8,20 @@ import json
 
 from plugin.validate import agreement as row_agreement
 from plugin.errors import DecodeError
-from plugin.formats import cfi
-from plugin.render import compact_dump, sframe_dump
+from plugin.render import cfi_dump, compact_dump, sframe_dump
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
-from plugin.strategies.cfi import CfiTables, ra_column_problem
+from plugin.render.cfi_dump import Want
+from plugin.strategies.cfi import CfiTables
 from plugin.targets import object_file
 
 
-class Entries:
-    """A source's entries, converted to JSON-ready dicts one at a time as they
-    are iterated (so a dump is streamed, never held whole); len() is known."""
-
-    def __init__(self, items, convert):
-        self._items = items
-        self._convert = convert
-
-    def __len__(self):
-        return len(self._items)
-
-    def __iter__(self):
-        return map(self._convert, self._items)
-
-
-def iter_sources(target, modules, address=None, problems=None, kinds=None):
+def iter_sources(target, modules, address=None, problems=None, kinds=None, want=Want.BOTH):
     """Each table source of every module (or of the one holding address), its
     "entries" lazy (Entries, or a list). Problems are appended to `problems`
     as they are met, some only while the entries are iterated. `kinds`: only
-    the sources of these kinds ("cfi", "sframe", "compact", "exidx")."""
+    the sources of these kinds ("cfi", "sframe", "compact", "exidx"); `want`:
+    which renderings of the CFI rows (cfi_dump.Want)."""
     problems = [] if problems is None else problems
     if address is None:
         chosen = modules.all()
@@ -49,7 +35,8 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None):
             yield from object_file.table_sources(target, address, problems)
         return
     for module in chosen:
-        for kind, sources_of in (("compact", compact_dump.table_sources), ("cfi", _cfi_sources),
+        cfi_sources = lambda *args: cfi_dump.sources(*args, want=want)     # noqa: E731
+        for kind, sources_of in (("compact", compact_dump.table_sources), ("cfi", cfi_sources),
                                  ("sframe", _sframe_sources), ("exidx", exidx_strategy.table_sources)):
             if kinds is None or kind in kinds:
                 yield from sources_of(target, module, address, problems)
@@ -84,7 +71,7 @@ def write_json(target, modules, address, out, kinds=None):
     time, with the C encoder (no indentation). Returns the problems."""
     problems = []
     out.write('{"sources": [')
-    for n, source in enumerate(iter_sources(target, modules, address, problems, kinds)):
+    for n, source in enumerate(iter_sources(target, modules, address, problems, kinds, Want.BOTH)):
         head = json.dumps({k: v for k, v in source.items() if k != "entries"})
         out.write(("," if n else "") + "\n" + head[:-1] + ', "entries": [')
         for i, entry in enumerate(source["entries"]):
@@ -101,7 +88,7 @@ def write_text(target, modules, address, out, kinds=None):
     """text() written to `out` as the entries are produced. Returns the problems."""
     problems = []
     any_source = False
-    for source in iter_sources(target, modules, address, problems, kinds):
+    for source in iter_sources(target, modules, address, problems, kinds, Want.TEXT):
         any_source = True
         for line in _source_lines(source):
             out.write(line + "\n")
@@ -156,54 +143,6 @@ def _agreement(target, module, address, problems):
     return out
 
 
-def _cfi_sources(target, module, address, problems):
-    arch = module.arch
-    tables = CfiTables.of(module, target)
-    out = []
-    for name, section in tables.sections():
-        try:
-            if address is None:
-                fdes = section.fdes()
-                problems.extend("%s %s" % (module.name, exc) for exc in section.bad_entries())
-            else:
-                hdr = tables.eh_frame_hdr() if section is tables.eh_frame() else None
-                fde = section.find_fde(address, hdr)
-                fdes = [fde] if fde else []
-        except DecodeError as exc:
-            problems.append("%s %s: %s" % (module.name, name, exc))
-            continue
-        if address is not None and not fdes:
-            continue
-        out.append({"kind": "cfi", "module": module.name, "section": name,
-                    "address": section.region.address,
-                    "entries": Entries(fdes, fde_converter(module.name, arch, address, problems))})
-    problems.extend("%s %s" % (module.name, p) for p in tables.problems)
-    return out
-
-
-def fde_converter(module_name, arch, address, problems):
-    """A function from an FDE to its entry dict: rows up to a bad instruction,
-    which is noted in the entry ("error", "unknown_from") and in problems."""
-    def convert(fde):
-        rows, error = cfi.execute_contained(fde, arch)
-        if address is not None:
-            rows = [r for r in rows if r.address <= address < r.end]
-        out = {"start": fde.start, "end": fde.end, "fde_offset": fde.offset,
-               "cie_offset": fde.cie.offset, "augmentation": fde.cie.augmentation,
-               "signal_frame": fde.cie.signal_frame,
-               "rows": [r.to_json(arch) for r in rows],
-               "rows_text": [r.text(arch) for r in rows]}
-        if fde.cie.ra_register != arch.ra:
-            out["refused"] = ra_column_problem(fde.section, fde, arch)
-            problems.append("%s %s" % (module_name, out["refused"]))
-        if error is not None:
-            problems.append("%s %s" % (module_name, error))
-            out["error"] = str(error)
-            out["unknown_from"] = rows[-1].end if rows else fde.start
-        return out
-    return convert
-
-
 def text(result):
     """The collected tables for people: one block per entry, one line per row."""
     lines = []
@@ -235,8 +174,9 @@ def _source_lines(source):
         yield head
         if entry.get("refused"):
             yield "    not used for unwinding: %s" % entry["refused"]
-        for row, row_text in zip(entry["rows"], entry["rows_text"]):
-            yield "    %s: %s" % (at(row["address"]), row_text)
+        addresses = entry["row_addresses"] if "row_addresses" in entry else [r["address"] for r in entry["rows"]]
+        for address, row_text in zip(addresses, entry["rows_text"]):
+            yield "    %s: %s" % (at(address), row_text)
         if entry.get("error"):
             yield "    %s: unknown from here to %s: %s" % (at(entry["unknown_from"]), at(entry["end"]),
                                                           entry["error"])

@@ -91,7 +91,7 @@ def _targets(elf, relocations) -> dict:
 def table_sources(target, address, problems: list) -> list[dict]:
     """The "cfi" sources of `python -m plugin tables` for a relocatable object.
     With an address: the entries whose offset range holds it (in any section)."""
-    from plugin.render.tables import Entries, fde_converter
+    from plugin.render.cfi_dump import Entries, fde_converter
     module_name = target.name
     out = []
     try:

@@ -32,11 +32,12 @@ class CfiSection(EntryDecoder):
 
     # -- walking the section --
 
-    def walk(self) -> Iterator[CIE | FDE | DecodeError]:
+    def walk(self, keep: bool = True) -> Iterator[CIE | FDE | DecodeError]:
         """Entries in section order, each bad one as its DecodeError: an entry
         whose length is sound costs only itself and the walk goes on after it;
         a length that cannot be believed ends the walk (nothing after it can be
-        found), yielded as the last item."""
+        found), yielded as the last item. keep=False: FDEs are not cached (a
+        dump of a whole section holds one at a time)."""
         offset, size = 0, self.region.size
         while offset < size:
             try:
@@ -50,7 +51,7 @@ class CfiSection(EntryDecoder):
                 offset = header.end             # .debug_frame: padding
                 continue
             try:
-                yield self._cie(header) if header.is_cie else self._fde(header)
+                yield self._cie(header) if header.is_cie else self._fde(header, keep)
             except DecodeError as exc:
                 yield exc
             offset = header.end
@@ -73,6 +74,20 @@ class CfiSection(EntryDecoder):
                     bad.append(entry)
             self._fde_list, self._bad = fdes, bad
         return self._fde_list
+
+    def count_fdes(self) -> int:
+        """How many FDEs the walk will meet, from the entry headers alone."""
+        count, offset, size = 0, 0, self.region.size
+        while offset < size:
+            try:
+                header = self._header(offset)
+            except DecodeError:
+                break
+            if header.length == 0 and self.is_eh:
+                break
+            count += header.length != 0 and not header.is_cie
+            offset = header.end
+        return count
 
     def bad_entries(self) -> list[DecodeError]:
         """Why each entry fdes() left out could not be decoded, in section order."""
