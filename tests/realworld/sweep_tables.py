@@ -2,7 +2,7 @@
 against readelf --debug-dump=frames-interp and llvm-dwarfdump-16 --eh-frame.
 
     python3 tests/realworld/sweep_tables.py [--jobs 2] [--timeout 120] [--memory-mb 1024]
-                                            [--json-too] [--limit N] PATH...
+                                            [--limit N] [--progress] PATH...
 
 PATH is a directory (searched recursively) or a file. Per x86_64 ELF file
 (others are counted and skipped) it runs the offline command with --json
@@ -26,6 +26,8 @@ import re
 import resource
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,22 +61,23 @@ def elf_files(paths):
 
 
 def run_limited(cmd, timeout, memory_mb=None):
-    """(exit status or 'timeout', stdout, seconds, peak RSS KB)."""
+    """(exit status or 'timeout', stdout bytes, CPU seconds (user+sys), peak RSS KB) of cmd,
+    measured for that child alone (wait4)."""
     def limit():
         if memory_mb:
             resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=limit, cwd=ROOT)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        os.wait4(proc.pid, os.WNOHANG) if False else None
-        return "timeout", b"", timeout, 0
-    seconds = time.monotonic() - started
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)     # an upper bound across children
-    return proc.returncode, out, seconds, usage.ru_maxrss
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, preexec_fn=limit, cwd=ROOT)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timed_out = not timer.is_alive()
+        timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        data = out.read()
+    rc = "timeout" if timed_out else proc.returncode
+    return rc, data, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
 # --- the tools' output -------------------------------------------------------------------
@@ -196,8 +199,6 @@ def compare_file(path, args):
               "differences": []}
     _, readelf_out, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], args.timeout)
     result["readelf_seconds"] = readelf_s
-    if args.json_too:
-        _, _, json_s, _ = run_limited(cmd, args.timeout, args.memory_mb)
     if rc not in (0, 1):
         return result
     _, llvm_out, llvm_s, _ = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], args.timeout)
@@ -239,9 +240,9 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=120, help="seconds per file and tool")
     parser.add_argument("--memory-mb", type=int, default=1024, help="address-space limit of the plugin")
-    parser.add_argument("--json-too", action="store_true", help="(unused by comparisons) time --json twice")
     parser.add_argument("--limit", type=int, help="only the first N ELF files")
     parser.add_argument("--slowest", type=int, default=10)
+    parser.add_argument("--progress", action="store_true", help="a line per file on stderr as it is done")
     args = parser.parse_args(argv)
     files, skipped = [], 0
     for path, x86_64 in elf_files(args.paths):
@@ -252,14 +253,21 @@ def main(argv=None):
         if args.limit and len(files) >= args.limit:
             break
     started = time.monotonic()
+    results = []
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda p: compare_file(p, args), files))
+        for n, result in enumerate(pool.map(lambda p: compare_file(p, args), files), 1):
+            results.append(result)
+            if args.progress:
+                sys.stderr.write("%d/%d rc=%s %.2fs fdes=%d diffs=%d %s\n" % (
+                    n, len(files), result["rc"], result["seconds"], result["fdes"],
+                    len(result["differences"]), result["path"]))
+                sys.stderr.flush()
     failed = [r for r in results if r["rc"] not in (0, 1)]
     some_bad = [r for r in results if r["rc"] == 1]
     differing = [r for r in results if r["differences"]]
     print("files: %d x86_64 ELF (%d other ELF skipped), wall %.0f s" % (len(files), skipped, time.monotonic() - started))
     print("FDEs: %d, rows (merged): %d" % (sum(r["fdes"] for r in results), sum(r["rows"] for r in results)))
-    print("time: ours %.1f s, readelf %.1f s, llvm-dwarfdump %.1f s (sums over files)" % (
+    print("CPU time: ours %.1f s, readelf %.1f s, llvm-dwarfdump %.1f s (sums over files)" % (
         sum(r["seconds"] for r in results), sum(r["readelf_seconds"] for r in results),
         sum(r.get("llvm_seconds", 0) for r in results)))
     print("FDEs where llvm-dwarfdump drops the offset after an expression CFA (not compared): %d"
@@ -272,7 +280,9 @@ def main(argv=None):
         print("  %s: %d differences" % (r["path"], len(r["differences"])))
         for line in r["differences"][:SHOWN_PER_FILE]:
             print("    " + line)
-    print("slowest:")
+    print("peak RSS of ours: %.0f MB (%s)" % (max((r["peak_kb"], r["path"]) for r in results)[0] / 1024,
+                                              max((r["peak_kb"], r["path"]) for r in results)[1]))
+    print("slowest (CPU seconds):")
     for r in sorted(results, key=lambda r: -r["seconds"])[:args.slowest]:
         print("  %6.2f s (readelf %.2f s) %s" % (r["seconds"], r["readelf_seconds"], r["path"]))
     return 1 if failed or differing else 0
