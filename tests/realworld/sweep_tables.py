@@ -98,8 +98,10 @@ def readelf_tables(text):
                 current = cies.setdefault(int(entry.group(1), 16), [])
             else:
                 key = (int(entry.group(5), 16), int(entry.group(6), 16))
-                current = out[section].setdefault(key, [])
-                current.append(("cie", int(entry.group(4), 16), cies))
+                if key in out[section]:
+                    current = []            # a second FDE with the same range: the first one counts
+                else:
+                    current = out[section][key] = [("cie", int(entry.group(4), 16), cies)]
             continue
         if line.strip().startswith("LOC"):
             columns = line.split()[2:]
@@ -170,7 +172,7 @@ def our_tables(data):
                      {X86_64_NAMES.get(n, n): _our_rule(rule) for n, rule in r["registers"].items()})
                     for r in entry["rows"]]
             rows = [(a, c, {k: v for k, v in regs.items() if v != "u"}) for a, c, regs in rows]
-            fdes[(entry["start"], entry["end"])] = _merged(rows)
+            fdes.setdefault((entry["start"], entry["end"]), _merged(rows))     # the first of equal ranges
             if any(r.get("note") for r in entry["rows"]):
                 noted.add((entry["start"], entry["end"]))
     return out, noted
@@ -234,6 +236,15 @@ def _diff(diffs, tool, section, mine, other, view):
                          % (tool, section, key[0], key[1], first[0], tool, first[1]))
 
 
+def _guarded(compare, path, args):
+    """compare(path, args), or a failed result saying what the sweep itself could not parse."""
+    try:
+        return compare(path, args)
+    except Exception as exc:        # a parser gap here must not end a sweep of thousands of files
+        return {"path": path, "rc": "sweep error: %s: %s" % (type(exc).__name__, exc), "seconds": 0,
+                "peak_kb": 0, "fdes": 0, "rows": 0, "differences": [], "readelf_seconds": 0}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", metavar="PATH")
@@ -255,7 +266,7 @@ def main(argv=None):
     started = time.monotonic()
     results = []
     with ThreadPoolExecutor(args.jobs) as pool:
-        for n, result in enumerate(pool.map(lambda p: compare_file(p, args), files), 1):
+        for n, result in enumerate(pool.map(lambda p: _guarded(compare_file, p, args), files), 1):
             results.append(result)
             if args.progress:
                 sys.stderr.write("%d/%d rc=%s %.2fs fdes=%d diffs=%d %s\n" % (
