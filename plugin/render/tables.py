@@ -16,6 +16,12 @@ from plugin.strategies.cfi import CfiTables
 from plugin.targets import object_file
 
 
+class Problems(list):
+    """The problems a dump met, in order; `misses` counts those that say only
+    that no module holds the address asked for (not a bad entry)."""
+    misses = 0
+
+
 def iter_sources(target, modules, address=None, problems=None, kinds=None, want=Want.BOTH):
     """Each table source of every module (or of the one holding address), its
     "entries" lazy (Entries, or a list). Problems are appended to `problems`
@@ -30,6 +36,8 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None, want=
         chosen = [module] if module else []
         if module is None:
             problems.append("no module contains 0x%x" % address)
+            if isinstance(problems, Problems):
+                problems.misses += 1
     if getattr(target, "relocatable", False):
         if kinds is None or "cfi" in kinds:
             yield from object_file.table_sources(target, address, problems)
@@ -68,8 +76,8 @@ def agreement_at(target, modules, address, problems):
 
 def write_json(target, modules, address, out, kinds=None):
     """collect()'s JSON written to `out` as it is produced: one entry at a
-    time, with the C encoder (no indentation). Returns the problems."""
-    problems = []
+    time, with the C encoder (no indentation). Returns the Problems."""
+    problems = Problems()
     out.write('{"sources": [')
     for n, source in enumerate(iter_sources(target, modules, address, problems, kinds, Want.BOTH)):
         head = json.dumps({k: v for k, v in source.items() if k != "entries"})
@@ -85,8 +93,8 @@ def write_json(target, modules, address, out, kinds=None):
 
 
 def write_text(target, modules, address, out, kinds=None):
-    """text() written to `out` as the entries are produced. Returns the problems."""
-    problems = []
+    """text() written to `out` as the entries are produced. Returns the Problems."""
+    problems = Problems()
     any_source = False
     for source in iter_sources(target, modules, address, problems, kinds, Want.TEXT):
         any_source = True

@@ -263,3 +263,9 @@ def test_cie_with_another_return_address_column_is_refused():
     frame = Frame(level=0, pc=pc, registers={16: pc, 7: 0x7ff000, 6: 0}, method="context", exact_pc=True)
     outcome = cfi_strategy.step(frame, ctx)
     assert outcome.status == AttemptStatus.FAILED and "return-address column 6" in outcome.reason
+
+
+def test_an_address_in_no_module_is_not_a_bad_entry():
+    rc, out, err, _, _ = measured("tables", build("chain.c", ["-O2"]), "--json", "--address", "0x7fff00000000")
+    assert rc == 0, err
+    assert json.loads(out)["problems"] == ["no module contains 0x7fff00000000"]
