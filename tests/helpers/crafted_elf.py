@@ -51,3 +51,18 @@ def huge_first_fde_length(data, length=1 << 30):
     out = bytearray(data)
     struct.pack_into("<I", out, start + 4 + cie_length, length)
     return bytes(out)
+
+
+PT_GNU_SFRAME = 0x6474E554
+
+
+def huge_sframe(data, count=0xFFFFFFFF, size=4 << 30):
+    """.sframe's num_fdes set to `count` and PT_GNU_SFRAME's p_filesz and
+    p_memsz to `size`, so the header's counts fit the size it claims."""
+    start, _ = section_offset(data, ".sframe")
+    out = bytearray(data)
+    struct.pack_into("<I", out, start + 8, count)
+    for header, kind in program_headers(data):
+        if kind == PT_GNU_SFRAME:
+            struct.pack_into("<QQ", out, header + 0x20, size, size)
+    return bytes(out)

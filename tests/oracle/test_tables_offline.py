@@ -269,3 +269,15 @@ def test_an_address_in_no_module_is_not_a_bad_entry():
     rc, out, err, _, _ = measured("tables", build("chain.c", ["-O2"]), "--json", "--address", "0x7fff00000000")
     assert rc == 0, err
     assert json.loads(out)["problems"] == ["no module contains 0x7fff00000000"]
+
+
+def test_huge_sframe_fde_count_in_a_huge_zero_fill_stays_bounded():
+    original = build("chain.c", ["-O2", "-Wa,--gsframe"], name="chain-sframe").read_bytes()
+    data = crafted_elf.huge_last_load_memsz(crafted_elf.huge_sframe(original))
+    rc, out, err, seconds, peak = measured("tables", crafted("sframe-count", data), "--json")
+    assert "Traceback" not in err
+    assert seconds < LIMIT_SECONDS and peak < LIMIT_KB, (seconds, peak)
+    assert rc == 1, err
+    problems = json.loads(out)["problems"]
+    assert any(".sframe" in p for p in problems), problems
+    assert [s["section"] for s in json.loads(out)["sources"]] == [".eh_frame"]    # the CFI is still listed
