@@ -162,8 +162,14 @@ def run_modules(state, given):
     return reports.modules_report(state.modules)
 
 
+def run_validate(state, given):
+    _need_process()
+    from .validate import run_validate as validate
+    return validate(state, given, explicit_sources=tuple(given.sources) != tuple(state.sources))
+
+
 RUN = {"backtrace": run_backtrace, "explain": run_explain, "tables": run_tables,
-       "compare": run_compare, "modules": run_modules}
+       "compare": run_compare, "modules": run_modules, "validate": run_validate}
 
 
 # -- commands, built from their declarations ----------------------------------------
@@ -202,7 +208,7 @@ class _SpecCommand(gdb.Command):
         candidates, partial = complete_words(self.spec, text, self.state.sources)
         if candidates is None:
             kind = self.spec.words_for(GDB).kind
-            return gdb.COMPLETE_SYMBOL if kind is WordsKind.EXPRESSION else gdb.COMPLETE_NONE
+            return gdb.COMPLETE_SYMBOL if kind in EXPRESSIONS else gdb.COMPLETE_NONE
         cut = len(partial) - len(word or "")       # GDB replaces only `word`, the tail of `partial`
         return [c[cut:] for c in candidates if c.startswith(partial)]
 
@@ -227,9 +233,12 @@ def complete_words(spec, text, sources):
     kind = spec.words_for(GDB).kind
     if kind is WordsKind.LEVEL:
         return ["all"], partial
-    if kind is WordsKind.EXPRESSION:
+    if kind in EXPRESSIONS:
         return None, partial
     return [], partial
+
+
+EXPRESSIONS = (WordsKind.EXPRESSION, WordsKind.OPTIONAL_EXPRESSION)     # words GDB completes as symbols
 
 
 def _command_class(spec):
@@ -258,7 +267,8 @@ class SetUnwind(gdb.Command):
 
 
 PARAM_KIND = {SettingType.SOURCES: gdb.PARAM_STRING, SettingType.UNSIGNED: gdb.PARAM_ZUINTEGER,
-              SettingType.BOOLEAN: gdb.PARAM_BOOLEAN, SettingType.CHOICE: gdb.PARAM_ENUM}
+              SettingType.BOOLEAN: gdb.PARAM_BOOLEAN, SettingType.CHOICE: gdb.PARAM_ENUM,
+              SettingType.NAMES: gdb.PARAM_STRING}
 UNLIMITED = 2 ** 63 - 1         # what `unlimited` stores for a count with no upper bound (max-frames)
 
 
@@ -293,7 +303,7 @@ class _SettingParameter(gdb.Parameter):
     def _gdb_value(self, value):
         if _unbounded(self.setting) and value >= UNLIMITED:
             return -1           # GDB's spelling of unlimited for PARAM_ZUINTEGER_UNLIMITED
-        return self.setting.format(value) if self.setting.type == SettingType.SOURCES else value
+        return self.setting.format(value) if self.setting.type in (SettingType.SOURCES, SettingType.NAMES) else value
 
     def get_set_string(self):
         setting = self.setting

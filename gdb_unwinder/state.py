@@ -61,6 +61,7 @@ class SharedSettings:
 
     def __init__(self):
         self.scan_words = DEFAULT_SCAN_WORDS
+        self.trap_handler_names = ()
 
 
 class GdbState:

@@ -27,6 +27,7 @@ class GdbTarget(Target):
         self._generation = 0
         self._shared = shared
         self._own_scan_words = None
+        self._own_trap_handler_names = ()
         self._modules = None
         self._modules_complete = False   # computed outside the unwinder (GDB commands allowed)
         self._mappings = None
@@ -48,6 +49,18 @@ class GdbTarget(Target):
             self._shared.scan_words = value
         else:
             self._own_scan_words = value
+
+    @property
+    def trap_handler_names(self):
+        """`set unwind trap-handler-names`, shared like scan_words."""
+        return self._shared.trap_handler_names if self._shared is not None else self._own_trap_handler_names
+
+    @trap_handler_names.setter
+    def trap_handler_names(self, value):
+        if self._shared is not None:
+            self._shared.trap_handler_names = value
+        else:
+            self._own_trap_handler_names = value
 
     # -- lifecycle -----------------------------------------------------------
     def invalidate(self):

@@ -149,7 +149,9 @@ class PluginUnwinder(Unwinder):
         exact = is_innermost_physical(level, pc, ctx, inferior.inline_depths)
         if not exact and inferior.after_signal:
             exact = (pc, registers.get(arch.sp)) in inferior.after_signal
-        if state.claim == Claim.AUTO:
+        trap = not exact and ctx.trap_handler(pc) is not None
+        exact = exact or trap
+        if state.claim == Claim.AUTO and not trap:      # GDB looks a trap handler up at pc-1: ours is better
             # The common case, kept cheap: one register read and a few dict look-ups.
             lookup = pc if exact else pc - 1
             reason = inferior.coverage.gdb_covers(lookup, ctx, pending_frame)
@@ -183,6 +185,8 @@ class PluginUnwinder(Unwinder):
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
             self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
             return None
+        if trap:
+            inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))   # LLDB's rule: its caller is exact too
         start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
         info = pending_frame.create_unwind_info(FrameId(outcome.evidence.cfa, start))
         names, known, raws = arch.registers, registers.known, registers.raw

@@ -260,3 +260,6 @@ def _merge(parts, empty):
                 data.setdefault(key, value)
     text = "\n".join(part[1] for part in parts if part[1])
     return data, text
+
+
+from .validate import ValidateCommand  # noqa: E402,F401  (`unwind validate`, registered by loader.py)

@@ -15,7 +15,8 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (subcommand, class in lldb_commands.commands), in the order `help unwind` lists them.
 SUBCOMMANDS = (("backtrace", "BacktraceCommand"), ("explain", "ExplainCommand"),
                ("tables", "TablesCommand"), ("compare", "CompareCommand"),
-               ("modules", "ModulesCommand"), ("settings", "SettingsCommand"))
+               ("modules", "ModulesCommand"), ("settings", "SettingsCommand"),
+               ("validate", "ValidateCommand"))
 
 SHORT_HELP = "Recover the stack from unwind tables and explain every frame."
 # LLDB 16 shows a container's --long-help as its "Syntax:" line, so that is what it holds.

@@ -10,6 +10,10 @@ The settings (`unwind settings`, see SETTINGS) live here too, so they last
 as long as the debugger, across targets and re-runs.
 """
 
+import json
+
+import lldb
+
 from plugin.engine import DEFAULT_SOURCES, UnwindContext
 from plugin.settings import find_setting, settings_for
 from plugin.modules import ModuleMap
@@ -48,6 +52,7 @@ class LldbState:
         else:
             self._live[0].refresh()
         self._live[0].scan_words = self.scan_words
+        self._live[0].trap_handler_names = trap_handler_names(sbtarget)
         return self._live
 
     def static(self, sbtarget, sbmodule):
@@ -89,3 +94,15 @@ class LldbState:
 
 def _json_value(value):
     return list(value) if isinstance(value, tuple) else value
+
+
+def trap_handler_names(sbtarget):
+    """LLDB's own `target.trap-handler-names` (the plugin's walk honours it as LLDB's does), or ()."""
+    try:
+        data = sbtarget.GetDebugger().GetSetting("target.trap-handler-names")
+        stream = lldb.SBStream()
+        data.GetAsJSON(stream)
+        names = json.loads(stream.GetData() or "[]")
+    except Exception:       # an LLDB without the setting or GetSetting: no trap handlers
+        return ()
+    return tuple(name for name in names if isinstance(name, str))

@@ -102,19 +102,10 @@ def unusable_input() -> tuple:
     return (DecodeError, OSError, ValueError, OverflowError, EOFError, struct.error, ELFError,
             ELFParseError, ConstructError)
 
+
 def _open_file(path, arch):
-    """FileTarget for an ELF file, MachOFileTarget for a Mach-O (thin or universal) one."""
-    from plugin.targets.elf import FileTarget
-    from plugin.formats.macho import FAT_MAGIC, FAT_MAGIC_64
-    from plugin.targets.macho import MachOFileTarget
-    from plugin.modules.macho import is_macho_magic
-    from plugin.targets.elf import map_regular_file
-    head = map_regular_file(path)[:4]
-    if is_macho_magic(head) or int.from_bytes(head, "big") in (FAT_MAGIC, FAT_MAGIC_64):
-        return MachOFileTarget(path, arch=arch)
-    if arch is not None:
-        raise ValueError("--arch selects a slice of a universal Mach-O file; this is not a Mach-O file")
-    return FileTarget(path)
+    from plugin.targets import open_file
+    return open_file(path, arch)
 
 
 def _fail(message):

@@ -21,13 +21,14 @@ from plugin.model.evidence import Attempt, Backtrace, Frame
 from plugin.model.outcome import AttemptStatus, FailureKind
 from plugin.model.rules import RuleKind
 from plugin.model.stops import StopReason
-from plugin.modules import ModuleMap
+from plugin.modules import ModuleMap, on_disk
 from plugin import settings
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, SourceKind, source_names
 from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import frame_pointer as frame_pointer_strategy
+from plugin.strategies import planted
 from plugin.strategies import scan as scan_strategy
 from plugin.strategies import sframe as sframe_strategy
 
@@ -77,6 +78,7 @@ class UnwindContext:
         self._mappings = None
         self._all_mappings = None
         self._symbols = {}
+        self.stack_pointer = None       # the walked thread's sp: its stack mapping is no code
 
     @property
     def scan_words(self):
@@ -96,6 +98,23 @@ class UnwindContext:
         """Caller frames are looked up at pc-1: a return address points after the call."""
         return frame.pc if frame.exact_pc else frame.pc - 1
 
+    def trap_handler(self, pc):
+        """The name of the trap handler (`trap-handler-names`) holding pc, or None.
+
+        Such a function is entered by an address planted on the stack, not by
+        a call, so a frame in it, and the frame it returns to, are looked up
+        at their exact pc (as LLDB does with target.trap-handler-names).
+        """
+        names = getattr(self.target, "trap_handler_names", None)
+        if not names:
+            return None
+        module = self.modules.find(pc)
+        for start, end, name in on_disk.functions_named(module, tuple(names)) if module else ():
+            if start <= pc < end:
+                return name
+        found = self.symbol(pc)        # no file, or a function its symbol tables do not name
+        return found[0] if found is not None and found[0] in names else None
+
     def is_code(self, address):
         module = self.modules.find(address)
         if module is not None:
@@ -111,7 +130,21 @@ class UnwindContext:
                 return False
         if self._mappings is None:
             self._mappings = [m for m in self.target.mappings() if m.executable]
-        return any(m.contains(address) for m in self._mappings)
+        return any(m.contains(address) for m in self._mappings) and not self.in_a_stack(address)
+
+    def in_a_stack(self, address):
+        """Is address in a thread's stack: the kernel's "[stack]" or the mapping the walk's sp is in?
+
+        A stack is never code, even when it is executable (any object file
+        without a .note.GNU-stack section makes every stack so): a stack
+        address read as a return address is a wrong row, not a frame.
+        """
+        mapping = self.mapping_at(address)
+        if mapping is None:
+            return False
+        if (mapping.name or "").startswith("[stack"):
+            return True
+        return self.stack_pointer is not None and mapping.contains(self.stack_pointer)
 
     def _load_mappings(self):
         if self._all_mappings is None:
@@ -216,11 +249,16 @@ def _implausible(outcome, frame, ctx, sp, previous_cfa):
     arch = ctx.arch
     cfa = outcome.evidence.cfa if outcome.evidence else None
     caller_pc = outcome.registers.get(arch.pc)
-    if cfa is not None and sp is not None:
+    if outcome.signal_frame:
+        problem = _switched_stack_problem(cfa, ctx)
+        if problem:
+            return problem
+    elif cfa is not None and sp is not None:
         may_equal = frame.exact_pc      # a leaf or interrupted frame may have CFA == sp
         if cfa < sp or (cfa == sp and not may_equal):
             return FailureKind.CFA_NOT_INCREASING, "CFA 0x%x is not above the stack pointer 0x%x" % (cfa, sp)
-    if cfa is not None and previous_cfa is not None and cfa <= previous_cfa and not frame.signal_frame:
+    if (cfa is not None and previous_cfa is not None and cfa <= previous_cfa and not frame.signal_frame
+            and not outcome.signal_frame):
         return (FailureKind.CFA_NOT_INCREASING,
                 "CFA 0x%x does not increase (callee's CFA 0x%x)" % (cfa, previous_cfa))
     if caller_pc is not None and caller_pc == frame.pc and (
@@ -242,6 +280,42 @@ def _pc_left_unchanged(outcome, arch):
         return False
     rule = row.registers.get(arch.ra)
     return rule is None or rule.kind == RuleKind.SAME
+
+
+def _switched_stack_problem(cfa, ctx):
+    """(FailureKind, why) when a signal frame's CFA is not in stack memory, else None.
+
+    A signal frame may switch stacks (a sigaltstack above or below the
+    interrupted stack, a coroutine's stack), so the CFA need not grow across
+    it; it must still lie in readable, writable memory, and the walk's
+    repeated-frame check keeps it from looping.
+    """
+    if cfa is None or not ctx.knows_mappings():
+        return None
+    mapping = ctx.mapping_at(cfa)
+    if mapping is None or not mapping.readable:
+        return FailureKind.UNREADABLE_MEMORY, "the interrupted frame's CFA 0x%x is in no readable mapping" % cfa
+    if not mapping.writable:
+        return (FailureKind.NOT_STACK_MEMORY,
+                "the interrupted frame's CFA 0x%x is in %s, which is not writable stack memory"
+                % (cfa, mapping.name or "a read-only mapping"))
+    return None
+
+
+def _after_trap_handler(frame, caller_pc, outcome, ctx):
+    """Is the caller looked up at its exact pc because of a trap handler (its own function or frame's)?"""
+    handler = ctx.trap_handler(caller_pc)
+    if handler is None:
+        handler = ctx.trap_handler(ctx.lookup_pc(frame))
+        if handler is None:
+            return False
+        why = "%s returns to it: a trap handler's caller is looked up at its exact pc" % handler
+    else:
+        why = "0x%x is in %s, a trap handler (trap-handler-names): entered by a planted address, not a call, " \
+              "so it is looked up at its exact pc" % (caller_pc, handler)
+    if outcome.evidence is not None:
+        outcome.evidence.notes.append(why)
+    return True
 
 
 def _stop_for(attempts):
@@ -271,6 +345,7 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     """
     ctx = UnwindContext(target, modules, sources, scan_words)
     arch = ctx.arch
+    ctx.stack_pointer = registers.get(arch.sp)
     frame = Frame(level=first_level, pc=registers.get(arch.pc, 0), registers=dict(registers),
                   method="context", exact_pc=exact_pc)
     frames = [frame]
@@ -280,6 +355,15 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
     while stop is None:
         if len(frames) >= max_frames:
             stop, detail = StopReason.DEPTH_LIMIT, "stopped after %d frames" % max_frames
+            break
+        ends_stack = planted.outermost(frame, ctx)
+        if ends_stack is not None:      # a runtime's planted return address: not after a call, so exact
+            frame.exact_pc = True
+            stop, detail = StopReason.OUTERMOST, ends_stack
+            break
+        switched = planted.stack_switch(frame, ctx)
+        if switched is not None:
+            stop, detail = StopReason.STACK_SWITCH, switched
             break
         outcome, attempts = step_frame(frame, ctx, previous_cfa)
         if outcome is None:
@@ -305,7 +389,7 @@ def unwind(target, registers, sources=DEFAULT_SOURCES, max_frames=DEFAULT_MAX_FR
         previous_cfa = frame.cfa
         caller = Frame(level=first_level + len(frames), pc=caller_pc, registers=caller_regs, method=outcome.source,
                        evidence=outcome.evidence, attempts=attempts,
-                       exact_pc=outcome.signal_frame)
+                       exact_pc=outcome.signal_frame or _after_trap_handler(frame, caller_pc, outcome, ctx))
         frames.append(caller)
         frame = caller
     if symbolize:

@@ -89,6 +89,7 @@ class SettingType(str, Enum):
     UNSIGNED = "unsigned"    # a whole number within the setting's bounds
     BOOLEAN = "boolean"      # on or off
     CHOICE = "choice"        # one word of the setting's choices
+    NAMES = "names"          # function names, separated by commas or spaces (none: empty)
 
 
 class SettingError(ValueError):
@@ -100,7 +101,7 @@ class SettingError(ValueError):
 
 
 _SYNTAX = {SettingType.SOURCES: "LIST", SettingType.UNSIGNED: "N", SettingType.BOOLEAN: "on|off",
-           SettingType.CHOICE: "WORD"}
+           SettingType.CHOICE: "WORD", SettingType.NAMES: "NAME,..."}
 _TRUE, _FALSE = ("on", "1", "yes", "true", "enable"), ("off", "0", "no", "false", "disable")
 
 
@@ -149,6 +150,8 @@ class Setting:
         """The value `text` means; ValueError (one line, naming the setting) if it means none."""
         if self.type == SettingType.SOURCES:
             return parse_sources(text, available)
+        if self.type == SettingType.NAMES:
+            return tuple(dict.fromkeys(text.replace(",", " ").split()))
         if self.type == SettingType.BOOLEAN:
             word = text.strip().lower()
             if word in _TRUE or word in _FALSE:
@@ -169,7 +172,7 @@ class Setting:
 
     def format(self, value: object) -> str:
         """The value as `parse` takes it back: "cfi,scan", "20000", "on"."""
-        if self.type == SettingType.SOURCES:
+        if self.type in (SettingType.SOURCES, SettingType.NAMES):
             return ",".join(value)
         if self.type == SettingType.BOOLEAN:
             return "on" if value else "off"
@@ -185,12 +188,16 @@ class Setting:
             return "%s (%d to %d)" % (self.help, self.minimum or 0, self.maximum)
         if self.type == SettingType.CHOICE:
             return "%s: %s" % (self.help, "; ".join("%s: %s" % choice for choice in self.choices))
+        if self.type == SettingType.NAMES:
+            return "%s (function names, separated by commas or spaces; empty for none)" % self.help
         return "%s (on or off)" % self.help
 
     def show(self, value: object, available: Sequence[str]) -> str:
         """GDB's `show` sentence for a value."""
         if self.type == SettingType.BOOLEAN:
             return self.shown.format(value=self.words[bool(value)])
+        if self.type == SettingType.NAMES and not value:
+            return self.shown.format(value="none")
         text = self.shown.format(value=self.format(value))
         if self.type == SettingType.SOURCES:
             text += " Sources: %s." % ", ".join(available)
@@ -230,6 +237,13 @@ SETTINGS: Tuple[Setting, ...] = (
                      ("none", "no frame")),
             shown="GDB's backtrace takes from the unwind plugin: {value}.",
             notes={"gdb": "The unwind commands always show the plugin's own walk, whatever this says."}),
+    Setting("trap-handler-names", SettingType.NAMES, (),
+            "the functions entered by a planted return address rather than a call (trap handlers, "
+            "signal-return trampolines): their frames, and the frames they return to, are looked up "
+            "at their exact pc, not pc-1", debuggers=("gdb",), on_target=True,
+            shown="Functions looked up as trap handlers: {value}.",
+            notes={"gdb": "The same list as LLDB's \"settings set target.trap-handler-names\", which the "
+                          "plugin reads in LLDB."}),
 )
 SETTING_BY_NAME = {s.name: s for s in SETTINGS}
 

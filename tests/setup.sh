@@ -11,10 +11,11 @@ all_packages=("${demo_packages[@]}" g++ make file bzip2 lldb-16 python3-lldb-16 
               llvm-16 clang-16 lld-16 llvm-22
               qemu-user gdb-multiarch binutils-aarch64-linux-gnu gcc-arm-linux-gnueabihf g++-arm-linux-gnueabihf
               coreutils perl bash git sqlite3 tar gzip xz-utils make apt libc6-dbg gdbserver
-              libipt2 libz3-4 libcurl4 libedit2 libxml2 libzstd1 libffi8 libpython3.11)
+              libipt2 libz3-4 libcurl4 libedit2 libxml2 libzstd1 libffi8 libpython3.11
+              golang-go rustc)
 # ^ coreutils..gdbserver: programs tests/gdb/ runs (libc6-dbg: glibc's inline info, also for
 #   tests/lldb/test_lldb_native_frames.py); libipt2..libpython3.11: what the unpacked LLDB 19
-#   and 22 (below) need at run time
+#   and 22 (below) need at run time; golang-go, rustc: the runtime matrix (tests/gdb/test_runtimes.py)
 if [ "${1:-all}" = demo ]; then packages=("${demo_packages[@]}"); else packages=("${all_packages[@]}"); fi
 
 SUDO=""

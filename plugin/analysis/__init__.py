@@ -155,6 +155,24 @@ class CodeAnalysis:
         """Every function; then the parts reached by a jump with the frame set up, again with that frame."""
         for start, end in sorted(self.functions.items()):
             self.function(start, end)
+        return self.analyse_continuations()
+
+    def is_final(self, start: int) -> bool:
+        """Is the function at start's analysis final before analyse_continuations()? Only a
+        function whose table says it is not entered by a call (a .cold part) may be redone there."""
+        return start not in self.entry_states
+
+    def forget_states(self, start: int) -> None:
+        """Drop a checked function's per-instruction states (most of the memory), keeping what
+        the analysis of other functions asks of it: exits, returns, unresolved jumps, reached or not."""
+        result = self._results.get(start)
+        if result is not None and len(result.states) > 1:
+            first = next(iter(result.states))
+            result.states = {first: result.states[first]}
+            result.insns = {}
+
+    def analyse_continuations(self) -> Dict[int, FunctionAnalysis]:
+        """The parts reached by a jump with the frame set up (every function analysed), again with that frame."""
         for _ in range(3):
             seeds: Dict[int, list] = {}
             for result in self._results.values():

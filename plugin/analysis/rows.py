@@ -11,8 +11,8 @@ given by an expression can be judged by meaning.
 from typing import List, Optional, Tuple
 
 from plugin.analysis.state import CFA, OTHER, Kind, State, caller, plus, stack
-from plugin.memory import LebError, decode_sleb, decode_uleb
-from plugin.model.rules import CfaKind
+from plugin.formats.dwarf_ops import Fault, operations
+from plugin.model.rules import CfaKind, RuleKind
 
 CFA_ZERO = stack(CFA, 0)
 
@@ -110,32 +110,20 @@ def symbolic(expression: bytes, state: State, initial=None, pc=None, pc_register
         if pc is not None and number == pc_register:
             return (Kind.ADDR, pc)
         return state.reg(number)
-    i = 0
     try:
-        while i < len(expression):
-            op = expression[i]
-            i += 1
+        for op, operands in operations(bytes(expression), 8):
             if 0x70 <= op <= 0x8F:                       # DW_OP_breg0..31
-                k, i = decode_sleb(expression, i)
-                stack_.append(plus(register(op - 0x70), k))
+                stack_.append(plus(register(op - 0x70), operands[0]))
             elif op == 0x92:                             # DW_OP_bregx
-                number, i = decode_uleb(expression, i)
-                k, i = decode_sleb(expression, i)
-                stack_.append(plus(register(number), k))
+                stack_.append(plus(register(operands[0]), operands[1]))
             elif op == 0x06:                             # DW_OP_deref
                 stack_.append(state.slot(stack_.pop(), 8))
             elif op == 0x23:                             # DW_OP_plus_uconst
-                k, i = decode_uleb(expression, i)
-                stack_.append(plus(stack_.pop(), k))
+                stack_.append(plus(stack_.pop(), operands[0]))
             elif 0x30 <= op <= 0x4F:                     # DW_OP_lit0..31
                 stack_.append((Kind.ADDR, op - 0x30))
-            elif op in (0x08, 0x09):                     # DW_OP_const1u / const1s
-                value = expression[i] if op == 0x08 else int.from_bytes(expression[i:i + 1], "little", signed=True)
-                i += 1
-                stack_.append((Kind.ADDR, value))
-            elif op == 0x11:                             # DW_OP_consts
-                value, i = decode_sleb(expression, i)
-                stack_.append((Kind.ADDR, value))
+            elif op in (0x08, 0x09, 0x11):               # DW_OP_const1u / const1s / consts
+                stack_.append((Kind.ADDR, operands[0]))
             elif op in (0x22, 0x1C):                     # DW_OP_plus / DW_OP_minus
                 b, a = stack_.pop(), stack_.pop()
                 if b[0] != Kind.ADDR:
@@ -150,7 +138,7 @@ def symbolic(expression: bytes, state: State, initial=None, pc=None, pc_register
                 stack_.append((Kind.ADDR, _CONSTANT_OPS[op](a[1], b[1]) & ((1 << 64) - 1)))
             else:
                 return None
-    except (IndexError, LebError):
+    except (IndexError, Fault):
         return None
     if not stack_:
         return None
@@ -165,12 +153,12 @@ def is_abi_entry(row, facts) -> bool:
         return False
     for number in facts.CALLEE_SAVED:
         rule = row.registers.get(number)
-        if rule is not None and rule.kind != "same":
+        if rule is not None and rule.kind != RuleKind.SAME:
             return False
     rule = row.registers.get(facts.RA)
     if facts.RA_REGISTER is None:
-        return rule is not None and rule.kind == "offset" and facts.ENTRY_SLOTS.get(rule.offset) == facts.RA
-    return rule is None or rule.kind == "same"
+        return rule is not None and rule.kind == RuleKind.OFFSET and facts.ENTRY_SLOTS.get(rule.offset) == facts.RA
+    return rule is None or rule.kind == RuleKind.SAME
 
 
 def entry_from_row(row, facts) -> Optional[State]:
@@ -187,11 +175,11 @@ def entry_from_row(row, facts) -> Optional[State]:
     tracked = list(facts.CALLEE_SAVED) + [facts.RA]
     for number in tracked:
         rule = row.registers.get(number)
-        if rule is None or rule.kind == "same":
+        if rule is None or rule.kind == RuleKind.SAME:
             if number != facts.RA or facts.RA_REGISTER is not None:
                 regs[number] = caller(number)
-        elif rule.kind == "offset":
+        elif rule.kind == RuleKind.OFFSET:
             mem[(CFA, rule.offset)] = caller(number)
-        elif rule.kind != "undefined":      # undefined (an outermost frame): nothing to track
+        elif rule.kind != RuleKind.UNDEFINED:      # undefined (an outermost frame): nothing to track
             return None
     return State(regs, mem)

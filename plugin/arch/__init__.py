@@ -17,7 +17,12 @@ for instead of branching on the architecture's name:
                                up: entry, half-built record, return
   sets_up_frame_pointer(code), may_save_frame_pointer(code)
                                prologue patterns
+  chain_layout(code)           where a prologue's frame record lies when it is
+                               not the ABI's usual one (Go on arm64)
   stack_alignment, pointer_auth, keeps_frame_records, min_instruction_size
+  child_of_clone(read, pc, registers)
+                               the registers and code that show a thread's
+                               first instant on the child side of clone/clone3
 
 The base class knows no instructions (every answer is "not known"); x86.py
 (shared by x86_64 and i386) and aarch64.py hold the encodings. `read` is a
@@ -31,12 +36,19 @@ from typing import Callable, NamedTuple, Optional
 
 Read = Callable[[int, int], Optional[bytes]]
 
+# The C library's thread-creating system-call wrappers (glibc, musl, bionic).
+# Their code between the system call and the branch to the child's start has
+# no unwind table; the name says which system call the instruction before pc
+# made, the registers say on which side of it the thread is.
+CLONE_FUNCTIONS = ("clone", "__clone", "clone3", "__clone3", "__GI___clone", "__GI___clone3")
+
 
 class FrameEdge(StrEnum):
     """Where, at an exact pc, the frame record of the function is not in place."""
     ENTRY = "function entry"
     AFTER_PUSH = "frame record being built"
     AT_RETURN = "function exit"
+    BAD_CALL_TARGET = "call to a non-code address"
 
 
 class Edge(NamedTuple):
@@ -47,6 +59,24 @@ class Edge(NamedTuple):
     """
     kind: FrameEdge
     record_size: int
+    why: str
+    slots: Optional["Slots"] = None     # set when the frame is laid out otherwise (Go's prologues)
+
+
+class Slots(NamedTuple):
+    """A frame at an exact pc, as offsets: CFA = sp + cfa; the return address at [CFA + ra];
+    the caller's frame pointer at [CFA + fp], or (fp None) still in its register."""
+    cfa: int
+    ra: int
+    fp: Optional[int]
+
+
+class ChainLayout(NamedTuple):
+    """A frame record [fp] = caller's fp, [fp + word] = return address, whose CFA is
+    fp + cfa_offset (the ABI's usual record: two words) and which may lie up to
+    below_sp bytes below sp (Go on arm64 keeps it just below sp)."""
+    cfa_offset: int
+    below_sp: int
     why: str
 
 
@@ -144,6 +174,10 @@ class Arch:
         """Does `code` (a function's start) set up a frame pointer? None: not known."""
         return None
 
+    def chain_layout(self, code: bytes) -> Optional[ChainLayout]:
+        """The frame record a function's start (`code`) sets up, when not the usual one; None: usual."""
+        return None
+
     def may_save_frame_pointer(self, prologue: Callable[[], Optional[bytes]]) -> bool:
         """Could a function's start have saved, and so reused, the frame pointer?
 
@@ -151,6 +185,29 @@ class Arch:
         when the answer depends on them. True is the cautious answer.
         """
         return True
+
+    # The system call instruction and the register its result is returned in.
+    def syscall_before(self, read: Read, pc: int) -> Optional[int]:
+        """The address of the system call instruction the code before pc ended
+        with (followed only by tests of its result that do not change registers
+        the caller needs), or None."""
+        return None
+
+    syscall_result: int = -1
+
+    def child_of_clone(self, read: Read, pc: int, registers: dict) -> Optional[str]:
+        """Why the thread at pc (in a clone/clone3 wrapper) is the new child, or None.
+
+        The system call returns 0 in the child and the child's id (or an
+        error) in the parent, so a zero result just after the call is the
+        child's first instant: nothing above its sp is a frame.
+        """
+        at = self.syscall_before(read, pc)
+        if at is None or registers.get(self.syscall_result) != 0:
+            return None
+        name = self.name_of(self.syscall_result)
+        return ("pc 0x%x follows the system call at 0x%x and %s = 0, the child's result: this is the "
+                "new thread's first frame" % (pc, at, name))
 
     def _at_entry(self, read: Read, pc: int, start: Optional[int], landing_pads) -> bool:
         """pc is the function's first instruction, or follows only a landing pad."""

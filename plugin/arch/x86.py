@@ -17,6 +17,11 @@ ENDBR64 = b"\xf3\x0f\x1e\xfa"
 ENDBR32 = b"\xf3\x0f\x1e\xfb"
 LANDING_PADS = (ENDBR64, ENDBR32)
 PUSH_BP = 0x55
+SYSCALL = b"\x0f\x05"
+# What glibc's clone/clone3 do between `syscall` and the branch to the child:
+# `test rax, rax` and `jl rel8|rel32` (to the error path); none changes rax.
+# (opcode bytes, instruction length)
+AFTER_SYSCALL = ((b"\x48\x85\xc0", 3), (b"\x7c", 2), (b"\x0f\x8c", 6))
 RETURNS = ((b"\xc3", "ret"), (b"\xc2", "ret imm16"), (b"\xf3\xc3", "rep ret"))
 
 
@@ -76,6 +81,15 @@ class X86(Arch):
                         "is at [%s]" % sp)
         return None
 
+    def syscall_before(self, read: Read, pc: int) -> Optional[int]:
+        code = read(pc - 16, 16)
+        if code is None:
+            return None
+        for start in range(len(code) - 2, -1, -1):      # the last `syscall`, then only result tests
+            if code[start:start + 2] == SYSCALL and _only_result_tests(code[start + 2:]):
+                return pc - 16 + start
+        return None
+
     def sets_up_frame_pointer(self, code: bytes) -> bool:
         return any(pattern in code for pattern in self.mov_bp_sp)
 
@@ -84,6 +98,16 @@ class X86(Arch):
         # `push bp` byte the register still holds the caller's value.
         code = prologue()
         return code is None or PUSH_BP in code
+
+
+def _only_result_tests(code):
+    """Is `code` a (possibly empty) run of AFTER_SYSCALL instructions?"""
+    while code:
+        length = next((n for opcode, n in AFTER_SYSCALL if code.startswith(opcode) and len(code) >= n), None)
+        if length is None:
+            return False
+        code = code[length:]
+    return True
 
 
 def _modrm_length(tail):

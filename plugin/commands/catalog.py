@@ -7,7 +7,7 @@ engine has, {settings} the settings that debugger offers.
 
 from typing import Dict, Tuple
 
-from plugin.commands.spec import CommandSpec, Debugger, Words, WordsKind
+from plugin.commands.spec import VALIDATE_STEPS, CommandSpec, Debugger, Words, WordsKind
 
 GDB, LLDB = Debugger.GDB, Debugger.LLDB
 
@@ -90,7 +90,26 @@ LLDB 16's Python API cannot add entries to LLDB's own `settings set`,
 hence this command.""",
     debuggers=(LLDB,))
 
-COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS)
+VALIDATE = CommandSpec(
+    "validate", "Check each unwind table against one real call of a function, step by step.",
+    ("json", "sources", "steps"),
+    words=(Words(WordsKind.OPTIONAL_EXPRESSION, "[FUNCTION|ADDRESS]"),),
+    about="""Starts at a function's first instruction: where the program is stopped, or,
+given a FUNCTION or ADDRESS, at a temporary breakpoint there (the program is
+continued to reach it). At the entry the truth is known without any table:
+the CFA, the return address and every callee-saved register. The function is
+then stepped one instruction at a time, stepping over calls, until it
+returns (at most {steps} N instructions, %d by default); at every instruction
+each source's answer for the caller is compared with that truth. Each wrong
+instruction is listed with the row in force and the predicted and true
+values; one line per source sums up ("cfi: 12/12 instructions right").
+{sources} names the sources to check (default: the table sources of the
+current setting). The program really runs the function: it is left stopped
+after the return (or where stepping ended), and the report says where.""" % VALIDATE_STEPS,
+    json_keys=("function", "entry", "cfa", "return_address", "steps", "instructions", "path", "ending",
+               "ending_detail", "complete", "inferior", "sources", "wrong"))
+
+COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS, VALIDATE)
 COMMAND_BY_NAME: Dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
 
 PREFIX_SUMMARY = "Recover the stack from unwind tables and explain every frame."

@@ -26,6 +26,7 @@ class Given:
     count: Optional[int] = None
     all: bool = False
     verbose: bool = False
+    steps: Optional[int] = None
     words: List[str] = field(default_factory=list)
     value: object = None        # the words' meaning (CommandSpec.check_words)
 

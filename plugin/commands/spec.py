@@ -73,7 +73,10 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("verbose", "v", OptionKind.FLAG, "also show the raw DWARF operations of each expression"),
     Option("all", "a", OptionKind.FLAG, "every entry of every module instead of one address",
            debuggers=(Debugger.LLDB,)),
+    Option("steps", "n", OptionKind.COUNT, "step at most N instructions", "N", example="20000"),
 )}
+
+VALIDATE_STEPS = 5000        # `unwind validate` steps at most this many instructions unless -steps says
 
 
 class WordsKind(str, Enum):
@@ -83,6 +86,7 @@ class WordsKind(str, Enum):
     LEVEL = "level"              # [LEVEL|all]: a physical frame level, or every frame
     EXPRESSION = "expression"    # ADDRESS|FUNCTION: the rest of the line, for the debugger to evaluate
     SETTING = "setting"          # [NAME [VALUE]]: a setting, and a new value for it
+    OPTIONAL_EXPRESSION = "optional-expression"     # [ADDRESS|FUNCTION]: as EXPRESSION, or nothing
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,8 @@ class CommandSpec:
             return frame_count(words)
         if kind is WordsKind.LEVEL:
             return level_or_all(words)
+        if kind is WordsKind.OPTIONAL_EXPRESSION:
+            return " ".join(words) if words else None
         if kind is WordsKind.EXPRESSION:
             every = OPTIONS["all"]
             if given.get("all"):

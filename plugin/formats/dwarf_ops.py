@@ -7,7 +7,9 @@ expressions through it, so what is shown is exactly what is run.
 from dataclasses import dataclass
 
 from plugin.errors import DecodeError
-from plugin.memory import PE_ALIGNED, PE_DATAREL, PE_FUNCREL, PE_INDIRECT, PE_OMIT, PE_PCREL, PE_TEXTREL
+from typing import Iterator, Tuple
+
+from plugin.memory import PE_ALIGNED, PE_DATAREL, PE_FUNCREL, PE_INDIRECT, PE_OMIT, PE_PCREL, PE_TEXTREL, Region
 
 class Fault(Exception):
     """Something wrong with the operation being decoded or run.
@@ -316,3 +318,21 @@ def check_encoding(encoding):
         raise Fault("DW_OP_GNU_encoded_addr: encoding DW_EH_PE_omit has no pointer")
     if encoding & 0x70 not in _KNOWN_APPLICATIONS:
         raise Fault("DW_OP_GNU_encoded_addr: unknown pointer application 0x%02x" % (encoding & 0x70))
+
+
+def operations(expression: bytes, address_size: int, byteorder: str = "little") -> Iterator[Tuple[int, tuple]]:
+    """Each operation of `expression` in order, as (opcode, operands); Fault where the bytes are not one.
+
+    For readers that look at what an expression means without running it
+    (the row renderer, the instruction analysis). DW_OP_GNU_encoded_addr
+    gives its encoding and its raw pointer field.
+    """
+    cursor = Region.from_bytes("DWARF expression", 0, expression, byteorder).cursor()
+
+    def pointer(cur, encoding):
+        check_encoding(encoding)
+        return cur.encoded(encoding & 0x0f, address_size)
+
+    while cursor.pos < len(expression):
+        opcode, _, operands = decode_op(cursor, address_size, pointer)
+        yield opcode, operands

@@ -4,8 +4,8 @@ from plugin.model.vocabulary import Vocabulary
 
 
 class StopReason(Vocabulary):
-    OUTERMOST = ("outermost", "outermost frame (a table marks it so, it is _start or clone, or the stack above it "
-                              "holds no return address)")
+    OUTERMOST = ("outermost", "outermost frame (a table marks it so, the registers show the child side of "
+                              "clone, or the stack above it holds no return address)")
     PC_ZERO = ("pc-zero", "return address is 0: outermost frame")
     CFA_NOT_INCREASING = ("cfa-not-increasing", "the caller's CFA does not increase")
     REPEATED_FRAME = ("repeated-frame", "a frame repeats: the stack loops")
@@ -17,6 +17,8 @@ class StopReason(Vocabulary):
     MISALIGNED_STACK = ("misaligned-stack",
                         "the stack pointer or frame pointer is misaligned: the registers or the stack are damaged")
     LIMIT = ("limit", "stopped after the number of frames asked for")
+    STACK_SWITCH = ("stack-switch", "a runtime switched stacks here: the caller's frames are on another stack, "
+                                    "which this walk does not follow")
 
 
 def describe(reason: str) -> str:

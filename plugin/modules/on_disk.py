@@ -133,3 +133,37 @@ def link_layout(path: str) -> tuple[int, int]:
             return elf.header_link_address(loads), header.entry
         except (DecodeError, struct.error) as exc:      # not ELF, or cut short
             raise OSError("%s: %s" % (path, exc)) from None
+
+
+@lru_cache(maxsize=64)
+def _functions_named(key, names):
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+    found = []
+    try:
+        with open(key[0], "rb") as handle:
+            for section in ELFFile(handle).iter_sections():
+                if not isinstance(section, SymbolTableSection):
+                    continue
+                for symbol in section.iter_symbols():
+                    if symbol.name in names and symbol["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") \
+                            and symbol["st_value"]:
+                        found.append((symbol["st_value"], symbol["st_value"] + max(symbol["st_size"], 1),
+                                      symbol.name))
+    except (OSError, ELFError, ValueError):
+        return ()
+    return tuple(sorted(set(found)))
+
+
+def functions_named(module: Module, names: tuple) -> tuple:
+    """((start, end, name), ...) at run-time addresses of the functions called one of
+    `names` in the module's file (.symtab and .dynsym); () when it is not on disk.
+
+    For debuggers that cannot look up symbols everywhere (GDB's unwinder sees
+    only symbols with debug information)."""
+    key = _key(module.path) if module.path and module.format == "elf" else None
+    if key is None:
+        return ()
+    return tuple((start + module.load_bias, end + module.load_bias, name)
+                 for start, end, name in _functions_named(key, tuple(sorted(names))))

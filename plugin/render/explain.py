@@ -5,12 +5,12 @@ GDB and LLDB print the same words and the same JSON fields. The JSON field
 names are a contract (documented in README.md): add, do not rename.
 """
 
-import textwrap
+import re
 
 from plugin.model.outcome import AttemptStatus
 from plugin.model.stops import describe
 from plugin.render.expression import row_order, row_rules
-from plugin.render.style import Styled, plain
+from plugin.render.style import Styled, plain, visible_length
 from plugin.settings import TRUST_WORDS
 
 
@@ -196,12 +196,29 @@ def stop_text(bt):
 
 
 def wrap(line, width):
-    """Wrap one line at `width`, continuing under its own indentation plus four."""
-    if not width or len(line) <= width:
+    """Wrap one line at `width` columns, continuing under its own indentation plus four.
+
+    Breaks only at spaces and never inside a word; colour escapes take no
+    columns. For plain text this is textwrap.fill(break_long_words=False,
+    break_on_hyphens=False).
+    """
+    if not width or visible_length(line) <= width:
         return line
-    indent = " " * (len(line) - len(line.lstrip()) + 4)
-    return textwrap.fill(line, width=width, subsequent_indent=indent, break_long_words=False,
-                         break_on_hyphens=False)
+    lead = len(line) - len(line.lstrip())
+    indent = " " * (lead + 4)
+    lines, current, pending = [], line[:lead], ""
+    for token in re.findall(r"\S+| +", line[lead:]):
+        if token.startswith(" "):
+            pending += token
+            continue
+        started = current.strip() != ""
+        if started and visible_length(current + pending + token) > width:
+            lines.append(current)
+            current, pending = indent + token, ""
+        else:
+            current, pending = current + pending + token, ""
+    lines.append(current)
+    return "\n".join(lines)
 
 
 def explain_frames_text(frames, chosen, arch, verbose=False, width=None, style=plain):

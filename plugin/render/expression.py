@@ -9,95 +9,68 @@ simple ones) are shown as their raw operations instead: never a guess.
 
 from typing import List, Optional
 
+from plugin.formats.dwarf_ops import Fault, operations
 from plugin.model.rules import CfaKind, RuleKind
 
 _BINARY = {0x1a: "&", 0x1b: "/", 0x1c: "-", 0x1e: "*", 0x21: "|", 0x22: "+",
            0x24: "<<", 0x25: ">>", 0x26: ">>>", 0x27: "^"}
-_FIXED = {0x08: (1, False), 0x09: (1, True), 0x0a: (2, False), 0x0b: (2, True),
-          0x0c: (4, False), 0x0d: (4, True), 0x0e: (8, False), 0x0f: (8, True)}
+_CONSTANTS = range(0x08, 0x12)      # DW_OP_const1u .. DW_OP_consts
 
 
 class _Unknown(Exception):
     pass
 
 
-def _leb(data: bytes, pos: int, signed: bool):
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise _Unknown()
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7f) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    if signed and byte & 0x40:
-        value -= 1 << shift
-    return value, pos
-
-
 def _offset(base: str, offset: int) -> str:
     return base if offset == 0 else "%s%+d" % (base, offset)
 
 
+def _push(stack: List[str], op: int, operands: tuple, arch) -> None:
+    """Apply one operation to a stack of texts; _Unknown for one this renderer does not show."""
+    if 0x30 <= op <= 0x4f:                      # DW_OP_lit0..31
+        stack.append(str(op - 0x30))
+    elif 0x50 <= op <= 0x6f:                    # DW_OP_reg0..31: the register itself
+        stack.append(arch.name_of(op - 0x50))
+    elif 0x70 <= op <= 0x8f:                    # DW_OP_breg0..31 offset
+        stack.append(_offset(arch.name_of(op - 0x70), operands[0]))
+    elif op == 0x92:                            # DW_OP_bregx reg offset
+        stack.append(_offset(arch.name_of(operands[0]), operands[1]))
+    elif op == 0x90:                            # DW_OP_regx
+        stack.append(arch.name_of(operands[0]))
+    elif op in _CONSTANTS:
+        value = operands[0]
+        stack.append(str(value) if abs(value) < 4096 else "0x%x" % value)
+    elif op == 0x9c:                            # DW_OP_call_frame_cfa
+        stack.append("CFA")
+    elif op == 0x06:                            # DW_OP_deref
+        stack.append("*(%s)" % stack.pop())
+    elif op == 0x23:                            # DW_OP_plus_uconst
+        stack.append(_offset(stack.pop(), operands[0]))
+    elif op in _BINARY:
+        right, left = stack.pop(), stack.pop()
+        if op in (0x22, 0x1c) and right.isdigit():
+            stack.append(_offset(left, int(right) if op == 0x22 else -int(right)))
+        else:
+            stack.append("(%s %s %s)" % (left, _BINARY[op], right))
+    elif op == 0x12:                            # DW_OP_dup
+        stack.append(stack[-1])
+    elif op == 0x13:                            # DW_OP_drop
+        stack.pop()
+    elif op == 0x16:                            # DW_OP_swap
+        stack[-1], stack[-2] = stack[-2], stack[-1]
+    elif op == 0x14:                            # DW_OP_over
+        stack.append(stack[-2])
+    else:
+        raise _Unknown()
+
+
 def readable(expression: bytes, arch) -> Optional[str]:
     """`*(rsp+160)` for `DW_OP_breg7 (rsp) +160; DW_OP_deref`; None when not expressible."""
-    data = bytes(expression)
     stack: List[str] = []
-    pos = 0
     try:
-        while pos < len(data):
-            op = data[pos]
-            pos += 1
-            if 0x30 <= op <= 0x4f:                  # DW_OP_lit0..31
-                stack.append(str(op - 0x30))
-            elif 0x50 <= op <= 0x6f:                # DW_OP_reg0..31: the register itself
-                stack.append(arch.name_of(op - 0x50))
-            elif 0x70 <= op <= 0x8f:                # DW_OP_breg0..31 offset
-                offset, pos = _leb(data, pos, True)
-                stack.append(_offset(arch.name_of(op - 0x70), offset))
-            elif op == 0x92:                        # DW_OP_bregx reg offset
-                reg, pos = _leb(data, pos, False)
-                offset, pos = _leb(data, pos, True)
-                stack.append(_offset(arch.name_of(reg), offset))
-            elif op == 0x90:                        # DW_OP_regx
-                reg, pos = _leb(data, pos, False)
-                stack.append(arch.name_of(reg))
-            elif op in (0x10, 0x11):                # DW_OP_constu / consts
-                value, pos = _leb(data, pos, op == 0x11)
-                stack.append(str(value) if abs(value) < 4096 else "0x%x" % value)
-            elif op in _FIXED:
-                size, signed = _FIXED[op]
-                if pos + size > len(data):
-                    raise _Unknown()
-                value = int.from_bytes(data[pos:pos + size], arch.byteorder, signed=signed)
-                pos += size
-                stack.append(str(value) if abs(value) < 4096 else "0x%x" % value)
-            elif op == 0x9c:                        # DW_OP_call_frame_cfa
-                stack.append("CFA")
-            elif op == 0x06:                        # DW_OP_deref
-                stack.append("*(%s)" % stack.pop())
-            elif op == 0x23:                        # DW_OP_plus_uconst
-                value, pos = _leb(data, pos, False)
-                stack.append(_offset(stack.pop(), value))
-            elif op in _BINARY:
-                right, left = stack.pop(), stack.pop()
-                if op in (0x22, 0x1c) and right.isdigit():
-                    stack.append(_offset(left, int(right) if op == 0x22 else -int(right)))
-                else:
-                    stack.append("(%s %s %s)" % (left, _BINARY[op], right))
-            elif op == 0x12:                        # DW_OP_dup
-                stack.append(stack[-1])
-            elif op == 0x13:                        # DW_OP_drop
-                stack.pop()
-            elif op == 0x16:                        # DW_OP_swap
-                stack[-1], stack[-2] = stack[-2], stack[-1]
-            elif op == 0x14:                        # DW_OP_over
-                stack.append(stack[-2])
-            else:
-                raise _Unknown()
-    except (_Unknown, IndexError):
+        for op, operands in operations(bytes(expression), arch.address_size, arch.byteorder):
+            _push(stack, op, operands, arch)
+    except (_Unknown, Fault, IndexError):
         return None
     return stack[-1] if len(stack) == 1 else None
 

@@ -5,6 +5,7 @@ plain, GDB's commands pass one that uses GDB's `style function`, `style
 address` and `style filename` settings (and nothing when `set style enabled off`).
 """
 
+import re
 from enum import Enum
 from typing import Callable
 
@@ -20,3 +21,11 @@ Styler = Callable[[Styled, str], str]
 
 def plain(kind: Styled, text: str) -> str:
     return text
+
+
+_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def visible_length(text: str) -> int:
+    """How many columns `text` takes on a terminal: colour escapes take none."""
+    return len(_ESCAPE.sub("", text))

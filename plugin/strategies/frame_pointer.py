@@ -36,18 +36,14 @@ other callee-saved registers may have been saved anywhere in the frame, so
 they are left unknown rather than guessed.
 """
 
-from plugin.arch import FrameEdge, reader
+from plugin.arch import CLONE_FUNCTIONS, FrameEdge, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
+from plugin.strategies import planted
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "frame-pointer"
-
-# Fallback sources stop at these functions: the process entry point and the
-# thread-creation wrappers are the outermost frame of every stack (they zero
-# the frame pointer for that reason), but the stack above them is not a frame.
-OUTERMOST_FUNCTIONS = ("_start", "__start", "clone", "__clone", "clone3", "__clone3")
 
 # How far into a function to look for the instruction that sets up its frame
 # pointer (compilers may "shrink-wrap" it behind an early-exit test). The
@@ -62,23 +58,28 @@ def function_of(frame, ctx):
     return ctx.symbol(ctx.lookup_pc(frame))
 
 
-def outermost_by_convention(frame, ctx, source):
-    """An outermost Outcome when the frame is _start or clone, else None."""
+def outermost_child_of_clone(frame, ctx, source):
+    """An outermost Outcome when the registers show a new thread's first instant, else None.
+
+    Only the child side of clone/clone3 is outermost: on the parent side
+    [sp] is the return address into the wrapper's caller, as everywhere
+    else. The symbol only says which system call the instruction before pc
+    made; the decision rests on the code read there and the result register
+    (plugin.arch: child_of_clone).
+    """
+    if not frame.exact_pc:
+        return None
     found = function_of(frame, ctx)
-    if found is None:
+    if found is None or found[0] not in CLONE_FUNCTIONS:
         return None
-    name = found[0]
-    bare = name[len("__GI_"):] if name.startswith("__GI_") else name
-    if bare not in OUTERMOST_FUNCTIONS:
+    why = ctx.arch.child_of_clone(reader(ctx.read_memory), frame.pc, frame.registers)
+    if why is None:
         return None
-    fp = frame.registers.get(ctx.arch.fp)
-    reason = "%s starts the stack: outermost frame by convention" % name
-    if fp == 0:
-        reason += " (%s is 0, as it zeroes it to mark the end)" % ctx.arch.name_of(ctx.arch.fp)
-    evidence = StepEvidence(source=source, found_by="%s convention: %s is outermost" % (source, name),
-                            lookup_pc=ctx.lookup_pc(frame), module=_module_name(ctx, frame),
-                            section="symbols", section_address=found[1],
-                            entry={"function": name, "function_start": found[1]})
+    reason = "child side of %s: %s" % (found[0], why)
+    evidence = StepEvidence(source=source, found_by="%s: child side of %s" % (source, found[0]),
+                            lookup_pc=frame.pc, module=_module_name(ctx, frame),
+                            section="registers", section_address=found[1],
+                            entry={"function": found[0], "function_start": found[1]})
     evidence.notes.append(reason)
     return Outcome(AttemptStatus.RECOVERED, source, reason, evidence=evidence, outermost=True)
 
@@ -105,13 +106,26 @@ def _module_name(ctx, frame):
 
 # -- rows -------------------------------------------------------------------------
 
-def chain_row(arch, pc):
-    """CFA = fp + 2 words; fp = [CFA - 2 words]; return address = [CFA - 1 word]."""
+def chain_row(arch, pc, cfa_offset=None):
+    """CFA = fp + 2 words; fp = [CFA - 2 words]; return address = [CFA - 1 word].
+
+    cfa_offset (a ChainLayout's) moves the CFA above the record: fp = [CFA - cfa_offset],
+    return address = [CFA - cfa_offset + 1 word].
+    """
     w = arch.address_size
-    return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=arch.fp, offset=2 * w),
-               registers={arch.fp: Rule(RuleKind.OFFSET, offset=-2 * w),
-                          arch.ra: Rule(RuleKind.OFFSET, offset=-w)},
+    cfa_offset = cfa_offset or 2 * w
+    return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=arch.fp, offset=cfa_offset),
+               registers={arch.fp: Rule(RuleKind.OFFSET, offset=-cfa_offset),
+                          arch.ra: Rule(RuleKind.OFFSET, offset=-cfa_offset + w)},
                ra_signed=arch.pointer_auth)
+
+
+def _slots_row(arch, pc, slots):
+    """A row from an Edge's Slots: CFA = sp + cfa, return address at [CFA + ra], fp saved or unchanged."""
+    registers = {arch.ra: Rule(RuleKind.OFFSET, offset=slots.ra),
+                 arch.fp: Rule(RuleKind.SAME) if slots.fp is None else Rule(RuleKind.OFFSET, offset=slots.fp)}
+    return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=arch.sp, offset=slots.cfa),
+               registers=registers, ra_signed=arch.pointer_auth)
 
 
 def _record_at_sp_row(arch, pc, size):
@@ -138,11 +152,34 @@ def prologue_row(frame, ctx, function):
     edge = arch.frame_edge(reader(ctx.read_memory), frame.pc, function[1] if function else None)
     if edge is None:
         return None
-    if edge.kind == FrameEdge.AFTER_PUSH:
+    if edge.slots is not None:
+        row = _slots_row(arch, frame.pc, edge.slots)
+    elif edge.kind == FrameEdge.AFTER_PUSH:
         row = _record_at_sp_row(arch, frame.pc, edge.record_size)
     else:
         row = arch.entry_row(frame.pc, unchanged=(arch.fp,), ra_signed=arch.pointer_auth)
     return row, edge.kind, edge.why
+
+
+def bad_call_target_row(frame, ctx):
+    """(row, kind, description) when the exact pc is not code: a call through a null or bad pointer.
+
+    Nothing ran at such a pc, so the frame is the instant after the call: the
+    return address the call left is at [sp] (x86) or in the link register
+    (aarch64), as at a function's entry. The return address must still
+    follow a call (checked after the step), which a jump or return to a
+    wild address does not leave.
+    """
+    if not frame.exact_pc or ctx.is_code(frame.pc):
+        return None
+    row = ctx.arch.entry_row(frame.pc, unchanged=(ctx.arch.fp,), ra_signed=ctx.arch.pointer_auth)
+    if row is None:
+        return None
+    arch = ctx.arch
+    where = "[%s]" % arch.name_of(arch.sp) if row.cfa.offset else arch.name_of(arch.ra)
+    why = ("pc 0x%x is not in executable memory: a call through a null or bad function pointer; nothing ran "
+           "there, so the return address the call left is in %s" % (frame.pc, where))
+    return row, FrameEdge.BAD_CALL_TARGET, why
 
 
 def sets_up_frame_pointer(ctx, start, pc):
@@ -158,6 +195,14 @@ def sets_up_frame_pointer(ctx, start, pc):
     return ctx.arch.sets_up_frame_pointer(code)
 
 
+def chain_layout(ctx, start, pc):
+    """The arch's ChainLayout for the code from the function start up to pc, or None (the usual record)."""
+    if start is None or not start < pc <= start + (1 << 20):
+        return None
+    code = reader(ctx.read_memory)(start, min(pc - start, PROLOGUE_WINDOW))
+    return None if code is None else ctx.arch.chain_layout(code)
+
+
 def may_save_frame_pointer(ctx, start, pc):
     """Could the code from the function start up to pc have saved (and so reused) the frame pointer?
 
@@ -171,7 +216,7 @@ def may_save_frame_pointer(ctx, start, pc):
 
 # -- checks on the frame pointer --------------------------------------------------
 
-def frame_pointer_problem(fp, sp, ctx):
+def frame_pointer_problem(fp, sp, ctx, below_sp=0):
     """(FailureKind, why) when the frame pointer cannot be followed, or None."""
     arch = ctx.arch
     name = arch.name_of(arch.fp)
@@ -188,10 +233,10 @@ def frame_pointer_problem(fp, sp, ctx):
         if mapping is None or not mapping.readable:
             return (FailureKind.UNREADABLE_MEMORY,
                     "cannot read the frame record at %s=0x%x: no readable mapping holds it" % (name, fp))
-        if not mapping.writable or mapping.executable:
+        if not mapping.writable or (mapping.executable and not ctx.in_a_stack(fp)):     # stacks may be executable
             return (FailureKind.NOT_STACK_MEMORY, "frame pointer %s=0x%x points into %s, which is not stack memory"
                     % (name, fp, mapping.name or "a read-only or executable mapping"))
-    if sp is not None and fp < sp:
+    if sp is not None and fp + below_sp < sp:
         return (FailureKind.CFA_NOT_INCREASING,
                 "frame pointer %s=0x%x is not above the stack pointer 0x%x: it belongs to no frame "
                 "of this stack (the chain does not increase)" % (name, fp, sp))
@@ -206,7 +251,7 @@ def step(frame, ctx):
     if not arch.keeps_frame_records:
         return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name,
                                       FailureKind.NOT_SUPPORTED)
-    marker = outermost_by_convention(frame, ctx, SOURCE)
+    marker = outermost_child_of_clone(frame, ctx, SOURCE)
     if marker is not None:
         return marker
     function = function_of(frame, ctx)
@@ -218,7 +263,7 @@ def step(frame, ctx):
                                    "function_start": function[1] if function else None,
                                    "start": function[1] if function else ctx.lookup_pc(frame),
                                    "frame_pointer": fp})
-    edge = prologue_row(frame, ctx, function)
+    edge = bad_call_target_row(frame, ctx) or prologue_row(frame, ctx, function)
     if edge is not None:
         row, kind, why = edge
         evidence.section, evidence.section_address = "stack at sp", sp
@@ -233,11 +278,14 @@ def step(frame, ctx):
                                               function[0], arch.name_of(arch.fp), arch.name_of(arch.sp),
                                               function[1], min(pc, function[1] + PROLOGUE_WINDOW)),
                                           FailureKind.NO_FRAME_POINTER)
-        problem = frame_pointer_problem(fp, sp, ctx)
+        layout = chain_layout(ctx, function[1], pc) if function is not None else None
+        problem = frame_pointer_problem(fp, sp, ctx, layout.below_sp if layout else 0)
         if problem:
             kind, why = problem
             return Outcome.failed(SOURCE, why, kind)
-        row = chain_row(arch, ctx.lookup_pc(frame))
+        row = chain_row(arch, ctx.lookup_pc(frame), layout.cfa_offset if layout else None)
+        if layout is not None:
+            evidence.notes.append(layout.why)
         evidence.section, evidence.section_address = "frame record", fp
         evidence.found_by = "frame pointer (%s chain)" % arch.name_of(arch.fp)
         evidence.entry["kind"] = "chain"
@@ -256,7 +304,7 @@ def _return_address_problem(outcome, ctx):
     ra = outcome.registers.get(ctx.arch.pc)
     if not ra or not ctx.is_code(ra):
         return None     # 0 and non-code addresses are the engine's to judge (pc-zero, not-code)
-    if ctx.arch.call_before(reader(ctx.read_memory), ra) is None:
+    if ctx.arch.call_before(reader(ctx.read_memory), ra) is None and planted.planted_at(ctx, ra) is None:
         return ("return address 0x%x does not follow a call instruction: %s does not point at a "
                 "frame record" % (ra, ctx.arch.name_of(ctx.arch.fp)))
     return None

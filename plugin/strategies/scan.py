@@ -34,7 +34,7 @@ from plugin.model.evidence import StepEvidence
 from plugin.memory import PAGE
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
-from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_by_convention,
+from plugin.strategies.frame_pointer import (function_of, keep_only_known, may_save_frame_pointer, outermost_child_of_clone,
                             sets_up_frame_pointer)
 from plugin.strategies.row_step import step_with_row
 
@@ -47,7 +47,7 @@ SYMTAB_CACHE_KEY = "scan: has .symtab"     # in module.cache: does the module's 
 def step(frame, ctx):
     """Recover frame's caller from the first plausible return address above sp."""
     arch = ctx.arch
-    marker = outermost_by_convention(frame, ctx, SOURCE)
+    marker = outermost_child_of_clone(frame, ctx, SOURCE)
     if marker is not None:
         return marker
     sp = frame.registers.get(arch.sp)

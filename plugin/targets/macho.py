@@ -105,12 +105,19 @@ class MachOFileTarget(LaidOutFile):
                                  self._starts[0] if self._starts else self.slide)
 
     def symbol(self, address: int) -> tuple[str, int] | None:
+        return symbol_in(self._symbol_table(), address)
+
+    def function_starts(self) -> list[int]:
+        """Sorted start addresses of the function symbols (a compact entry may span several)."""
+        return list(self._symbol_table()[0])
+
+    def _symbol_table(self):
         if self._symbols is None:
             try:
                 self._symbols = _function_symbols(self.image, self.slide)
             except DecodeError:
                 self._symbols = ([], [])        # names are cosmetic: no symbols, no error
-        return symbol_in(self._symbols, address)
+        return self._symbols
 
 
 def _load_commands(image):

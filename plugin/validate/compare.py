@@ -2,10 +2,13 @@
 
 Both sides are lists of physical frames (inline frames already collapsed
 by the adapter). Where they disagree we say which one looks right when the
-code can tell: a return address must be executable and follow a call.
+code can tell: a return address must be executable and follow a call, or be
+one a runtime plants without a call (plugin/strategies/planted.py), which is
+never held against either side.
 """
 
 from plugin.arch import reader
+from plugin.strategies import planted
 
 
 def native_entry(pc, sp, function=None):
@@ -51,18 +54,22 @@ def _judge(our_pc, their_pc, level, ctx):
         return "unknown: the code before %s cannot be read, so neither side can be judged" % (
             " and ".join("0x%x" % pc for pc in unread))
     if ours_ok and not theirs_ok:
-        return "plugin looks right: 0x%x follows a %s; the debugger's 0x%x does not follow a call" % (
+        return "plugin looks right: 0x%x %s; the debugger's 0x%x does not follow a call" % (
             our_pc, ours_ok, their_pc)
     if theirs_ok and not ours_ok:
-        return "debugger looks right: 0x%x follows a %s; the plugin's 0x%x does not follow a call" % (
+        return "debugger looks right: 0x%x %s; the plugin's 0x%x does not follow a call" % (
             their_pc, theirs_ok, our_pc)
-    return "cannot tell which is right: both pcs %s" % ("follow a call" if ours_ok else "look wrong")
+    return "cannot tell which is right: both pcs %s" % ("look like return addresses" if ours_ok else "look wrong")
 
 
 def _plausible_return(pc, ctx):
-    """(the call instruction pc follows, or None; whether that answer rests on bytes read)."""
+    """(why pc is a plausible return address: "follows a call rel32", or None; whether that
+    answer rests on bytes read)."""
     if not ctx.is_code(pc):
         return None, True
+    planted_here = _planted(pc, ctx)
+    if planted_here:
+        return planted_here, True
     failed = []
     read = reader(ctx.read_memory)
 
@@ -72,7 +79,15 @@ def _plausible_return(pc, ctx):
             failed.append(address)
         return data
     call = ctx.arch.call_before(tracking, pc)
-    return call, call is not None or not failed
+    return call and "follows a %s" % call, call is not None or not failed
+
+
+def _planted(pc, ctx):
+    """"is runtime.goexit+1, ..." when pc is a return address a runtime plants, else None."""
+    try:
+        return planted.describe(ctx, pc)
+    except Exception:       # symbols only help
+        return None
 
 
 def summary(rows):

@@ -20,9 +20,13 @@ from plugin.errors import DecodeError
 from plugin.formats import cfi
 from plugin.modules import ModuleMap
 from plugin.modules import on_disk
+from plugin.analysis.ops import Flow
+from plugin.strategies import compact as compact_strategy
 from plugin.strategies.cfi import CfiTables
+from plugin.strategies.compact import CompactTables
 from plugin.strategies.sframe import SFrameTables
 from plugin.validate import code as checks
+from plugin.validate.live import EXACT_ONLY_AT
 
 PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got", ".iplt")
 
@@ -119,6 +123,9 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     sframe_section = sframe_tables.section()
     report.problems.extend(sframe_tables.problems)
     functions = {start: fde.end for start, fde in fdes.items()}
+    compact = _compact_entries(module, target, report.problems)
+    for start, (end, _) in compact.items():
+        functions.setdefault(start, end)
     if sframe_section is not None:
         starts = sorted(functions)
         for sfde in sframe_section.fdes:
@@ -128,7 +135,7 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
                 functions[sfde.start] = sfde.end    # only SFrame covers it: analysed on its own
     bias = module.load_bias
     stubs = []
-    if module.path:
+    if module.path and module.format == "elf":
         for name, (address, size, _, _) in on_disk.sections(module.path).items():
             if name in PLT_SECTIONS and size:
                 stubs.append((address + bias, address + bias + size))
@@ -144,10 +151,35 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
                                           lsda={s: f.lsda for s, f in fdes.items() if f.lsda})
     analysis.entry_states.update(_table_entries(analysis, fdes, arch))
     chosen = sorted((s, e) for s, e in functions.items() if select is None or select(s, e))
-    analysis.analyse_all()
-    cfi_rows, sframe_rows = _Rows(), _Rows()
-    facts = analysis.facts
+    check = _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail)
+    wanted = dict(chosen)
+    # Memory: each function is checked as soon as its analysis is final and its states are then
+    # dropped; only the parts a jump may still re-enter (.cold parts) wait for analyse_continuations().
+    done = set()
+    for start, end in sorted(functions.items()):
+        analysis.function(start, end)
+        if not analysis.is_final(start):
+            continue
+        if start in wanted:
+            check(start, end)
+            done.add(start)
+        analysis.forget_states(start)
+    analysis.analyse_continuations()
     for start, end in chosen:
+        if start not in done:
+            check(start, end)
+    report.disagreements.sort(key=lambda d: (d.address, d.source))
+    report.functions_detail.sort(key=lambda f: f["start"])
+    report.seconds = time.perf_counter() - began
+    return report
+
+
+def _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail):
+    """check(start, end): one function's rows judged and added to report."""
+    cfi_rows = _Rows()
+    facts = analysis.facts
+
+    def check(start, end):
         tables = {}
         fde = fdes.get(start)
         if fde is not None:
@@ -158,12 +190,14 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
                 report.problems.append("FDE at 0x%x: %s" % (fde.offset, exc))
         if sframe_section is not None:
             tables["sframe"] = _sframe_rows(sframe_section, report.problems)
+        if start in compact:
+            tables["compact"] = _compact_rows(start, compact[start][1], analysis, arch, report.problems)
         name = _function_name(symbol, start)
         try:
             function = checks.check_function(analysis, start, end, name, tables, facts, arch, keep_detail)
         except DecodeError as exc:
             report.problems.append("%s: %s" % (name, exc))
-            continue
+            return
         report.functions += 1
         report.instructions += function.instructions
         report.analysed += function.analysed
@@ -179,8 +213,7 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
                 "continuation": analysis.is_continuation(start),
                 "unknown": {"0x%x" % a: why for a, why in sorted(function.unknown.items())},
                 "instructions": function.detail})
-    report.seconds = time.perf_counter() - began
-    return report
+    return check
 
 
 def _table_entries(analysis, fdes, arch):
@@ -204,6 +237,54 @@ def _table_entries(analysis, fdes, arch):
         if first is not None and not arows.is_abi_entry(first, facts):
             out[start] = (address, arows.entry_from_row(first, facts))
     return out
+
+
+def _compact_entries(module, target, problems):
+    """{start: (end, (UnwindInfo, Entry))} of a Mach-O module's compact entries that are not DWARF escapes
+    (those are the CFI's rows, checked as such)."""
+    if module.format != "macho":
+        return {}
+    tables = CompactTables.of(module, target)
+    ui = tables.unwind_info()
+    problems.extend(tables.problems)
+    out = {}
+    if ui is None:
+        return out
+    starts = getattr(target, "function_starts", list)()
+    try:
+        for start, end, encoding in ui.entries():
+            if ui.decode(encoding).mode in ("NONE", "DWARF", "UNKNOWN"):
+                continue
+            # The linker folds neighbours with one opcode into one entry: one function per symbol.
+            inside = [a for a in starts[bisect.bisect_right(starts, start):bisect.bisect_left(starts, end)]]
+            for first, last in zip([start] + inside, inside + [end]):
+                out[first] = (last, (ui, ui.lookup(start), tables))
+    except DecodeError as exc:
+        problems.append("%s: %s" % (compact_strategy.SECTION, exc))
+    return out
+
+
+def _compact_rows(start, found, analysis, arch, problems):
+    """The opcode's row where it claims to be exact (plugin.validate.live.EXACT_ONLY_AT): at calls,
+    and the ABI's rule at the function's entry (start) and at returns, as the compact source does."""
+    ui, entry, tables = found
+    kinds = EXACT_ONLY_AT["compact"]
+    cache = {}
+
+    def at(pc):
+        insn = analysis.decode_at(pc)
+        if pc != start and (insn is None or insn.flow not in kinds):
+            return None
+        if pc == start or insn.flow == Flow.RET:
+            return compact_strategy.entry_row(arch, pc)
+        if "row" not in cache:
+            try:
+                cache["row"] = ui.row(entry, read_code=tables.read_code)
+            except DecodeError as exc:
+                problems.append("compact entry at 0x%x: %s" % (entry.function_start, exc))
+                cache["row"] = None
+        return cache["row"]
+    return at
 
 
 def _sframe_rows(section, problems):
@@ -283,13 +364,13 @@ def _symbol_starts(target, name):
 def run(args) -> int:
     """The offline command: FILE, --function, --address, --json. Returns the exit status."""
     from elftools.common.exceptions import ELFError
-    from plugin.targets.elf import FileTarget
+    from plugin.targets import open_file
     try:
         import capstone  # noqa: F401
     except ImportError:
         return _fail("validate needs capstone: pip install 'capstone>=5'")
     try:
-        target = FileTarget(args.file)
+        target = open_file(args.file)
     except (OSError, ELFError, ValueError, DecodeError) as exc:
         return _fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc))
     modules = ModuleMap(target)

@@ -24,17 +24,15 @@ through it with any source, and GDB's bt uses its own sigtramp unwinder for
 that frame. From `realign` it goes down to main and main's return address.
 """
 
-import shutil
 import subprocess
 
 
 from gdbrun import run_gdb
+from sframe_demo import demo_copy, pcs
 from qemu_user import qemu_user
-from support import need_tool, oracle_dir
+from support import need_tool
 
-DEMO = "sframe-v3-demo"
 SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
-STRIP = ["--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr"]
 
 
 def run_under_qemu(binary, actions, args=("2",)):
@@ -43,24 +41,9 @@ def run_under_qemu(binary, actions, args=("2",)):
                        remote=address, timeout=300)
 
 
-def _pcs(frames):
-    return [f["pc"] for f in frames]
-
-
-def _demo(tmp_path, stripped):
-    folder = tmp_path / ("strip" if stripped else "plain")
-    folder.mkdir()
-    path = folder / "demo"
-    shutil.copy(oracle_dir() / DEMO / "sframe_demo_aarch64", path)
-    path.chmod(0o755)
-    if stripped:
-        # The host's objcopy knows x86 only.
-        subprocess.run([need_tool("aarch64-linux-gnu-objcopy"), *STRIP, str(path)], check=True)
-    return path
-
 
 def test_demo_under_qemu_sframe_walks_match_gdb(tmp_path):
-    demo = _demo(tmp_path, stripped=False)
+    demo = demo_copy(tmp_path, 'aarch64', stripped=False, objcopy="aarch64-linux-gnu-objcopy")
     results, transcript = run_under_qemu(demo, [
         ("arch", "py", "gdb.selected_frame().architecture().name()"),
         ("modules", "json", "unwind modules -json"),
@@ -86,18 +69,18 @@ def test_demo_under_qemu_sframe_walks_match_gdb(tmp_path):
     assert module["tables"][".sframe"]["address"] == 0x47d358
 
     # GDB's bt with the plugin's unwinder on is GDB's own.
-    assert _pcs(results["enabled"]) == _pcs(native)
+    assert pcs(results["enabled"]) == pcs(native)
 
     # stop_here -> qemu's signal trampoline (RA still in x30), then nothing has tables.
     ours = results["from_stop"]
-    assert _pcs(ours["frames"]) == _pcs(native[:2])
+    assert pcs(ours["frames"]) == pcs(native[:2])
     assert ours["frames"][1]["method"] == "sframe" and ours["frames"][1]["module"] is None
     assert ours["stop_reason"] == "no-unwind-info"
 
     # realign -> recurse x2 -> main -> __libc_start_call_main, all by SFrame.
     ours = results["from_realign"]["frames"]
     expected = native[names.index("realign"):]
-    assert _pcs(ours)[:len(expected)] == _pcs(expected)
+    assert pcs(ours)[:len(expected)] == pcs(expected)
     assert [f["sp"] for f in ours][:len(expected)] == [f["sp"] for f in expected]
     assert all(f["method"] == "sframe" for f in ours[1:])
     assert ours[-1]["function"] == "__libc_start_call_main"
@@ -109,8 +92,8 @@ def test_demo_under_qemu_sframe_walks_match_gdb(tmp_path):
 
 
 def test_stripped_demo_under_qemu(tmp_path):
-    plain = _demo(tmp_path, stripped=False)
-    stripped = _demo(tmp_path, stripped=True)
+    plain = demo_copy(tmp_path, 'aarch64', stripped=False, objcopy="aarch64-linux-gnu-objcopy")
+    stripped = demo_copy(tmp_path, 'aarch64', stripped=True, objcopy="aarch64-linux-gnu-objcopy")
     right, _ = run_under_qemu(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
                                       ("frames", "frames", None)])
     right = right["frames"]
@@ -123,11 +106,11 @@ def test_stripped_demo_under_qemu(tmp_path):
     alone, enabled = results["alone"], results["enabled"]
     realign = [f["name"] for f in right].index("realign")
     # GDB alone: right up to realign, then lost.
-    assert _pcs(alone[:realign + 1]) == _pcs(right[:realign + 1])
-    assert _pcs(alone) != _pcs(right)
+    assert pcs(alone[:realign + 1]) == pcs(right[:realign + 1])
+    assert pcs(alone) != pcs(right)
     assert len(alone) <= realign + 1 or alone[realign + 1]["pc"] != right[realign + 1]["pc"]
     # With the plugin's unwinder: every frame right, down to main.
-    assert _pcs(enabled) == _pcs(right), transcript
+    assert pcs(enabled) == pcs(right), transcript
     assert len(right) >= realign + 4
 
 
@@ -167,9 +150,9 @@ def test_signed_return_addresses_are_stripped_live(tmp_path):
         ("disable", "cmd", "disable unwinder global unwind-plugin"),
         ("alone", "frames", None),
     ], args=())
-    assert _pcs(results["enabled"]) == expected, transcript
-    assert _pcs(results["sframe"]["frames"]) == expected
-    assert _pcs(results["cfi"]["frames"]) == expected
+    assert pcs(results["enabled"]) == expected, transcript
+    assert pcs(results["sframe"]["frames"]) == expected
+    assert pcs(results["cfi"]["frames"]) == expected
     assert results["cfi"]["stop_reason"] == "outermost"           # .cfi_undefined x30 in _start
     # The return address read for outer really was signed, and was stripped.
     outer = results["explain"]["frames"][2]
@@ -180,5 +163,5 @@ def test_signed_return_addresses_are_stripped_live(tmp_path):
     # `unwind tables` in middle (RA saved, signed): both sources mark it signed and agree.
     agreement = results["tables"]["agreement"]
     assert agreement["agree"] is True and agreement["ra"]["cfi"].endswith("(signed)")
-    alone = _pcs(results["alone"])
+    alone = pcs(results["alone"])
     assert alone[:2] == expected[:2]

@@ -9,6 +9,31 @@ from support import ROOT, build, need_tool
 
 PROMPT = r"\(gdb\) "
 
+# What a person types after `run plain` stops at level3, and what each answer must contain.
+SESSION = [
+    ("bt", ("level2", "level1", "main")),
+    ("unwind explain 1", ("#1 level2 in ", "recovered from frame #0 (level3", "by .eh_frame CFI",
+                          "row in force from 0x", "CFA = rsp+", "    rip = 0x",
+                          "verdict: the debugger's own unwinder agrees")),
+    ("help unwind", tuple("unwind " + sub for sub in ("backtrace", "explain", "tables", "compare", "modules"))),
+    ("unwind explain -bogus", ("unknown option -bogus",)),
+    ("unwind backtrace -sources nosuch", ("unknown source 'nosuch'",)),
+    ("unwind explain 99", ("no frame at level 99",)),
+    ("unwind tables no_such_symbol_here", ("cannot evaluate",)),
+    ("set unwind sources bogus", ("unknown source",)),
+    ("show unwind sources", ("cfi",)),
+]
+# Then, after TAB completion: the plugin's unwinder disabled, the program run to its end and again.
+AFTER_COMPLETION = [
+    ("disable unwinder global unwind-plugin", ("1 unwinder disabled",)),
+    ("continue", ("exited normally",)),
+    ("bt", ("No stack",)),
+    ("unwind backtrace", ("unwind: the program is not being run",)),
+    ("run plain", ("Breakpoint 1, level3",)),           # again, with the caches dropped at exit
+    ("enable unwinder global unwind-plugin", ()),
+    ("unwind backtrace", ("found by: .eh_frame CFI", "Backtrace stopped: outermost")),
+]
+
 
 def test_interactive_session():
     gdb = need_tool("gdb")
@@ -24,6 +49,12 @@ def test_interactive_session():
         log.append(line + "\n" + child.before)
         return child.before
 
+    def answer_all(steps):
+        for command, expected in steps:
+            out = send(command)
+            for text in expected:
+                assert text in out, (command, text, out)
+
     try:
         child.expect(PROMPT)
         send("set pagination off")
@@ -31,43 +62,11 @@ def test_interactive_session():
         send("break level3")
         out = send("run plain")
         assert "Breakpoint 1, level3" in out
-        out = send("bt")
-        assert "level2" in out and "level1" in out and "main" in out
-        out = send("unwind explain 1")
-        assert "#1 level2 in " in out and "recovered from frame #0 (level3" in out and "by .eh_frame CFI" in out
-        assert "row in force from 0x" in out and "CFA = rsp+" in out and "    rip = 0x" in out
-        assert "verdict: the debugger's own unwinder agrees" in out
-        out = send("help unwind")
-        for sub in ("backtrace", "explain", "tables", "compare", "modules"):
-            assert "unwind " + sub in out
-        out = send("unwind explain -bogus")
-        assert "unknown option -bogus" in out
-        out = send("unwind backtrace -sources nosuch")
-        assert "unknown source 'nosuch'" in out
-        out = send("unwind explain 99")
-        assert "no frame at level 99" in out
-        out = send("unwind tables no_such_symbol_here")
-        assert "cannot evaluate" in out
-        out = send("set unwind sources bogus")
-        assert "unknown source" in out
-        out = send("show unwind sources")
-        assert "cfi" in out
+        answer_all(SESSION)
         child.sendline("unwind bac\t")            # completion of the subcommand
         child.expect(PROMPT)
         log.append(child.before)
-        out = send("disable unwinder global unwind-plugin")
-        assert "1 unwinder disabled" in out
-        out = send("continue")
-        assert "exited normally" in out
-        out = send("bt")
-        assert "No stack" in out
-        out = send("unwind backtrace")
-        assert "unwind: the program is not being run" in out
-        out = send("run plain")                   # again, with the caches dropped at exit
-        assert "Breakpoint 1, level3" in out
-        out = send("enable unwinder global unwind-plugin")
-        out = send("unwind backtrace")
-        assert "found by: .eh_frame CFI" in out and "Backtrace stopped: outermost" in out
+        answer_all(AFTER_COMPLETION)
         send("set confirm off")
         child.sendline("quit")
         child.expect(pexpect.EOF)

@@ -16,41 +16,19 @@ frame whose callee is a program function was recovered by sframe (the rest
 by cfi).
 """
 
-import shutil
-import subprocess
 
 import pytest
 
 from gdbrun import run_gdb
-from support import build, need_tool, oracle_dir
+from sframe_demo import STRIP_CFI, demo_copy, pcs
+from support import build
 
-DEMO = "sframe-v3-demo"
 SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
-STRIP = ["--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr"]
 
-
-def _pcs(frames):
-    return [f["pc"] for f in frames]
-
-
-def _demo_copy(tmp_path, stripped):
-    """The x86_64 demo copied to tmp (never written in the corpus), maybe without CFI.
-
-    Both copies sit at paths of the same length, so the two processes get
-    the same stack layout and their sp values can be compared too.
-    """
-    folder = tmp_path / ("strip" if stripped else "plain")
-    folder.mkdir()
-    path = folder / "demo"
-    shutil.copy(oracle_dir() / DEMO / "sframe_demo_x86_64", path)
-    path.chmod(0o755)
-    if stripped:
-        subprocess.run([need_tool("objcopy"), *STRIP, str(path)], check=True)
-    return path
 
 
 def test_demo_sframe_only_walks_match_gdb(tmp_path):
-    demo = _demo_copy(tmp_path, stripped=False)
+    demo = demo_copy(tmp_path, 'x86_64', stripped=False)
     results, transcript = run_gdb(demo, [
         ("from_stop", "json", "unwind backtrace -json -sources sframe"),
         ("both", "json", "unwind backtrace -json -sources sframe,cfi"),
@@ -66,7 +44,7 @@ def test_demo_sframe_only_walks_match_gdb(tmp_path):
 
     # stop_here -> the signal trampoline: both frames, then libc has no SFrame.
     ours = results["from_stop"]
-    assert _pcs(ours["frames"]) == _pcs(native[:2])
+    assert pcs(ours["frames"]) == pcs(native[:2])
     assert [f["sp"] for f in ours["frames"]] == [f["sp"] for f in native[:2]]
     assert ours["frames"][1]["method"] == "sframe"
     assert ours["frames"][1]["module"] == "libc.so.6"
@@ -77,7 +55,7 @@ def test_demo_sframe_only_walks_match_gdb(tmp_path):
     ours = results["from_realign"]["frames"]
     start = names.index("realign")
     expected = native[start:]
-    assert _pcs(ours)[:len(expected)] == _pcs(expected)
+    assert pcs(ours)[:len(expected)] == pcs(expected)
     assert [f["sp"] for f in ours][:len(expected)] == [f["sp"] for f in expected]
     assert all(f["method"] == "sframe" for f in ours[1:])
     assert len(ours) == len(expected) + 1 and ours[-1]["function"] == "__libc_start_call_main"
@@ -85,7 +63,7 @@ def test_demo_sframe_only_walks_match_gdb(tmp_path):
 
     # The whole stack with SFrame first and CFI for libc.
     both = results["both"]["frames"]
-    assert _pcs(both)[:len(native)] == _pcs(native)
+    assert pcs(both)[:len(native)] == pcs(native)
     assert results["both"]["stop_reason"] == "outermost"
     for callee, frame in zip(both, both[1:]):
         expected_source = "sframe" if callee["module"] == "demo" else "cfi"
@@ -95,7 +73,7 @@ def test_demo_sframe_only_walks_match_gdb(tmp_path):
 
 
 def test_demo_explain_shows_the_flex_drap_rule(tmp_path):
-    demo = _demo_copy(tmp_path, stripped=False)
+    demo = demo_copy(tmp_path, 'x86_64', stripped=False)
     results, _ = run_gdb(demo, [
         ("explain", "json", "unwind explain -json -sources sframe,cfi all"),
         ("text", "cmd", "unwind explain -sources sframe,cfi 5"),
@@ -119,8 +97,8 @@ def test_demo_explain_shows_the_flex_drap_rule(tmp_path):
 
 
 def test_stripped_demo_gdb_loses_the_chain_and_sframe_recovers_it(tmp_path):
-    plain = _demo_copy(tmp_path, stripped=False)
-    stripped = _demo_copy(tmp_path, stripped=True)
+    plain = demo_copy(tmp_path, 'x86_64', stripped=False)
+    stripped = demo_copy(tmp_path, 'x86_64', stripped=True)
     right, _ = run_gdb(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
                                ("frames", "frames", None)], args=["2"], setup=SIGNAL)
     right = right["frames"]
@@ -134,14 +112,14 @@ def test_stripped_demo_gdb_loses_the_chain_and_sframe_recovers_it(tmp_path):
     alone, enabled = results["alone"], results["enabled"]
     realign = [f["name"] for f in right].index("realign")
     # GDB alone: right up to realign, then lost (0x1818... is the VLA's fill).
-    assert _pcs(alone[:realign + 1]) == _pcs(right[:realign + 1])
+    assert pcs(alone[:realign + 1]) == pcs(right[:realign + 1])
     assert alone[realign + 1]["pc"] != right[realign + 1]["pc"]
     assert alone[realign + 1]["name"] is None
     # With the plugin's unwinder: every frame right, down to main.
-    assert _pcs(enabled) == _pcs(right), transcript
+    assert pcs(enabled) == pcs(right), transcript
     # The plugin's own walk agrees, and says SFrame found the program's frames.
     ours = results["ours"]["frames"]
-    assert _pcs(ours)[:len(right)] == _pcs(right)
+    assert pcs(ours)[:len(right)] == pcs(right)
     assert [f["method"] for f in ours[realign + 1:len(right)]] == ["sframe"] * (len(right) - realign - 1)
     first = next(r for r in results["compare"]["frames"] if not r["agrees"])
     assert first["level"] == realign + 1 and "plugin looks right" in first["verdict"]
@@ -152,7 +130,7 @@ def test_v1_fixture_without_cfi_gives_the_right_bt(mode):
     """gcc -Wa,--gsframe (SFrame v1), .eh_frame removed: GDB's bt through the plugin is right."""
     flags = ["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"]
     plain = build("chain.c", flags)
-    stripped = build("chain.c", flags, post=[["objcopy", *STRIP, "{out}"]])
+    stripped = build("chain.c", flags, post=[["objcopy", *STRIP_CFI, "{out}"]])
     right, _ = run_gdb(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
                                ("frames", "frames", None)], args=mode)
     right = right["frames"]
@@ -160,9 +138,9 @@ def test_v1_fixture_without_cfi_gives_the_right_bt(mode):
                                              ("ours", "json", "unwind backtrace -json -sources sframe")],
                                   args=mode)
     assert len(right) >= 4
-    assert _pcs(results["enabled"]) == _pcs(right), transcript
+    assert pcs(results["enabled"]) == pcs(right), transcript
     ours = results["ours"]["frames"]
-    assert _pcs(ours)[:len(right)] == _pcs(right)
+    assert pcs(ours)[:len(right)] == pcs(right)
     assert all(f["method"] == "sframe" for f in ours[1:len(right)])
 
 
@@ -174,7 +152,7 @@ def test_v1_deep_recursion_by_sframe_alone():
     ours, native = results["ours"]["frames"], results["native"]
     assert len(native) > 10000
     # Down to main by SFrame, then main's return address in libc, which has none.
-    assert _pcs(ours)[:len(native)] == _pcs(native)
+    assert pcs(ours)[:len(native)] == pcs(native)
     assert len(ours) == len(native) + 1
     assert all(f["method"] == "sframe" for f in ours[1:])
     assert results["ours"]["stop_reason"] == "no-unwind-info"

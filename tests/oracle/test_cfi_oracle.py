@@ -171,61 +171,56 @@ def check_entries(ours, theirs, where):
     return mine
 
 
-def compare_readelf(data):
-    """{section: (FDEs, rows)} compared with readelf."""
-    names = readelf_names(data.arch)
+def compare_rows(data, tool_name, tool_sections, expected_of, key_of):
+    """{section: (FDEs, rows)}: every FDE's rows equal the tool's, within the FDE's range.
+
+    expected_of(fde, tool_entry, tool_entries) gives the tool's [(address, key)];
+    key_of(row) the same key for one of ours.
+    """
     counts = {}
     for section_name, section in data.sections.items():
         fdes = rows = 0
-        theirs = data.readelf.get(section_name, {})
+        theirs = tool_sections.get(section_name, {})
         mine = check_entries(section, theirs, "%s %s" % (data.name, section_name))
         for offset, tool in theirs.items():
             if tool.kind != "FDE":
                 continue
             fde = mine[offset]
-            cie_entry = theirs[fde.cie.offset]
-            if not tool.rows:
-                # readelf prints no table for an FDE whose program is all
-                # DW_CFA_nop; then its one row is the CIE's initial row.
-                assert not any(fde.instructions), "%s: readelf printed no rows" % offset
-                expected = [(fde.start, readelf_row_key(c, cells, fde.cie.ra_register, names))
-                            for _, c, cells in cie_entry.rows]
-            else:
-                expected = [(a, readelf_row_key(c, cells, fde.cie.ra_register, names))
-                            for a, c, cells in tool.rows]
-            got = [(r.address, readelf_key(r)) for r in execute(fde, data.arch)]
-            expected = inside(expected, fde.start, fde.end)
+            expected = inside(expected_of(fde, tool, theirs), fde.start, fde.end)
+            got = [(r.address, key_of(r)) for r in execute(fde, data.arch)]
             assert collapse(got) == collapse(expected), \
-                "%s %s FDE 0x%x: rows differ from readelf" % (data.name, section_name, offset)
+                "%s %s FDE 0x%x: rows differ from %s" % (data.name, section_name, offset, tool_name)
             fdes += 1
             rows += len(collapse(expected))
         counts[section_name] = (fdes, rows)
     return counts
+
+
+def compare_readelf(data):
+    """{section: (FDEs, rows)} compared with readelf."""
+    names = readelf_names(data.arch)
+
+    def expected_of(fde, tool, theirs):
+        if tool.rows:
+            return [(a, readelf_row_key(c, cells, fde.cie.ra_register, names)) for a, c, cells in tool.rows]
+        # readelf prints no table for an FDE whose program is all
+        # DW_CFA_nop; then its one row is the CIE's initial row.
+        assert not any(fde.instructions), "0x%x: readelf printed no rows" % fde.offset
+        return [(fde.start, readelf_row_key(c, cells, fde.cie.ra_register, names))
+                for _, c, cells in theirs[fde.cie.offset].rows]
+    return compare_rows(data, "readelf", data.readelf, expected_of, readelf_key)
 
 
 def compare_llvm(data):
     """{section: (FDEs, rows)} compared with llvm-dwarfdump."""
     names = llvm_names(data.arch)
     aarch64 = data.arch.name == "aarch64"
-    counts = {}
-    for section_name, section in data.sections.items():
-        fdes = rows = 0
-        theirs = data.llvm.get(section_name, {})
-        mine = check_entries(section, theirs, "%s %s" % (data.name, section_name))
-        for offset, tool in theirs.items():
-            if tool.kind != "FDE":
-                continue
-            fde = mine[offset]
-            expected = [(a, llvm_row_key(text, names, aarch64)) for a, text in tool.rows]
-            got = [(r.address, llvm_key(r, data.arch, names)) for r in execute(fde, data.arch)]
-            assert expected, "%s: llvm-dwarfdump printed no rows for FDE 0x%x" % (data.name, offset)
-            expected = inside(expected, fde.start, fde.end)
-            assert collapse(got) == collapse(expected), \
-                "%s %s FDE 0x%x: rows differ from llvm-dwarfdump" % (data.name, section_name, offset)
-            fdes += 1
-            rows += len(collapse(expected))
-        counts[section_name] = (fdes, rows)
-    return counts
+
+    def expected_of(fde, tool, theirs):
+        assert tool.rows, "%s: llvm-dwarfdump printed no rows for FDE 0x%x" % (data.name, fde.offset)
+        return [(a, llvm_row_key(text, names, aarch64)) for a, text in tool.rows]
+    return compare_rows(data, "llvm-dwarfdump", data.llvm, expected_of,
+                        lambda row: llvm_key(row, data.arch, names))
 
 
 def report(name, tool, counts):

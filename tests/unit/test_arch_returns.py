@@ -65,7 +65,7 @@ def _ctx(arch, code, module):
         arch=arch, target=None, read_memory=_memory(arch, code),
         lookup_pc=lambda frame: frame.pc,
         symbol=lambda address: None,
-        is_code=lambda address: False,
+        is_code=lambda address: address == PC,     # the code at pc (the caller is not checked here)
         modules=SimpleNamespace(find=lambda address: module))
 
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from plugin.commands import reports
-from plugin.commands.catalog import COMMANDS, EXPLAIN, MODULES, SETTINGS as SETTINGS_COMMAND, TABLES, BACKTRACE, commands_for
+from plugin.commands.catalog import COMMANDS, EXPLAIN, MODULES, SETTINGS as SETTINGS_COMMAND, TABLES, BACKTRACE, VALIDATE, commands_for
 from plugin.commands.options import parse_gdb, parse_lldb
 from plugin.commands.spec import ArgumentError, Debugger, OPTIONS
 from plugin.engine import DEFAULT_SOURCES
@@ -33,8 +33,24 @@ def test_usage_lines_spell_options_in_each_debuggers_style():
     assert BACKTRACE.usage(LLDB) == "unwind backtrace [--json] [--sources LIST] [--count N] [N|-N]"
     assert EXPLAIN.usage(GDB) == "unwind explain [-json] [-sources LIST] [-verbose] [LEVEL|all]"
     assert TABLES.usage(LLDB) == "unwind tables [--json] [--all] ADDRESS|FUNCTION"
-    assert [c.name for c in commands_for(GDB)] == ["backtrace", "explain", "tables", "compare", "modules"]
-    assert [c.name for c in commands_for(LLDB)][-1] == "settings"
+    assert [c.name for c in commands_for(GDB)] == ["backtrace", "explain", "tables", "compare", "modules",
+                                                   "validate"]
+    assert [c.name for c in commands_for(LLDB)][-2:] == ["settings", "validate"]
+    assert VALIDATE.usage(GDB) == "unwind validate [-json] [-sources LIST] [-steps N] [FUNCTION|ADDRESS]"
+    assert VALIDATE.usage(LLDB) == "unwind validate [--json] [--sources LIST] [--steps N] [FUNCTION|ADDRESS]"
+
+
+def test_validate_words_and_steps_in_both_styles():
+    """The function is optional (a stop at an entry validates that function); -steps is a positive count."""
+    for parse, line in ((parse_gdb, []), (parse_lldb, "")):
+        assert (parse(VALIDATE, line, DEFAULT_SOURCES).value, parse(VALIDATE, line, DEFAULT_SOURCES).steps) == \
+            (None, None)
+    given = parse_gdb(VALIDATE, ["-steps", "20", "stop_here+4"], DEFAULT_SOURCES)
+    assert (given.value, given.steps) == ("stop_here+4", 20)
+    given = parse_lldb(VALIDATE, "-n 7 -s cfi main", DEFAULT_SOURCES)
+    assert (given.value, given.steps, given.sources) == ("main", 7, ("cfi",))
+    with pytest.raises(ValueError, match="expected a positive number"):
+        parse_gdb(VALIDATE, ["-steps", "0", "main"], DEFAULT_SOURCES)
 
 
 @pytest.mark.parametrize("spec", COMMANDS, ids=lambda c: c.name)
@@ -120,7 +136,14 @@ def test_settings_parse_format_and_bounds():
     fallback = find_setting("fallback", SETTINGS)
     assert fallback.type is SettingType.BOOLEAN and fallback.show(False, DEFAULT_SOURCES).count("does not use") == 1
     assert [s.name for s in settings_for("lldb", DEFAULT_SOURCES)] == ["sources", "max-frames", "scan-words"]
-    assert [s.name for s in settings_for("gdb", ("cfi",))] == ["sources", "max-frames", "claim"]   # no fallback built
+    assert [s.name for s in settings_for("gdb", ("cfi",))] == ["sources", "max-frames", "claim",
+                                                              "trap-handler-names"]   # no fallback built
+    traps = find_setting("trap-handler-names", SETTINGS)
+    assert traps.default_value(DEFAULT_SOURCES) == ()
+    assert traps.parse("_sigtramp, __restore_rt  _sigtramp", DEFAULT_SOURCES) == ("_sigtramp", "__restore_rt")
+    assert traps.parse("", DEFAULT_SOURCES) == () and traps.format(("a", "b")) == "a,b"
+    assert traps.show((), DEFAULT_SOURCES) == "Functions looked up as trap handlers: none."
+    assert "lldb" not in traps.debuggers       # LLDB has its own target.trap-handler-names
     with pytest.raises(ValueError, match="^unknown setting 'stack-words'; the settings are: sources, max-frames, scan-words$"):
         find_setting("stack-words", settings_for("lldb", DEFAULT_SOURCES))
     with pytest.raises(ValueError, match="source cfi named twice"):
@@ -153,9 +176,10 @@ def test_lldb_loader_registers_every_declared_command():
     """loader.py names the command classes by hand: every declared LLDB command, under its own name."""
     from plugin.commands import catalog
     from lldb_commands.loader import SUBCOMMANDS
-    tree = ast.parse((ROOT / "lldb_commands" / "commands.py").read_text())     # it imports lldb: read, not import
     name_of = {}
-    for node in tree.body:
+    nodes = [node for name in ("commands.py", "validate.py")        # they import lldb: read, not import
+             for node in ast.parse((ROOT / "lldb_commands" / name).read_text()).body]
+    for node in nodes:
         if isinstance(node, ast.ClassDef):
             for statement in node.body:
                 if isinstance(statement, ast.Assign) and getattr(statement.targets[0], "id", None) == "spec":

@@ -38,7 +38,12 @@ def test_rbp_chain_is_followed_to_start():
     assert pcs_and_sps(bt, X86) == expected
     assert [f.method for f in bt.frames] == ["context"] + ["frame-pointer"] * 3
     assert [f.function for f in bt.frames] == ["leaf", "level1", "main", "_start"]
-    assert bt.stop_reason == StopReason.OUTERMOST and "_start" in bt.stop_detail
+    # _start keeps no frame record, and its name is no evidence: alone, the
+    # frame-pointer source cannot say more; the scan reads to the stack's top.
+    assert bt.stop_reason == StopReason.NO_UNWIND_INFO and "_start does not set up" in bt.stop_detail
+    both = w.unwind(regs, sources=BOTH)
+    assert pcs_and_sps(both, X86) == expected
+    assert both.stop_reason == StopReason.OUTERMOST and "top of the stack" in both.stop_detail
     first = bt.frames[1].evidence
     assert first.row == "CFA=rbp+16 => rbp=[CFA-16] rip=[CFA-8]"
     assert [(r.what, r.address) for r in first.reads] == [("rbp", STACK_TOP - 0x300), ("rip", STACK_TOP - 0x2F8)]
@@ -65,7 +70,9 @@ def test_i386_ebp_chain():
     bt = w.unwind(w.registers(pc=CODE + 0x210, sp=leaf_fp - 0x10, fp=leaf_fp), sources=FP_ONLY)
     assert pcs_and_sps(bt, I386) == [(ra_main, leaf_fp + 8), (ra_start, main_fp + 8)]
     assert bt.frames[1].evidence.row == "CFA=ebp+8 => ebp=[CFA-8] eip=[CFA-4]"
-    assert bt.stop_reason == StopReason.OUTERMOST
+    assert bt.stop_reason == StopReason.NO_UNWIND_INFO      # _start's name is no evidence
+    regs = w.registers(pc=CODE + 0x210, sp=leaf_fp - 0x10, fp=leaf_fp)
+    assert w.unwind(regs, sources=BOTH).stop_reason == StopReason.OUTERMOST     # the scan reaches the top
 
 
 def test_aarch64_frame_records():
@@ -81,7 +88,9 @@ def test_aarch64_frame_records():
     assert [f.pc for f in bt.frames[1:]] == [ra_main, ra_start]
     assert bt.frames[1].evidence.row == "CFA=x29+16 => x29=[CFA-16] x30=[CFA-8]"
     assert any("pointer-auth" in n for n in bt.frames[1].evidence.notes)
-    assert bt.stop_reason == StopReason.OUTERMOST
+    assert bt.stop_reason == StopReason.NO_UNWIND_INFO      # _start's name is no evidence
+    regs = w.registers(pc=CODE + 0x210, sp=leaf_fp, fp=leaf_fp)
+    assert w.unwind(regs, sources=BOTH).stop_reason == StopReason.OUTERMOST     # the scan reaches the top
 
 
 # -- frame-pointer: every check rejects what it should ---------------------------------
@@ -261,16 +270,55 @@ def test_aarch64_entry_exit_and_half_built_record():
     assert bt.frames[1].registers[A64.fp] == x29
 
 
-@pytest.mark.parametrize("name", ["_start", "clone", "__clone3", "__GI___clone3"])
+SYSCALL_THEN_TEST = b"\x0f\x05\x48\x85\xc0\x7c\x1b"     # syscall; test rax, rax; jl +0x1b
+
+
+def clone_world(name="__clone3"):
+    """A thread-creating wrapper with `syscall` at +0x10, called from create_thread."""
+    w = World(X86)
+    w.function("create_thread", 0x100, 0x100, frame_pointer=False)
+    w.function(name, 0x000, 0x100, frame_pointer=False)
+    w.put_code(CODE + 0x10, SYSCALL_THEN_TEST)
+    ra = w.call_at(0x140)
+    sp = STACK_TOP - 0x40
+    w.word(sp, ra)
+    return w, sp, ra
+
+
+@pytest.mark.parametrize("name", ["clone", "__clone3", "__GI___clone3"])
+@pytest.mark.parametrize("after", [2, 5, 7])      # after the syscall, the test, the jl
 @pytest.mark.parametrize("source", [frame_pointer, scan])
-def test_entry_functions_are_outermost_by_convention(name, source):
+def test_child_side_of_clone_is_outermost_from_its_registers(name, after, source):
+    w, sp, _ = clone_world(name)
+    regs = w.registers(pc=CODE + 0x10 + after, sp=sp, fp=0, rax=0)
+    outcome = source.step(innermost(w, regs), w.context())
+    assert outcome.status == AttemptStatus.RECOVERED and outcome.outermost
+    assert outcome.reason.startswith("child side of %s: " % name)
+    assert "rax = 0" in outcome.reason and "0x%x" % (CODE + 0x10) in outcome.reason
+
+
+@pytest.mark.parametrize("rax", [0x5123, 2 ** 64 - 11])     # the child's id; -EAGAIN
+def test_parent_side_of_clone_walks_on(rax):
+    w, sp, ra = clone_world()
+    regs = w.registers(pc=CODE + 0x12, sp=sp, fp=0, rax=rax)
+    bt = w.unwind(regs, sources=BOTH, max_frames=2)
+    assert [(f.pc, f.function) for f in bt.frames] == [(CODE + 0x12, "__clone3"), (ra, "create_thread")]
+    assert bt.frames[1].method == "scan"
+
+
+@pytest.mark.parametrize("name", ["_start", "clone3", "__GI___clone3"])
+def test_a_name_alone_is_no_outermost_evidence(name):
     w = World(X86)
     w.function(name, 0x000, 0x100, frame_pointer=False)
-    regs = w.registers(pc=CODE + 0x15, sp=STACK_TOP - 0x40, fp=0)
+    regs = w.registers(pc=CODE + 0x15, sp=STACK_TOP - 0x40, fp=0, rax=0)   # no syscall before pc
+    for source in (frame_pointer, scan):
+        outcome = source.step(innermost(w, regs), w.context())
+        assert not (outcome.status == AttemptStatus.RECOVERED and outcome.outermost
+                    and name in outcome.reason), outcome.reason
+    # not exact (a return address): no register tells the child side
+    w.put_code(CODE + 0x13, SYSCALL_THEN_TEST[:2])
     frame = innermost(w, regs, exact=False)
-    outcome = source.step(frame, w.context())
-    assert outcome.status == AttemptStatus.RECOVERED and outcome.outermost
-    assert name in outcome.reason and "rbp is 0" in outcome.reason
+    assert frame_pointer.outermost_child_of_clone(frame, w.context(), "scan") is None
 
 
 # -- scan --------------------------------------------------------------------------
