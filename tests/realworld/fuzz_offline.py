@@ -7,7 +7,8 @@ Each input is a seed file with a few mutations (bit flips, random bytes,
 boundary values written as 1/2/4/8-byte integers, truncation, growth), aimed
 half the time at the bytes that matter most: the ELF header, program and
 section header tables, and the unwind sections. Each runs in a forked child
-(limits: MEMORY_LIMIT of address space, TIME_LIMIT seconds) calling
+(limits: MEMORY_LIMIT of address space beyond what the fork inherited,
+TIME_LIMIT seconds) calling
 plugin.__main__.main with its output thrown away; the parent records exit
 status, time and peak RSS (wait4). An exception escaping main (which would
 be a traceback for the user) is a finding; exit statuses 0/1/2 are not.
@@ -83,7 +84,10 @@ def mutate(rng, data, hot):
 
 def run_child(path, argv, report):
     """In the forked child: limits, then main(); exceptions go to the report pipe."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    # On top of what the fork inherited (a test runner's address space may be large already).
+    with open("/proc/self/statm") as statm:
+        inherited = int(statm.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (inherited + MEMORY_LIMIT, inherited + MEMORY_LIMIT))
     signal.alarm(TIME_LIMIT + 5)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
