@@ -11,7 +11,8 @@ compares, per CFI section:
 - readelf: every FDE's range, and its rows: address, CFA and each register
   column readelf prints (rows merged where nothing changes, rows at or past
   the FDE's end dropped, an FDE without rows given its CIE's initial row:
-  readelf's ways of printing the same table);
+  readelf's ways of printing the same table; rows that cover nothing, as
+  an empty FDE's, are dropped on both sides);
 - llvm-dwarfdump (.eh_frame only): every FDE's range, and each row's address
   and CFA.
 Prints totals, the differences (first few per file), files the offline
@@ -36,7 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 LLVM_DWARFDUMP = "llvm-dwarfdump-16"
 SHOWN_PER_FILE = 3
-X86_64_NAMES = {"rip": "ra"}       # readelf calls the return-address column "ra"
+# readelf's names where ours differ: the return-address column is "ra"; the
+# plugin names DWARF 17-32 (xmm0-15) by number, which unwinding never needs.
+X86_64_NAMES = {"rip": "ra", **{"r%d" % n: "xmm%d" % (n - 17) for n in range(17, 33)}}
 
 
 def elf_files(paths):
@@ -170,7 +173,7 @@ def our_tables(data):
         for entry in source["entries"]:
             rows = [(r["address"], _our_cfa(r["cfa"]),
                      {X86_64_NAMES.get(n, n): _our_rule(rule) for n, rule in r["registers"].items()})
-                    for r in entry["rows"]]
+                    for r in entry["rows"] if r["address"] < entry["end"]]    # an empty FDE's row covers nothing
             rows = [(a, c, {k: v for k, v in regs.items() if v != "u"}) for a, c, regs in rows]
             fdes.setdefault((entry["start"], entry["end"]), _merged(rows))     # the first of equal ranges
             if any(r.get("note") for r in entry["rows"]):
