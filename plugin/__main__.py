@@ -7,7 +7,7 @@ live debugger. Errors are one line on stderr and exit status 2.
 """
 
 import argparse
-import json
+import struct
 import sys
 
 from plugin.commands.spec import OPTIONS, Debugger, convert
@@ -79,24 +79,28 @@ def cmd_validate(args):
 
 
 def cmd_tables(args):
-    from elftools.common.exceptions import ELFError
-    from plugin.errors import DecodeError
+    """Exit status 0: every entry decoded; 1: some entries (or the rows after
+    a bad instruction) could not be, each listed as a problem; 2: the input
+    cannot be used at all (one line on stderr)."""
     try:
         target = _open_file(args.file, args.arch)
-    except (OSError, ELFError, ValueError, DecodeError) as exc:
-        raise SystemExit(_fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc)))
+    except unusable_input() as exc:
+        return _fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc))
     modules = ModuleMap(target)
-    if target.header_address is None:       # no program headers: an object file
+    if target.header_address is None and not getattr(target, "relocatable", False):
         modules.add(target.section_module())
-    result = tables.collect(target, modules, args.address)
-    if args.sources is not None:
-        result["sources"] = [entry for entry in result["sources"] if entry["kind"] in args.sources]
-    if args.json:
-        json.dump(result, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        print(tables.text(result))
-    return 0
+    write = tables.write_json if args.json else tables.write_text
+    problems = write(target, modules, args.address, sys.stdout, args.sources)
+    return 1 if len(problems) > problems.misses else 0
+
+
+def unusable_input() -> tuple:
+    """What the file system, pyelftools and the decoders raise for input that cannot be used."""
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.construct import ConstructError
+    from plugin.errors import DecodeError
+    return (DecodeError, OSError, ValueError, OverflowError, EOFError, struct.error, ELFError,
+            ELFParseError, ConstructError)
 
 
 def _open_file(path, arch):

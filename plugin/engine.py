@@ -19,6 +19,7 @@ import bisect
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import Attempt, Backtrace, Frame
 from plugin.model.outcome import AttemptStatus, FailureKind
+from plugin.model.rules import RuleKind
 from plugin.model.stops import StopReason
 from plugin.modules import ModuleMap, on_disk
 from plugin import settings
@@ -277,10 +278,25 @@ def _implausible(outcome, frame, ctx, sp, previous_cfa):
             and not outcome.signal_frame):
         return (FailureKind.CFA_NOT_INCREASING,
                 "CFA 0x%x does not increase (callee's CFA 0x%x)" % (cfa, previous_cfa))
+    if caller_pc is not None and caller_pc == frame.pc and (
+            outcome.registers.get(arch.sp) == sp or _pc_left_unchanged(outcome, arch)):
+        return (FailureKind.NO_RETURN_ADDRESS,
+                "the caller would be identical to its callee (pc 0x%x, %s): the row gives no return address"
+                % (caller_pc, "same sp" if outcome.registers.get(arch.sp) == sp else
+                   "the return-address rule leaves the callee's own pc"))
     if caller_pc not in (None, 0) and not ctx.is_code(caller_pc):
         return (FailureKind.RETURN_ADDRESS_NOT_CODE,
                 "return address 0x%x is not in executable memory" % caller_pc)
     return None
+
+
+def _pc_left_unchanged(outcome, arch):
+    """Does the applied row leave the return-address column as it was (no rule, or "same")?"""
+    row = outcome.evidence.rule if outcome.evidence else None
+    if row is None or not hasattr(row, "registers"):
+        return False
+    rule = row.registers.get(arch.ra)
+    return rule is None or rule.kind == RuleKind.SAME
 
 
 def _switched_stack_problem(cfa, ctx):

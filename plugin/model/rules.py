@@ -104,13 +104,14 @@ class Row:
     end: int = None
     args_size: int = 0
     ra_signed: bool = False     # aarch64: return address signed with PAC here
+    note: str = ""              # how the decoder read something unusual in this row
 
     def text(self, arch):
         """`CFA=rsp+16 => rbp=[CFA-16] rip=[CFA-8]`"""
         regs = " ".join("%s=%s" % (arch.name_of(n), r.text(arch))
                         for n, r in sorted(self.registers.items()))
         out = "CFA=%s" % self.cfa.text(arch)
-        return out + (" => " + regs if regs else "")
+        return out + (" => " + regs if regs else "") + (" (%s)" % self.note if self.note else "")
 
     def to_json(self, arch):
         out = {"address": self.address, "cfa": self.cfa.to_json(arch),
@@ -120,4 +121,6 @@ class Row:
             out["end"] = self.end
         if self.ra_signed:
             out["ra_signed"] = True
+        if self.note:
+            out["note"] = self.note
         return out

@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from plugin.errors import DecodeError
-from plugin.formats import elf
+from plugin.formats import compressed, elf
 from plugin.modules.model import Module, TableLocation
 
 
@@ -23,6 +23,9 @@ class SectionHeader(NamedTuple):
     size: int
     offset: int         # sh_offset in the file
     type: str           # e.g. "SHT_PROGBITS", "SHT_NOBITS"
+    flags: int = 0      # sh_flags
+    is64: bool = True   # the file's ELF class and byte order (for a compression header)
+    little: bool = True
 
 
 def _key(path):
@@ -43,7 +46,8 @@ def _sections(key):
         with open(path, "rb") as handle:
             elf = ELFFile(handle)
             for sec in elf.iter_sections():
-                out[sec.name] = SectionHeader(sec["sh_addr"], sec["sh_size"], sec["sh_offset"], sec["sh_type"])
+                out[sec.name] = SectionHeader(sec["sh_addr"], sec["sh_size"], sec["sh_offset"], sec["sh_type"],
+                                              sec["sh_flags"], elf.elfclass == 64, elf.little_endian)
     except (OSError, ELFError, ValueError) as exc:
         raise OSError("cannot read section headers of %s: %s" % (path, exc)) from None
     return out
@@ -60,6 +64,8 @@ def section_bytes(path: str, name: str) -> tuple[int, bytes] | None:
     info = sections(path).get(name)
     if info is None or info.type == "SHT_NOBITS":
         return None
+    if info.size > os.path.getsize(path):
+        raise OSError("%s: section %s is larger than the file" % (path, name))
     with open(path, "rb") as handle:
         handle.seek(info.offset)
         data = handle.read(info.size)
@@ -79,15 +85,40 @@ def eh_frame_location(module: Module) -> TableLocation | None:
                          "section headers of %s (no .eh_frame_hdr)" % module.path)
 
 
+def section_size_at(module: Module, name: str, address: int) -> int | None:
+    """sh_size of the module file's section `name` when it starts at run-time
+    `address`; None when the file has no such section there (or cannot be read):
+    then the caller keeps its own bound (the segment's end)."""
+    try:
+        info = sections(module.path).get(name) if module.path and module.format == "elf" else None
+    except OSError:
+        return None
+    if info is None or info.type == "SHT_NOBITS" or info.address + module.load_bias != address:
+        return None
+    return info.size
+
+
 def debug_frame(module: Module) -> tuple[TableLocation, bytes] | None:
     """`.debug_frame` of an ELF module, read from its file: where it is (at link
     addresses: the loader never maps it) and its bytes; None if there is none."""
-    found = section_bytes(module.path, ".debug_frame") if module.path and module.format == "elf" else None
-    if found is None:
+    if not module.path or module.format != "elf":
         return None
-    address, data = found
-    return (TableLocation(".debug_frame", address, len(data), "file on disk: %s" % module.path,
-                          in_memory=False), data)
+    how = "file on disk: %s" % module.path
+    found = section_bytes(module.path, ".debug_frame")
+    if found is not None:
+        address, data = found
+        info = sections(module.path)[".debug_frame"]
+        if info.flags & compressed.SHF_COMPRESSED:
+            data, method = compressed.shf_compressed(".debug_frame", data, info.is64, info.little)
+            how += " (SHF_COMPRESSED, %s)" % method
+    else:
+        found = section_bytes(module.path, ".zdebug_frame")
+        if found is None:
+            return None
+        address, data = found
+        data = compressed.gnu_zdebug(".zdebug_frame", data)
+        how += " (.zdebug_frame, zlib)"
+    return TableLocation(".debug_frame", address, len(data), how, in_memory=False), data
 
 
 def link_layout(path: str) -> tuple[int, int]:

@@ -4,13 +4,52 @@ Shared by `python -m plugin tables`, GDB's `unwind tables` and LLDB's, so
 all three print the same entries in the same JSON shape.
 """
 
+import json
+
 from plugin.validate import agreement as row_agreement
 from plugin.errors import DecodeError
-from plugin.formats import cfi
-from plugin.render import compact_dump, sframe_dump
+from plugin.render import cfi_dump, compact_dump, sframe_dump
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
+from plugin.render.cfi_dump import Want
 from plugin.strategies.cfi import CfiTables
+from plugin.targets import object_file
+
+
+class Problems(list):
+    """The problems a dump met, in order; `misses` counts those that say only
+    that no module holds the address asked for (not a bad entry)."""
+    misses = 0
+
+
+def iter_sources(target, modules, address=None, problems=None, kinds=None, want=Want.BOTH):
+    """Each table source of every module (or of the one holding address), its
+    "entries" lazy (Entries, or a list). Problems are appended to `problems`
+    as they are met, some only while the entries are iterated. `kinds`: only
+    the sources of these kinds ("cfi", "sframe", "compact", "exidx"); `want`:
+    which renderings of the CFI rows (cfi_dump.Want)."""
+    problems = [] if problems is None else problems
+    if address is None:
+        chosen = modules.all()
+    else:
+        module = modules.find(address)
+        chosen = [module] if module else []
+        if module is None:
+            problems.append("no module contains 0x%x" % address)
+            if isinstance(problems, Problems):
+                problems.misses += 1
+    if getattr(target, "relocatable", False):
+        if kinds is None or "cfi" in kinds:
+            yield from object_file.table_sources(target, address, problems)
+        return
+    for module in chosen:
+        cfi_sources = lambda *args: cfi_dump.sources(*args, want=want)     # noqa: E731
+        for kind, sources_of in (("compact", compact_dump.table_sources), ("cfi", cfi_sources),
+                                 ("sframe", _sframe_sources), ("exidx", exidx_strategy.table_sources)):
+            if kinds is None or kind in kinds:
+                yield from sources_of(target, module, address, problems)
+    for ref, reason in modules.failed:
+        problems.append("%s: %s" % (ref.name, reason))
 
 
 def collect(target, modules, address=None):
@@ -20,28 +59,53 @@ def collect(target, modules, address=None):
     row in force there compared (plugin.validate.agreement), or null unless both
     sources cover the address.
     """
-    sources, problems = [], []
-    if address is None:
-        chosen = modules.all()
-    else:
-        module = modules.find(address)
-        chosen = [module] if module else []
-        if module is None:
-            problems.append("no module contains 0x%x" % address)
-    agreement = None
-    for module in chosen:
-        sources.extend(compact_dump.table_sources(target, module, address, problems))
-        sources.extend(_cfi_sources(target, module, address, problems))
-        sources.extend(_sframe_sources(target, module, address, problems))
-        sources.extend(exidx_strategy.table_sources(target, module, address, problems))
-        if address is not None:
-            agreement = _agreement(target, module, address, problems)
-    for ref, reason in modules.failed:
-        problems.append("%s: %s" % (ref.name, reason))
+    problems = []
+    sources = [dict(source, entries=list(source["entries"]))
+               for source in iter_sources(target, modules, address, problems)]
     result = {"sources": sources, "problems": problems}
     if address is not None:
-        result["agreement"] = agreement
+        result["agreement"] = agreement_at(target, modules, address, problems)
     return result
+
+
+def agreement_at(target, modules, address, problems):
+    """The CFI and SFrame rows in force at address compared, or None."""
+    module = modules.find(address)
+    return None if module is None else _agreement(target, module, address, problems)
+
+
+def write_json(target, modules, address, out, kinds=None):
+    """collect()'s JSON written to `out` as it is produced: one entry at a
+    time, with the C encoder (no indentation). Returns the Problems."""
+    problems = Problems()
+    out.write('{"sources": [')
+    for n, source in enumerate(iter_sources(target, modules, address, problems, kinds, Want.BOTH)):
+        head = json.dumps({k: v for k, v in source.items() if k != "entries"})
+        out.write(("," if n else "") + "\n" + head[:-1] + ', "entries": [')
+        for i, entry in enumerate(source["entries"]):
+            out.write(("," if i else "") + "\n" + json.dumps(entry))
+        out.write("]}")
+    tail = {"problems": problems}
+    if address is not None:
+        tail["agreement"] = agreement_at(target, modules, address, problems)
+    out.write("\n], " + json.dumps(tail)[1:] + "\n")
+    return problems
+
+
+def write_text(target, modules, address, out, kinds=None):
+    """text() written to `out` as the entries are produced. Returns the Problems."""
+    problems = Problems()
+    any_source = False
+    for source in iter_sources(target, modules, address, problems, kinds, Want.TEXT):
+        any_source = True
+        for line in _source_lines(source):
+            out.write(line + "\n")
+    result = {"sources": [True] if any_source else [], "problems": problems}
+    if address is not None:
+        result["agreement"] = agreement_at(target, modules, address, problems)
+    for line in _tail_lines(result):
+        out.write(line + "\n")
+    return problems
 
 
 def _sframe_sources(target, module, address, problems):
@@ -87,66 +151,51 @@ def _agreement(target, module, address, problems):
     return out
 
 
-def _cfi_sources(target, module, address, problems):
-    arch = module.arch
-    tables = CfiTables.of(module, target)
-    out = []
-    for name, section in tables.sections():
-        try:
-            if address is None:
-                fdes = section.fdes()
-            else:
-                fde = section.find_fde(address)
-                fdes = [fde] if fde else []
-            entries = [_fde_json(fde, arch, address) for fde in fdes]
-        except DecodeError as exc:
-            problems.append("%s %s: %s" % (module.name, name, exc))
-            continue
-        if address is not None and not entries:
-            continue
-        out.append({"kind": "cfi", "module": module.name, "section": name,
-                    "address": section.region.address, "entries": entries})
-    problems.extend("%s %s" % (module.name, p) for p in tables.problems)
-    return out
-
-
-def _fde_json(fde, arch, address):
-    rows = cfi.execute(fde, arch)
-    if address is not None:
-        rows = [r for r in rows if r.address <= address < r.end]
-    return {"start": fde.start, "end": fde.end, "fde_offset": fde.offset,
-            "cie_offset": fde.cie.offset, "augmentation": fde.cie.augmentation,
-            "signal_frame": fde.cie.signal_frame,
-            "rows": [r.to_json(arch) for r in rows],
-            "rows_text": [r.text(arch) for r in rows]}
-
-
 def text(result):
     """The collected tables for people: one block per entry, one line per row."""
     lines = []
     for source in result["sources"]:
-        lines.append("%s: %s %s at 0x%x (%d %s)" % (
-            source["module"], source["section"], source["kind"].upper(), source["address"],
-            len(source["entries"]), "entry" if len(source["entries"]) == 1 else "entries"))
-        for entry in source["entries"]:
-            if source["kind"] == "sframe":
-                lines.extend(sframe_dump.entry_text(entry))
-                continue
-            if source["kind"] == "compact":
-                lines.extend(compact_dump.entry_text(entry))
-                continue
-            head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"])
-            if "fde_offset" in entry:
-                head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
-                if entry.get("augmentation"):
-                    head += ", augmentation %r" % entry["augmentation"]
-            lines.append(head)
-            for row, row_text in zip(entry["rows"], entry["rows_text"]):
-                lines.append("    0x%x: %s" % (row["address"], row_text))
+        lines.extend(_source_lines(source))
+    lines.extend(_tail_lines(result))
+    return "\n".join(lines)
+
+
+def _source_lines(source):
+    count = len(source["entries"])
+    yield "%s: %s %s at 0x%x (%d %s)" % (
+        source["module"], source["section"], source["kind"].upper(), source["address"],
+        count, "entry" if count == 1 else "entries")
+    for entry in source["entries"]:
+        if source["kind"] == "sframe":
+            yield from sframe_dump.entry_text(entry)
+            continue
+        if source["kind"] == "compact":
+            yield from compact_dump.entry_text(entry)
+            continue
+        where = entry.get("relative_to")
+        at = (lambda a: "%s+0x%x" % (where, a)) if where else hex
+        head = "  [%s, %s)" % (at(entry["start"]), at(entry["end"]))
+        if "fde_offset" in entry:
+            head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
+            if entry.get("augmentation"):
+                head += ", augmentation %r" % entry["augmentation"]
+        yield head
+        if entry.get("refused"):
+            yield "    not used for unwinding: %s" % entry["refused"]
+        addresses = entry["row_addresses"] if "row_addresses" in entry else [r["address"] for r in entry["rows"]]
+        for address, row_text in zip(addresses, entry["rows_text"]):
+            yield "    %s: %s" % (at(address), row_text)
+        if entry.get("error"):
+            yield "    %s: unknown from here to %s: %s" % (at(entry["unknown_from"]), at(entry["end"]),
+                                                          entry["error"])
+
+
+def _tail_lines(result):
+    lines = []
     if result.get("agreement"):
         lines.append(row_agreement.text(result["agreement"]))
     for problem in result["problems"]:
         lines.append("problem: %s" % problem)
     if not result["sources"] and not result["problems"]:
         lines.append("no unwind tables found")
-    return "\n".join(lines)
+    return lines

@@ -86,6 +86,9 @@ class CfiTables(ModuleTables):
                 if end is None:
                     raise DecodeError(".eh_frame_hdr", 4, "eh_frame_ptr 0x%x is outside the module" % address)
                 size = end - address
+                sized = on_disk.section_size_at(self.module, ".eh_frame", address)
+                if sized is not None and sized <= size:
+                    size, found_by = sized, found_by + ", sized by the file's section headers"
             elif self.module.format == "macho":
                 # The section header gives __TEXT,__eh_frame itself; there is no
                 # header index, so lookup() builds the sorted one.
@@ -180,6 +183,14 @@ class CfiTables(ModuleTables):
 ROW_CACHE_SIZE = 8192
 
 
+def ra_column_problem(section, fde, arch) -> str:
+    """Why an FDE whose CIE names another return-address column than the ABI's is
+    not used: the caller's pc would be taken from a register that does not hold it."""
+    return ("%s+0x%x: the CIE at +0x%x names return-address column %d (%s), not the ABI's %d (%s): "
+            "refused" % (section.name, fde.offset, fde.cie.offset, fde.cie.ra_register,
+                         arch.name_of(fde.cie.ra_register), arch.ra, arch.name_of(arch.ra)))
+
+
 def step(frame, ctx) -> Outcome:
     """Recover frame's caller from the CFI row covering its lookup pc."""
     pc, tables = CfiTables.for_frame(frame, ctx)
@@ -196,6 +207,8 @@ def step(frame, ctx) -> Outcome:
         name, section, fde, how, row = hit.section_name, hit.section, hit.fde, hit.found_via, hit.row
     except DecodeError as exc:
         return Outcome.failed(SOURCE, "bad CFI in %s: %s" % (module.name, exc), error_kind(exc))
+    if fde.cie.ra_register != module.arch.ra:
+        return Outcome.failed(SOURCE, ra_column_problem(section, fde, module.arch), FailureKind.BAD_TABLE)
     evidence = StepEvidence(
         source=SOURCE, found_by="%s CFI" % name, lookup_pc=pc, module=module.name,
         section=name, section_address=section.region.address,

@@ -14,6 +14,7 @@ being assumed unchanged, as a CFI row with no rule for them would say.
 
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.evidence import StepEvidence
+from plugin.model.rules import RuleKind
 from plugin.formats import sframe
 from plugin.modules import region_of
 from plugin.render.sframe_dump import entry_json
@@ -55,10 +56,27 @@ class SFrameTables(ModuleTables):
                         self.problems.append("%s: ABI %s does not match the module's architecture %s"
                                              % (SECTION, self._section.abi_name, self.module.arch.name))
                         self._section = None
+                    elif self._breaks_abi():
+                        self._section = None
                 except (DecodeError, MemoryReadError) as exc:
                     self.note_problem(SECTION, exc)
                     self._section = None
         return self._section
+
+    def _breaks_abi(self):
+        """Refuse a header whose fixed RA offset contradicts the ABI: where a call
+        leaves the return address on the stack (the ABI's entry row: CFA-8 on
+        AMD64), the header must fix it there; 0 would take RA from a data word
+        the ABI's FREs do not have (or leave the callee's own pc)."""
+        arch = self.module.arch
+        entry = arch.entry_row(0)
+        rule = entry.registers.get(arch.ra) if entry is not None else None
+        if rule is None or rule.kind != RuleKind.OFFSET or self._section.fixed_ra_offset == rule.offset:
+            return False
+        self.problems.append("%s: header refused: its fixed RA offset is %d, but on %s a call leaves the "
+                             "return address at CFA%+d" % (SECTION, self._section.fixed_ra_offset,
+                                                          arch.name, rule.offset))
+        return True
 
     def row_for(self, pc):
         """(index, fde, fre, Row) in force at pc, or None; memoized (deep stacks repeat pcs).

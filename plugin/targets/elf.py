@@ -1,15 +1,22 @@
 """A Target made of an ELF file laid out in memory as the loader would.
 
-Each PT_LOAD segment is placed at its link address plus a bias (bytes past
-p_filesz read as zero, like .bss), so module discovery, `.eh_frame_hdr`
+Each PT_LOAD segment is placed at its link address plus a bias, so module
+discovery, `.eh_frame_hdr`
 lookups and every table read go through the same memory path as in a live
 debugger. Files without program headers (relocatable objects) have their
 allocated sections placed at their sh_addr instead.
+
+Only what the file holds is laid out: a segment's zero fill past p_filesz
+(.bss) is left unmapped, since no unwind table lives there and a hostile
+p_memsz would otherwise have the decoders walk gigabytes of zeros. The file
+is mapped (mmap), never read whole; only regular files are opened (a FIFO
+would block, /dev/zero never ends).
 """
 
 import bisect
-import io
+import mmap
 import os
+import stat
 
 from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_E_MACHINE
@@ -74,10 +81,12 @@ class FileTarget(LaidOutFile):
 
     def __init__(self, path: str, base: int | None = None) -> None:
         self.path = path
-        with open(path, "rb") as handle:
-            self._data = handle.read()
-        elf = ELFFile(io.BytesIO(self._data))
+        self._data = map_regular_file(path)
+        elf = ELFFile(self._data)
         self.elf = elf
+        self.name = os.path.basename(path)
+        self.relocatable = elf["e_type"] == "ET_REL"     # see plugin/targets/object_file.py
+        self.file_size = len(self._data)
         self.arch = arches.BY_ELF_MACHINE.get(_machine_number(elf))
         if self.arch is None:
             raise ValueError("unsupported ELF machine %s" % elf["e_machine"])
@@ -89,15 +98,17 @@ class FileTarget(LaidOutFile):
             self.bias = 0 if base is None else base - low
             for p in loads:
                 start = self.bias + p.vaddr
-                pieces.append((start, start + p.memsz, p.offset, p.filesz, p.executable))
+                size = min(p.memsz, p.filesz, max(0, len(self._data) - p.offset))
+                if size:
+                    pieces.append((start, start + size, p.offset, size, p.executable))
             self.header_address = self.bias + low
         else:
             self.bias = 0 if base is None else base
             for sec in elf.iter_sections():
-                if sec["sh_flags"] & 2 and sec["sh_type"] != "SHT_NOBITS" and sec["sh_size"]:
+                size = min(sec["sh_size"], max(0, len(self._data) - sec["sh_offset"]))
+                if sec["sh_flags"] & 2 and sec["sh_type"] != "SHT_NOBITS" and size:
                     start = self.bias + sec["sh_addr"]
-                    pieces.append((start, start + sec["sh_size"], sec["sh_offset"],
-                                   sec["sh_size"], bool(sec["sh_flags"] & 4)))
+                    pieces.append((start, start + size, sec["sh_offset"], size, bool(sec["sh_flags"] & 4)))
             self.header_address = None
         self._lay_out(pieces)
 
@@ -116,6 +127,21 @@ class FileTarget(LaidOutFile):
         if table is None:
             table = self._symbols = _function_symbols(self.elf, self.bias)
         return symbol_in(table, address)
+
+
+def map_regular_file(path: str) -> mmap.mmap:
+    """The file mapped read-only; ValueError for anything but a non-empty regular file."""
+    with open(path, "rb", buffering=0, opener=_open_nonblocking) as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size == 0:
+            raise ValueError("empty file")
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _open_nonblocking(path, flags):
+    return os.open(path, flags | os.O_NONBLOCK)     # a FIFO must not block the open
 
 
 def _machine_number(elf):

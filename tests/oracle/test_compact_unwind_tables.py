@@ -47,9 +47,12 @@ def plugin(*args):
 
 def tables_json(path, *extra):
     result = plugin("tables", path, "--json", *extra)
-    assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    return json.loads(result.stdout)
+    data = json.loads(result.stdout)
+    # Exit status 1 says some entries were bad (each a problem); 0 that none was.
+    bad = [p for p in data["problems"] if not p.startswith("no module contains")]
+    assert result.returncode == (1 if bad else 0), (result.returncode, result.stderr, data["problems"])
+    return data
 
 
 def _name(path):
@@ -323,9 +326,9 @@ def test_damaged_unwind_info_is_a_problem_not_a_crash(tmp_path):
     damaged = tmp_path / "damaged.dylib"
     damaged.write_bytes(bytes(data))
     result = plugin("tables", damaged, "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr         # some entries were bad
     out = json.loads(result.stdout)
     assert [s["kind"] for s in out["sources"]] == ["cfi"]
     assert any("unknown __unwind_info version 7" in p for p in out["problems"]), out["problems"]
     text = plugin("tables", damaged)
-    assert text.returncode == 0 and "problem: damaged.dylib __unwind_info" in text.stdout
+    assert text.returncode == 1 and "problem: damaged.dylib __unwind_info" in text.stdout

@@ -7,7 +7,7 @@ import pytest
 
 from plugin.arch import x86_64
 from plugin.errors import DecodeError
-from plugin.formats.cfi import CfiSection, EhFrameHdr, execute, row_at
+from plugin.formats.cfi import CfiSection, EhFrameHdr, execute, execute_contained, row_at
 from plugin.memory import Region
 from cfi_builder import X86_RBP, X86_RIP, X86_RSP, Builder, hdr_bytes, uleb
 
@@ -206,8 +206,20 @@ def test_cfa_offset_when_the_cfa_is_an_expression():
     expect(section, base + 5, "DW_CFA_def_cfa_offset", "expression")
     section, base = fde_program(bytes([0x0F, 1, 0x30, 0x13, 0x7E]))
     expect(section, base + 3, "DW_CFA_def_cfa_offset_sf", "expression")
-    section, base = fde_program(bytes([0x0F, 1, 0x30, 0x0D, X86_RBP]))
-    expect(section, base + 3, "DW_CFA_def_cfa_register", "expression")
+
+
+def test_cfa_register_when_the_cfa_is_an_expression_keeps_the_last_offset():
+    # libgcrypt's hand-written CFI: def_cfa_offset 56, def_cfa_expression,
+    # then def_cfa_register rsp. libgcc, GDB and readelf keep the offset 56.
+    program = bytes([0x41, 0x0E, 56, 0x41, 0x0F, 1, 0x30, 0x41, 0x0D, X86_RSP])
+    section, base = fde_program(program)
+    rows = execute(section.fdes()[0], X86)
+    assert [r.address for r in rows] == [0x1000, 0x1001, 0x1002, 0x1003]
+    assert (rows[3].cfa.register, rows[3].cfa.offset) == (X86_RSP, 56)
+    assert "kept the previous offset 56" in rows[3].note
+    assert "+0x%x" % (base + 8) in rows[3].note
+    assert rows[3].note in rows[3].text(X86) and rows[3].to_json(X86)["note"] == rows[3].note
+    assert not rows[2].note and row_at(section.fdes()[0], 0x1003, X86).note == rows[3].note
 
 
 def test_cfa_offset_with_no_cfa():
@@ -289,13 +301,39 @@ def test_row_at_reports_the_same_errors():
     assert (err.value.section, err.value.offset) == (".eh_frame", base)
 
 
-def test_find_fde_with_a_bad_entry_raises_decode_error():
+def test_a_bad_length_ends_the_walk_but_keeps_what_came_before():
     b = Builder()
     cie = b.cie(CIE_PROGRAM)
     b.fde(cie, 0x1000, 0x10)
+    bad = len(b.data)
     b.raw(struct.pack("<I", 0x1000))
+    section = section_of(b)
+    assert section.find_fde(0x1000).start == 0x1000
+    [err] = section.bad_entries()
+    assert err.offset == bad and "runs past the end" in err.cause
     with pytest.raises(DecodeError):
-        section_of(b).find_fde(0x1000)
+        list(section.entries())
+
+
+def test_a_bad_entry_costs_only_itself():
+    # FDE 2 names an unknown pointer encoding through its own CIE; FDE 3 is
+    # bad only in its instructions (its rows up to the bad opcode remain).
+    b = Builder()
+    good = b.cie(CIE_PROGRAM)
+    b.fde(good, 0x1000, 0x10)
+    bad_cie = len(b.data)
+    b.raw(struct.pack("<IIB", 8, 0, 9) + b"zR\0")       # version 9: not a CIE version
+    b.fde(good, 0x2000, 0x10, bytes([0x41, 0x0E, 16, 0x41, 0x2C]))
+    b.fde(good, 0x3000, 0x10)
+    b.terminator()
+    section = section_of(b)
+    assert [f.start for f in section.fdes()] == [0x1000, 0x2000, 0x3000]
+    [err] = section.bad_entries()
+    assert err.offset == bad_cie + 8           # its version byte
+    rows, err = execute_contained(section.fdes()[1], X86)
+    assert [(r.address, r.end) for r in rows] == [(0x2000, 0x2001), (0x2001, 0x2002)]
+    assert "0x2c" in err.cause                  # rows from 0x2002 on are unknown
+    assert execute_contained(section.fdes()[2], X86)[1] is None
 
 
 # --- .eh_frame_hdr -------------------------------------------------------------------------

@@ -336,9 +336,13 @@ def test_indirect_fde_start_goes_through_deref():
     section = CfiSection(b.region(), "eh_frame", X86, deref=lambda a, n: memory[a][:n])
     f = section.fdes()[0]
     assert (f.start, f.end) == (0x123000, 0x123010)
-    with pytest.raises(DecodeError) as err:
-        CfiSection(b.region(), "eh_frame", X86).fdes()
-    assert err.value.section == ".eh_frame" and "indirect" in err.value.cause
+    without_deref = CfiSection(b.region(), "eh_frame", X86)
+    assert without_deref.fdes() == []
+    [err] = without_deref.bad_entries()
+    with pytest.raises(DecodeError) as raised:
+        list(without_deref.entries())
+    assert raised.value.cause == err.cause
+    assert err.section == ".eh_frame" and "indirect" in err.cause
 
 
 def test_lsda_omitted_encoding_gives_no_lsda():

@@ -38,7 +38,10 @@ is made):
 - DW_CFA_restore inside the CIE program itself removes the rule (there is
   no initial rule yet); in an FDE it restores the CIE's rule or removes it.
 - DW_CFA_def_cfa_register with no CFA defined yet gives register+0 (both
-  readelf and llvm-dwarfdump do this); with an expression CFA it is an
+  readelf and llvm-dwarfdump do this); with an expression CFA it gives
+  register + the offset of the last register+offset rule (libgcc, GDB and
+  readelf keep that offset; llvm-dwarfdump does not) and the row says so in
+  Row.note. DW_CFA_def_cfa_offset(_sf) with an expression or no CFA is an
   error, as are DW_CFA_def_cfa_offset(_sf) with an expression or no CFA
   (DWARF: "valid only if the current CFA rule is defined to use a register
   and offset").
@@ -60,7 +63,7 @@ is made):
 from plugin.formats.cfi.entries import CIE, FDE
 from plugin.formats.cfi.header import EhFrameHdr
 from plugin.formats.cfi.listing import describe
-from plugin.formats.cfi.rows import execute, row_at
+from plugin.formats.cfi.rows import execute, execute_contained, row_at
 from plugin.formats.cfi.section import CfiSection
 
-__all__ = ["CIE", "FDE", "CfiSection", "EhFrameHdr", "describe", "execute", "row_at"]
+__all__ = ["CIE", "FDE", "CfiSection", "EhFrameHdr", "describe", "execute", "execute_contained", "row_at"]

@@ -303,7 +303,7 @@ class EntryDecoder:
             raise self.error(h.offset, "CIE pointer 0x%x points at an FDE, not a CIE" % target)
         return self._cie(header)
 
-    def _fde(self, h):
+    def _fde(self, h, keep=True):
         fde = self._fdes.get(h.offset)
         if fde is not None:
             return fde
@@ -333,5 +333,6 @@ class EntryDecoder:
         fde = FDE(offset=h.offset, length=h.length, is_64=h.is_64, cie=cie, start=start,
                   end=start + address_range, lsda=lsda, instructions_offset=c.pos,
                   instructions=self.region.read(c.pos, h.end - c.pos), section=self)
-        self._fdes[h.offset] = fde
+        if keep:
+            self._fdes[h.offset] = fde
         return fde

@@ -34,13 +34,26 @@ def _initial_state(cie: CIE, arch: Arch) -> tuple:
     return state
 
 
-def _run(owner: CIE | FDE, arch: Arch, stop_pc: int | None = None):
+def _run(owner: CIE | FDE, arch: Arch, stop_pc: int | None = None, partial: list | None = None):
     """Interpret the program of `owner`.
 
     For a CIE: returns the initial state (cfa, rules, args_size, ra_signed).
     For an FDE: returns the list of Rows, or with stop_pc the one Row in
-    force at stop_pc (executing only as far as needed).
+    force at stop_pc (executing only as far as needed). With `partial` (a
+    list), an FDE's DecodeError is appended there and the rows before the
+    bad instruction are returned instead of raising.
     """
+    rows = []
+    try:
+        return _interpret(owner, arch, stop_pc, rows)
+    except DecodeError as exc:
+        if partial is None:
+            raise
+        partial.append(exc)
+        return rows
+
+
+def _interpret(owner, arch, stop_pc, rows):
     is_fde = isinstance(owner, FDE)
     name = owner.section.name
     base = owner.instructions_offset
@@ -54,8 +67,11 @@ def _run(owner: CIE | FDE, arch: Arch, stop_pc: int | None = None):
         loc = end = 0
     aarch64 = arch.name == "aarch64"
     stack = []
-    rows = []
     copies = 0
+    note = ""
+    # The offset of the last register+offset CFA rule: DW_CFA_def_cfa_register
+    # after an expression keeps it, as libgcc, GDB and readelf do.
+    last_offset = 0 if cfa is None or cfa.kind != CfaKind.REGISTER else cfa.offset
     for at, op, a, b in program(owner):
         if op in ADVANCES or op == CFA_SET_LOC:
             if not is_fde:
@@ -75,15 +91,17 @@ def _run(owner: CIE | FDE, arch: Arch, stop_pc: int | None = None):
             if cfa is None:
                 raise _no_cfa(name, base + at, loc)
             if stop_pc is not None and new > stop_pc:
-                return Row(loc, cfa, rules, new, args_size, ra_signed)
+                return Row(loc, cfa, rules, new, args_size, ra_signed, note)
             copies += len(rules)
             if copies > _MAX_RULE_COPIES:
                 raise DecodeError(name, base + at, "program too large: over %d rule copies"
                                   % _MAX_RULE_COPIES)
-            rows.append(Row(loc, cfa, dict(rules), new, args_size, ra_signed))
+            rows.append(Row(loc, cfa, dict(rules), new, args_size, ra_signed, note))
             loc = new
+            note = ""
         elif op == CFA_DEF_CFA_OFFSET and cfa is not None and cfa.kind == CfaKind.REGISTER:
             cfa = CfaRule(CfaKind.REGISTER, register=cfa.register, offset=a)     # the common case
+            last_offset = a
         elif op == CFA_NOP:
             pass
         elif b.__class__ is Rule:
@@ -98,12 +116,16 @@ def _run(owner: CIE | FDE, arch: Arch, stop_pc: int | None = None):
                 raise DecodeError(name, base + at, "%s but the CFA is %s, not register+offset"
                                   % (OPCODE_NAMES[op], "undefined" if cfa is None else "an expression"))
             cfa = CfaRule(CfaKind.REGISTER, register=cfa.register, offset=a)
+            last_offset = a
         elif op == CFA_DEF_CFA or op == CFA_DEF_CFA_SF or op == CFA_DEF_CFA_EXPRESSION:
             cfa = b
+            if b.kind == CfaKind.REGISTER:
+                last_offset = b.offset
         elif op == CFA_DEF_CFA_REGISTER:
             if cfa is not None and cfa.kind != CfaKind.REGISTER:
-                raise DecodeError(name, base + at, "DW_CFA_def_cfa_register but the CFA is an expression")
-            cfa = CfaRule(CfaKind.REGISTER, register=a, offset=0 if cfa is None else cfa.offset)
+                note = ("DW_CFA_def_cfa_register at +0x%x while the CFA was an expression: kept "
+                        "the previous offset %d, as libgcc and GDB do" % (base + at, last_offset))
+            cfa = CfaRule(CfaKind.REGISTER, register=a, offset=0 if cfa is None else last_offset)
         elif op == CFA_REMEMBER_STATE:
             if len(stack) >= _MAX_STATE_DEPTH:
                 raise DecodeError(name, base + at, "DW_CFA_remember_state nested deeper than %d"
@@ -112,11 +134,11 @@ def _run(owner: CIE | FDE, arch: Arch, stop_pc: int | None = None):
             if copies > _MAX_RULE_COPIES:
                 raise DecodeError(name, base + at, "program too large: over %d rule copies"
                                   % _MAX_RULE_COPIES)
-            stack.append((cfa, dict(rules), ra_signed))
+            stack.append((cfa, dict(rules), ra_signed, last_offset))
         elif op == CFA_RESTORE_STATE:
             if not stack:
                 raise DecodeError(name, base + at, "DW_CFA_restore_state with no remembered state")
-            cfa, rules, ra_signed = stack.pop()
+            cfa, rules, ra_signed, last_offset = stack.pop()
         elif op == CFA_GNU_ARGS_SIZE:
             args_size = a
         elif op == CFA_GNU_WINDOW_SAVE:
@@ -135,8 +157,8 @@ def _run(owner: CIE | FDE, arch: Arch, stop_pc: int | None = None):
     if cfa is None:
         raise _no_cfa(name, owner.offset, loc)
     if stop_pc is not None:
-        return Row(loc, cfa, rules, end, args_size, ra_signed)
-    rows.append(Row(loc, cfa, rules, end, args_size, ra_signed))
+        return Row(loc, cfa, rules, end, args_size, ra_signed, note)
+    rows.append(Row(loc, cfa, rules, end, args_size, ra_signed, note))
     return rows
 
 
@@ -152,6 +174,14 @@ def execute(fde: FDE, arch: Arch) -> list[Row]:
     fde.end. A register appears in `registers` only when a rule was given.
     """
     return _run(fde, arch)
+
+
+def execute_contained(fde: FDE, arch: Arch) -> tuple[list[Row], DecodeError | None]:
+    """(rows, None), or with a bad instruction (the rows before it, its DecodeError):
+    the rows from the bad instruction to fde.end are unknown."""
+    errors = []
+    rows = _run(fde, arch, partial=errors)
+    return rows, (errors[0] if errors else None)
 
 
 def row_at(fde: FDE, pc: int, arch: Arch) -> Row | None:

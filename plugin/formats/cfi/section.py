@@ -27,30 +27,72 @@ class CfiSection(EntryDecoder):
                  deref: Deref | None = None, bias: int = 0) -> None:
         super().__init__(region, kind, arch, bases, deref, bias)
         self._fde_list = None
+        self._bad = []
         self._index = None
 
     # -- walking the section --
 
-    def entries(self) -> Iterator[CIE | FDE]:
-        """CIE and FDE objects in section order."""
+    def walk(self, keep: bool = True) -> Iterator[CIE | FDE | DecodeError]:
+        """Entries in section order, each bad one as its DecodeError: an entry
+        whose length is sound costs only itself and the walk goes on after it;
+        a length that cannot be believed ends the walk (nothing after it can be
+        found), yielded as the last item. keep=False: FDEs are not cached (a
+        dump of a whole section holds one at a time)."""
         offset, size = 0, self.region.size
         while offset < size:
-            header = self._header(offset)
+            try:
+                header = self._header(offset)
+            except DecodeError as exc:
+                yield exc
+                return
             if header.length == 0:
                 if self.is_eh:
                     return                      # the zero terminator
                 offset = header.end             # .debug_frame: padding
                 continue
-            if header.is_cie:
-                yield self._cie(header)
-            else:
-                yield self._fde(header)
+            try:
+                yield self._cie(header) if header.is_cie else self._fde(header, keep)
+            except DecodeError as exc:
+                yield exc
             offset = header.end
 
+    def entries(self) -> Iterator[CIE | FDE]:
+        """CIE and FDE objects in section order; the first bad entry raises its DecodeError."""
+        for entry in self.walk():
+            if isinstance(entry, DecodeError):
+                raise entry
+            yield entry
+
     def fdes(self) -> list[FDE]:
+        """Every FDE that decodes; the entries that do not are in bad_entries()."""
         if self._fde_list is None:
-            self._fde_list = [e for e in self.entries() if isinstance(e, FDE)]
+            fdes, bad = [], []
+            for entry in self.walk():
+                if isinstance(entry, FDE):
+                    fdes.append(entry)
+                elif isinstance(entry, DecodeError):
+                    bad.append(entry)
+            self._fde_list, self._bad = fdes, bad
         return self._fde_list
+
+    def count_fdes(self) -> int:
+        """How many FDEs the walk will meet, from the entry headers alone."""
+        count, offset, size = 0, 0, self.region.size
+        while offset < size:
+            try:
+                header = self._header(offset)
+            except DecodeError:
+                break
+            if header.length == 0 and self.is_eh:
+                break
+            count += header.length != 0 and not header.is_cie
+            offset = header.end
+        return count
+
+    def bad_entries(self) -> list[DecodeError]:
+        """Why each entry fdes() left out could not be decoded, in section order."""
+        self.fdes()
+        return list(self._bad)
 
     def find_fde(self, pc: int, hdr: EhFrameHdr | None = None) -> FDE | None:
         """The FDE covering pc, or None.

@@ -1,0 +1,145 @@
+"""The CFI part of table dumps (render/tables.py): one source per .eh_frame /
+.debug_frame, each FDE an entry with its rows.
+
+Whole-section dumps are streamed: FDEs are decoded one at a time as the
+entries are iterated and not kept (the count in the heading comes from a
+walk over the entry headers alone), so a dump of libLLVM holds one FDE at a
+time. A bad entry costs only itself (CfiSection.walk); a bad instruction
+costs the rows from it to the FDE's end, which the entry says ("error",
+"unknown_from"). Row text and JSON are memoized by content (RowRenderer):
+a library repeats a few thousand distinct rows over its many FDEs.
+"""
+
+from enum import Enum
+
+from plugin.errors import DecodeError
+from plugin.formats import cfi
+from plugin.strategies.cfi import CfiTables, ra_column_problem
+
+ROW_CACHE = 1 << 16         # distinct rows remembered per renderer
+
+
+class Want(Enum):
+    """Which renderings of the rows an entry carries."""
+    BOTH = "both"           # "rows" (JSON) and "rows_text": JSON, and every debugger's `unwind tables`
+    TEXT = "text"           # "rows_text" and "row_addresses" only: the offline text mode
+
+
+class Entries:
+    """A source's entries, converted to dicts one at a time as they are iterated."""
+
+    def __init__(self, items, convert, count=None):
+        self._items = items
+        self._convert = convert
+        self._count = count
+
+    def __len__(self):
+        return len(self._items) if self._count is None else self._count()
+
+    def __iter__(self):
+        return map(self._convert, self._items)
+
+
+class _Stream:
+    """The FDEs of a whole section, decoded as iterated and not kept; bad
+    entries go to `problems` as the walk meets them."""
+
+    def __init__(self, section, module_name, problems):
+        self.section, self.module_name, self.problems = section, module_name, problems
+
+    def count(self):
+        return self.section.count_fdes()
+
+    def __iter__(self):
+        for entry in self.section.walk(keep=False):
+            if isinstance(entry, DecodeError):
+                self.problems.append("%s %s" % (self.module_name, entry))
+            elif isinstance(entry, cfi.FDE):
+                yield entry
+
+
+class RowRenderer:
+    """Row.text and Row.to_json, memoized by what the row says (not where)."""
+
+    def __init__(self, arch):
+        self.arch = arch
+        self._text = {}
+        self._json = {}
+
+    @staticmethod
+    def _key(row):
+        c = row.cfa
+        return (c.kind, c.register, c.offset, c.expression, c.deref, tuple(sorted(row.registers.items())),
+                row.ra_signed, row.note)
+
+    def _cached(self, cache, key, make):
+        value = cache.get(key)
+        if value is None:
+            if len(cache) >= ROW_CACHE:
+                cache.clear()
+            value = cache[key] = make()
+        return value
+
+    def text(self, row):
+        return self._cached(self._text, self._key(row), lambda: row.text(self.arch))
+
+    def json(self, row):
+        base = self._cached(self._json, self._key(row), lambda: row.to_json(self.arch))
+        out = dict(base, address=row.address)
+        if row.end is not None:
+            out["end"] = row.end
+        return out
+
+
+def sources(target, module, address, problems, want=Want.BOTH):
+    """The "cfi" sources of a module: every FDE of each section, or those covering address."""
+    arch = module.arch
+    tables = CfiTables.of(module, target)
+    out = []
+    for name, section in tables.sections():
+        try:
+            if address is None:
+                fdes = _Stream(section, module.name, problems)
+            else:
+                hdr = tables.eh_frame_hdr() if section is tables.eh_frame() else None
+                fde = section.find_fde(address, hdr)
+                fdes = [fde] if fde else []
+        except DecodeError as exc:
+            problems.append("%s %s: %s" % (module.name, name, exc))
+            continue
+        if address is not None and not fdes:
+            continue
+        convert = fde_converter(module.name, arch, address, problems, want)
+        out.append({"kind": "cfi", "module": module.name, "section": name,
+                    "address": section.region.address,
+                    "entries": Entries(fdes, convert, fdes.count if address is None else None)})
+    problems.extend("%s %s" % (module.name, p) for p in tables.problems)
+    return out
+
+
+def fde_converter(module_name, arch, address, problems, want=Want.BOTH):
+    """A function from an FDE to its entry dict: rows up to a bad instruction,
+    which is noted in the entry ("error", "unknown_from") and in problems."""
+    render = RowRenderer(arch)
+
+    def convert(fde):
+        rows, error = cfi.execute_contained(fde, arch)
+        if address is not None:
+            rows = [r for r in rows if r.address <= address < r.end]
+        out = {"start": fde.start, "end": fde.end, "fde_offset": fde.offset,
+               "cie_offset": fde.cie.offset, "augmentation": fde.cie.augmentation,
+               "signal_frame": fde.cie.signal_frame}
+        if want == Want.TEXT:
+            out["row_addresses"] = [r.address for r in rows]
+        else:
+            out["rows"] = [render.json(r) for r in rows]
+        out["rows_text"] = [render.text(r) for r in rows]
+        if fde.cie.ra_register != arch.ra:
+            out["refused"] = ra_column_problem(fde.section, fde, arch)
+            problems.append("%s %s" % (module_name, out["refused"]))
+        if error is not None:
+            problems.append("%s %s" % (module_name, error))
+            out["error"] = str(error)
+            out["unknown_from"] = rows[-1].end if rows else fde.start
+        return out
+    return convert

@@ -1,0 +1,46 @@
+"""Benchmark: `python -m plugin tables` (text and --json) against readelf
+--debug-dump=frames-interp and llvm-dwarfdump-16 --eh-frame on the same files
+in the same run, as ratios of CPU time (user+sys of each child, wait4), with
+the plugin's peak RSS. Issue 23's targets: text within 5x readelf, --json
+within 10x llvm-dwarfdump and under 200 MB for libLLVM.
+
+Run: python3 tests/bench/bench_tables.py [FILE...]   (default: libc.so.6 and libLLVM-16)
+"""
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "realworld"))
+
+from sweep_tables import LLVM_DWARFDUMP, PYTHON, run_limited  # noqa: E402
+
+DEFAULT = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"]
+TIMEOUT = 600
+
+
+def measure(path):
+    plugin = [PYTHON, "-m", "plugin", "tables", path]
+    _, text_out, text_s, text_kb = run_limited(plugin, TIMEOUT)
+    _, _, json_s, json_kb = run_limited(plugin + ["--json"], TIMEOUT)
+    _, _, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], TIMEOUT)
+    _, _, llvm_s, llvm_kb = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], TIMEOUT)
+    return {"text": text_s, "json": json_s, "readelf": readelf_s, "llvm": llvm_s,
+            "text_mb": text_kb / 1024, "json_mb": json_kb / 1024, "llvm_mb": llvm_kb / 1024,
+            "bytes": len(text_out)}
+
+
+def main(argv):
+    files = [f for f in (argv or DEFAULT) if os.path.exists(f)]
+    for path in files:
+        m = measure(os.path.realpath(path))
+        print("%s" % path)
+        print("  text:   %6.2f s CPU, %5.0f MB; readelf %5.2f s: %5.1fx" % (
+            m["text"], m["text_mb"], m["readelf"], m["text"] / max(m["readelf"], 0.01)))
+        print("  --json: %6.2f s CPU, %5.0f MB; llvm-dwarfdump %5.2f s (%3.0f MB): %5.1fx" % (
+            m["json"], m["json_mb"], m["llvm"], m["llvm_mb"], m["json"] / max(m["llvm"], 0.01)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,306 @@
+"""Sweep: `python -m plugin tables` over every ELF file under some directories,
+against readelf --debug-dump=frames-interp and llvm-dwarfdump-16 --eh-frame.
+
+    python3 tests/realworld/sweep_tables.py [--jobs 2] [--timeout 120] [--memory-mb 1024]
+                                            [--limit N] [--progress] PATH...
+
+PATH is a directory (searched recursively) or a file. Per x86_64 ELF file
+(others are counted and skipped) it runs the offline command with --json
+under a time limit and an address-space limit, and both tools, then
+compares, per CFI section:
+- readelf: every FDE's range, and its rows: address, CFA and each register
+  column readelf prints (rows merged where nothing changes, rows at or past
+  the FDE's end dropped, an FDE without rows given its CIE's initial row:
+  readelf's ways of printing the same table; rows that cover nothing, as
+  an empty FDE's, are dropped on both sides);
+- llvm-dwarfdump (.eh_frame only): every FDE's range, and each row's address
+  and CFA.
+Prints totals, the differences (first few per file), files the offline
+command failed on (exit 2, timeout, memory), and the slowest files with
+their time against readelf's. Exit status 1 when anything differs or failed.
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
+LLVM_DWARFDUMP = "llvm-dwarfdump-16"
+SHOWN_PER_FILE = 3
+# readelf's names where ours differ: the return-address column is "ra"; the
+# plugin names DWARF 17-32 (xmm0-15) by number, which unwinding never needs.
+X86_64_NAMES = {"rip": "ra", **{"r%d" % n: "xmm%d" % (n - 17) for n in range(17, 33)}}
+
+
+def elf_files(paths):
+    """Regular x86_64-or-other ELF files under paths, each inode once."""
+    seen = set()
+    for top in paths:
+        walk = [(top, [], [os.path.basename(top)])] if os.path.isfile(top) else os.walk(top)
+        for folder, _, names in walk:
+            for name in names:
+                path = os.path.join(os.path.dirname(top), name) if os.path.isfile(top) else os.path.join(folder, name)
+                try:
+                    st = os.stat(path)
+                    if not os.path.stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen or st.st_size < 64:
+                        continue
+                    with open(path, "rb") as handle:
+                        head = handle.read(20)
+                except OSError:
+                    continue
+                if head[:4] == b"\x7fELF":
+                    seen.add((st.st_dev, st.st_ino))
+                    yield path, head[18] | head[19] << 8 == 62
+
+
+def run_limited(cmd, timeout, memory_mb=None):
+    """(exit status or 'timeout', stdout bytes, CPU seconds (user+sys), peak RSS KB) of cmd,
+    measured for that child alone (wait4)."""
+    def limit():
+        if memory_mb:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, preexec_fn=limit, cwd=ROOT)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        timed_out = not timer.is_alive()
+        timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        data = out.read()
+    rc = "timeout" if timed_out else proc.returncode
+    return rc, data, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+# --- the tools' output -------------------------------------------------------------------
+
+def readelf_tables(text):
+    """{section: {(start, end): [(address, cfa, {column: rule})]}} from frames-interp."""
+    out, section, cies, current, columns = {}, None, {}, None, []
+    for line in text.splitlines():
+        head = re.match(r"Contents of the (\S+) section", line)
+        if head:
+            section, cies, current = head.group(1).rstrip(":"), {}, None
+            out.setdefault(section, {})
+            continue
+        entry = re.match(r"([0-9a-f]{8,}) [0-9a-f]+ [0-9a-f]+ (CIE|FDE)( cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+))?",
+                         line)
+        if entry:
+            if entry.group(2) == "CIE":
+                current = cies.setdefault(int(entry.group(1), 16), [])
+            else:
+                key = (int(entry.group(5), 16), int(entry.group(6), 16))
+                if key in out[section]:
+                    current = []            # a second FDE with the same range: the first one counts
+                else:
+                    current = out[section][key] = [("cie", int(entry.group(4), 16), cies)]
+            continue
+        if line.strip().startswith("LOC"):
+            columns = line.split()[2:]
+            continue
+        row = re.match(r"([0-9a-f]{16}) (\S+)\s*(.*)$", line)
+        if row and current is not None:
+            # A register rule is printed "r11 (r11)": number and name; keep the name.
+            values = re.sub(r"\br\d+ \((\w+)\)", r"\1", row.group(3)).split()
+            current.append((int(row.group(1), 16), row.group(2), dict(zip(columns, values))))
+    return {name: {key: _readelf_rows(key, rows) for key, rows in fdes.items()} for name, fdes in out.items()}
+
+
+def _readelf_rows(key, rows):
+    start, end = key
+    marker, rows = rows[0], rows[1:]
+    if not rows:
+        cie_rows = marker[2].get(marker[1]) or []
+        rows = [(start, cfa, regs) for _, cfa, regs in cie_rows[:1]]
+    rows = [(a, cfa, {c: v for c, v in regs.items() if v != "u"}) for a, cfa, regs in rows if a < end]
+    return _merged(rows)
+
+
+def _merged(rows):
+    out = []
+    for row in rows:
+        if not out or out[-1][1:] != row[1:]:
+            out.append(row)
+    return out
+
+
+def llvm_tables(text):
+    """{(start, end): [(address, cfa)]} of .eh_frame from llvm-dwarfdump --eh-frame."""
+    out, current, in_eh = {}, None, False
+    for line in text.splitlines():
+        if line.startswith(".eh_frame contents"):
+            in_eh = True
+            continue
+        if line.startswith(".") and line.endswith("contents:"):
+            in_eh = False
+        if not in_eh:
+            continue
+        fde = re.match(r"[0-9a-f]{8,} [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=([0-9a-f]+)\.\.\.([0-9a-f]+)", line)
+        if fde:
+            current = out.setdefault((int(fde.group(1), 16), int(fde.group(2), 16)), [])
+            continue
+        row = re.match(r"\s+0x([0-9a-f]+): CFA=([^:]*)", line)
+        if row and current is not None:
+            current.append((int(row.group(1), 16), _cfa_text(row.group(2).lower().replace(" ", ""))))
+    return {key: _merged([(a, c, {}) for a, c in rows if a < key[1]]) for key, rows in out.items()}
+
+
+def _cfa_text(text):
+    return text if re.fullmatch(r"[a-z0-9]+([+-]\d+)?", text) else "exp"
+
+
+# --- ours ------------------------------------------------------------------------------------
+
+def our_tables(data):
+    """({section: {(start, end): [(address, cfa, {column: rule})]}}, {(start, end) of
+    FDEs with a noted row}) from our --json."""
+    out, noted = {}, set()
+    for source in data["sources"]:
+        if source["kind"] != "cfi":
+            continue
+        fdes = out.setdefault(source["section"], {})
+        for entry in source["entries"]:
+            rows = [(r["address"], _our_cfa(r["cfa"]),
+                     {X86_64_NAMES.get(n, n): _our_rule(rule) for n, rule in r["registers"].items()})
+                    for r in entry["rows"] if r["address"] < entry["end"]]    # an empty FDE's row covers nothing
+            rows = [(a, c, {k: v for k, v in regs.items() if v != "u"}) for a, c, regs in rows]
+            fdes.setdefault((entry["start"], entry["end"]), _merged(rows))     # the first of equal ranges
+            if any(r.get("note") for r in entry["rows"]):
+                noted.add((entry["start"], entry["end"]))
+    return out, noted
+
+
+def _our_cfa(cfa):
+    if cfa["kind"] != "register":
+        return "exp"
+    return "%s%+d" % (cfa["register"], cfa["offset"])
+
+
+def _our_rule(rule):
+    kind = rule["kind"]
+    return {"offset": "c%+d" % rule.get("offset", 0), "val_offset": "v%+d" % rule.get("offset", 0),
+            "undefined": "u", "same": "s", "expression": "exp", "val_expression": "vexp",
+            "register": rule.get("register", "r")}.get(kind, kind)
+
+
+# --- comparing ---------------------------------------------------------------------------
+
+def compare_file(path, args):
+    """A result dict for one file."""
+    cmd = [PYTHON, "-m", "plugin", "tables", path, "--json"]
+    rc, out, ours_s, peak = run_limited(cmd, args.timeout, args.memory_mb)
+    result = {"path": path, "rc": rc, "seconds": ours_s, "peak_kb": peak, "fdes": 0, "rows": 0,
+              "differences": []}
+    _, readelf_out, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], args.timeout)
+    result["readelf_seconds"] = readelf_s
+    if rc not in (0, 1):
+        return result
+    _, llvm_out, llvm_s, _ = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], args.timeout)
+    result["llvm_seconds"] = llvm_s
+    ours, noted = our_tables(json.loads(out))
+    theirs = readelf_tables(readelf_out.decode(errors="replace"))
+    diffs = result["differences"]
+    for section in (".eh_frame", ".debug_frame"):
+        mine, other = ours.get(section, {}), theirs.get(section, {})
+        result["fdes"] += len(mine)
+        result["rows"] += sum(len(r) for r in mine.values())
+        _diff(diffs, "readelf", section, mine, other, lambda rows: rows)
+    # llvm-dwarfdump drops the offset where DW_CFA_def_cfa_register follows an
+    # expression; readelf, libgcc and GDB (and we) keep it: counted, not compared.
+    known = noted & set(ours.get(".eh_frame", {}))
+    result["known_llvm"] = len(known)
+    mine = {k: v for k, v in ours.get(".eh_frame", {}).items() if k not in known}
+    theirs_llvm = {k: v for k, v in llvm_tables(llvm_out.decode(errors="replace")).items() if k not in known}
+    _diff(diffs, "llvm-dwarfdump", ".eh_frame", mine, theirs_llvm,
+          lambda rows: _merged([(a, re.sub(r"\+0$", "", c), {}) for a, c, _ in rows]))
+    return result
+
+
+def _diff(diffs, tool, section, mine, other, view):
+    for key in sorted(set(mine) ^ set(other)):
+        diffs.append("%s %s: FDE [0x%x, 0x%x) only in %s" % (tool, section, key[0], key[1],
+                                                          "ours" if key in mine else tool))
+    for key in sorted(set(mine) & set(other)):
+        a, b = view(mine[key]), other[key]
+        if a != b:
+            first = next(((x, y) for x, y in zip(a, b) if x != y), (a[len(b):][:1], b[len(a):][:1]))
+            diffs.append("%s %s: FDE [0x%x, 0x%x) rows differ: ours %s, %s %s"
+                         % (tool, section, key[0], key[1], first[0], tool, first[1]))
+
+
+def _guarded(compare, path, args):
+    """compare(path, args), or a failed result saying what the sweep itself could not parse."""
+    try:
+        return compare(path, args)
+    except Exception as exc:        # a parser gap here must not end a sweep of thousands of files
+        return {"path": path, "rc": "sweep error: %s: %s" % (type(exc).__name__, exc), "seconds": 0,
+                "peak_kb": 0, "fdes": 0, "rows": 0, "differences": [], "readelf_seconds": 0}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", metavar="PATH")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=120, help="seconds per file and tool")
+    parser.add_argument("--memory-mb", type=int, default=1024, help="address-space limit of the plugin")
+    parser.add_argument("--limit", type=int, help="only the first N ELF files")
+    parser.add_argument("--slowest", type=int, default=10)
+    parser.add_argument("--progress", action="store_true", help="a line per file on stderr as it is done")
+    args = parser.parse_args(argv)
+    files, skipped = [], 0
+    for path, x86_64 in elf_files(args.paths):
+        if x86_64:
+            files.append(path)
+        else:
+            skipped += 1
+        if args.limit and len(files) >= args.limit:
+            break
+    started = time.monotonic()
+    results = []
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for n, result in enumerate(pool.map(lambda p: _guarded(compare_file, p, args), files), 1):
+            results.append(result)
+            if args.progress:
+                sys.stderr.write("%d/%d rc=%s %.2fs fdes=%d diffs=%d %s\n" % (
+                    n, len(files), result["rc"], result["seconds"], result["fdes"],
+                    len(result["differences"]), result["path"]))
+                sys.stderr.flush()
+    failed = [r for r in results if r["rc"] not in (0, 1)]
+    some_bad = [r for r in results if r["rc"] == 1]
+    differing = [r for r in results if r["differences"]]
+    print("files: %d x86_64 ELF (%d other ELF skipped), wall %.0f s" % (len(files), skipped, time.monotonic() - started))
+    print("FDEs: %d, rows (merged): %d" % (sum(r["fdes"] for r in results), sum(r["rows"] for r in results)))
+    print("CPU time: ours %.1f s, readelf %.1f s, llvm-dwarfdump %.1f s (sums over files)" % (
+        sum(r["seconds"] for r in results), sum(r["readelf_seconds"] for r in results),
+        sum(r.get("llvm_seconds", 0) for r in results)))
+    print("FDEs where llvm-dwarfdump drops the offset after an expression CFA (not compared): %d"
+          % sum(r.get("known_llvm", 0) for r in results))
+    print("exit 1 (some entries bad): %d files; failed (exit 2, timeout, memory): %d" % (len(some_bad), len(failed)))
+    for r in failed:
+        print("  FAILED %s: %s" % (r["path"], r["rc"]))
+    print("files with differences: %d" % len(differing))
+    for r in differing:
+        print("  %s: %d differences" % (r["path"], len(r["differences"])))
+        for line in r["differences"][:SHOWN_PER_FILE]:
+            print("    " + line)
+    print("peak RSS of ours: %.0f MB (%s)" % (max((r["peak_kb"], r["path"]) for r in results)[0] / 1024,
+                                              max((r["peak_kb"], r["path"]) for r in results)[1]))
+    print("slowest (CPU seconds):")
+    for r in sorted(results, key=lambda r: -r["seconds"])[:args.slowest]:
+        print("  %6.2f s (readelf %.2f s) %s" % (r["seconds"], r["readelf_seconds"], r["path"]))
+    return 1 if failed or differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
