@@ -136,9 +136,9 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     bias = module.load_bias
     stubs = []
     if module.path and module.format == "elf":
-        for name, (address, size, _, _) in on_disk.sections(module.path).items():
-            if name in PLT_SECTIONS and size:
-                stubs.append((address + bias, address + bias + size))
+        for name, header in on_disk.sections(module.path).items():
+            if name in PLT_SECTIONS and header.size:
+                stubs.append((header.address + bias, header.address + bias + header.size))
     symbol = getattr(target, "symbol", None)
 
     def symbol_name(address):
