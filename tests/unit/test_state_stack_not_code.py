@@ -2,7 +2,7 @@
 (issue 19 item 8): the kernel's "[stack]", and the mapping the walked thread's sp
 lies in (a thread's stack has no name)."""
 
-from plugin import engine
+from plugin import checks, engine
 from plugin.model.stops import StopReason
 from plugin.target import Mapping, SnapshotTarget
 from fallback_world import CODE, CODE_SIZE, STACK, STACK_TOP, X86, World
@@ -64,12 +64,12 @@ def test_a_signal_frame_may_switch_to_a_lower_stack_but_not_out_of_stack_memory(
     trampoline_sp = STACK_TOP - 0x100            # the signal stack
     frame = Frame(level=1, pc=CODE + 0x100, registers={X86.sp: trampoline_sp}, method="cfi", exact_pc=True)
     lower = STACK + 0x100                        # the interrupted stack, below the signal stack
-    assert engine._implausible(_signal_step(lower, CODE + 0x50), frame, ctx, trampoline_sp, STACK_TOP - 0x200) is None
-    kind, why = engine._implausible(_signal_step(CODE + 0x40, CODE + 0x50), frame, ctx, trampoline_sp, None)
+    assert checks.implausible(_signal_step(lower, CODE + 0x50), frame, ctx, trampoline_sp, STACK_TOP - 0x200) is None
+    kind, why = checks.implausible(_signal_step(CODE + 0x40, CODE + 0x50), frame, ctx, trampoline_sp, None)
     assert kind == FailureKind.NOT_STACK_MEMORY and "not writable stack memory" in why
-    kind, _ = engine._implausible(_signal_step(0x10, CODE + 0x50), frame, ctx, trampoline_sp, None)
+    kind, _ = checks.implausible(_signal_step(0x10, CODE + 0x50), frame, ctx, trampoline_sp, None)
     assert kind == FailureKind.UNREADABLE_MEMORY
     # not a signal frame: a lower CFA is still rejected
     plain = _signal_step(lower, CODE + 0x50)
     plain.signal_frame = False
-    assert engine._implausible(plain, frame, ctx, trampoline_sp, None)[0] == FailureKind.CFA_NOT_INCREASING
+    assert checks.implausible(plain, frame, ctx, trampoline_sp, None)[0] == FailureKind.CFA_NOT_INCREASING
