@@ -24,13 +24,9 @@ through it with any source, and GDB's bt uses its own sigtramp unwinder for
 that frame. From `realign` it goes down to main and main's return address.
 """
 
-import subprocess
-
-
 from gdbrun import run_gdb
 from sframe_demo import demo_copy, pcs
-from qemu_user import qemu_user
-from support import need_tool
+from qemu_user import aarch64_static, qemu_user
 
 SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
 
@@ -118,16 +114,7 @@ def test_stripped_demo_under_qemu(tmp_path):
 
 def _pac_program(tmp_path):
     """tests/fixtures/pac_aarch64.S assembled with SFrame and linked static (binutils for aarch64)."""
-    from support import FIXTURES
-    obj, exe = tmp_path / "pac.o", tmp_path / "pac"
-    subprocess.run([need_tool("aarch64-linux-gnu-as"), "--gsframe", "-o", str(obj),
-                    str(FIXTURES / "pac_aarch64.S")], check=True)
-    subprocess.run([need_tool("aarch64-linux-gnu-ld"), "-static", "--eh-frame-hdr", "-o", str(exe), str(obj)],
-                   check=True)
-    from elftools.elf.elffile import ELFFile
-    with open(exe, "rb") as handle:
-        symbols = {s.name: s["st_value"] for s in ELFFile(handle).get_section_by_name(".symtab").iter_symbols()}
-    return exe, symbols
+    return aarch64_static(tmp_path, "pac_aarch64.S", "pac", as_flags=("--gsframe",))
 
 
 def test_signed_return_addresses_are_stripped_live(tmp_path):

@@ -3,23 +3,12 @@ gdb-multiarch (issue 19 item 2): frame 0 at pc 0, its caller from the link
 register. Oracle: GDB's own frames (the plugin's unwinder disabled) and the
 fixture's labels. Set-up as in tests/gdb/test_aarch64_qemu.py."""
 
-import subprocess
-
 from gdbrun import run_gdb
-from qemu_user import qemu_user
-from support import FIXTURES, need_tool
+from qemu_user import aarch64_static, qemu_user
 
 
 def _program(tmp_path):
-    obj, exe = tmp_path / "null.o", tmp_path / "null"
-    subprocess.run([need_tool("aarch64-linux-gnu-as"), "-o", str(obj), str(FIXTURES / "null_call_aarch64.S")],
-                   check=True)
-    subprocess.run([need_tool("aarch64-linux-gnu-ld"), "-static", "--eh-frame-hdr", "-o", str(exe), str(obj)],
-                   check=True)
-    from elftools.elf.elffile import ELFFile
-    with open(exe, "rb") as handle:
-        symbols = {s.name: s["st_value"] for s in ELFFile(handle).get_section_by_name(".symtab").iter_symbols()}
-    return exe, symbols
+    return aarch64_static(tmp_path, "null_call_aarch64.S", "null")
 
 
 def test_null_call_on_aarch64_takes_the_caller_from_the_link_register(tmp_path):

@@ -356,3 +356,18 @@ def collapse(rows):
             continue
         out.append((address, key))
     return out
+
+
+def readelf_fde_ranges(path, section=".eh_frame"):
+    """Sorted (start, end) of every FDE of `section` as `readelf --debug-dump=frames` prints them."""
+    from support import need_tool, run
+    out = run([need_tool("readelf"), "--debug-dump=frames", str(path)]).stdout
+    ranges, current = [], None
+    for line in out.splitlines():
+        header = re.match(r"Contents of the (\S+) section", line)
+        if header:
+            current = header.group(1).rstrip(":")
+        match = re.search(r"FDE cie=\w+ pc=([0-9a-f]+)\.\.([0-9a-f]+)", line)
+        if match and current == section:
+            ranges.append((int(match.group(1), 16), int(match.group(2), 16)))
+    return sorted(ranges)

@@ -56,3 +56,17 @@ def qemu_user(emulator, binary, args, sysroot=None, options=()):
             proc.kill()
         proc.wait(timeout=30)
         proc.stderr.close()
+
+
+def aarch64_static(tmp_path, fixture, name, as_flags=()):
+    """(executable, {symbol: address}) of tests/fixtures/FIXTURE assembled for aarch64 and linked static."""
+    from elftools.elf.elffile import ELFFile
+    from support import FIXTURES
+    obj, exe = tmp_path / (name + ".o"), tmp_path / name
+    subprocess.run([need_tool("aarch64-linux-gnu-as"), *as_flags, "-o", str(obj), str(FIXTURES / fixture)],
+                   check=True)
+    subprocess.run([need_tool("aarch64-linux-gnu-ld"), "-static", "--eh-frame-hdr", "-o", str(exe), str(obj)],
+                   check=True)
+    with open(exe, "rb") as handle:
+        symbols = {s.name: s["st_value"] for s in ELFFile(handle).get_section_by_name(".symtab").iter_symbols()}
+    return exe, symbols

@@ -1,31 +1,19 @@
 """`python -m plugin tables`: shape of its output and its errors, checked against readelf."""
 
 import json
-import re
 import subprocess
 import sys
 
 import pytest
 
 from support import ROOT, build, need_tool, run, system_library
+from cfi_dumps import readelf_fde_ranges
 
 
 def plugin(*args):
     return subprocess.run([sys.executable, "-m", "plugin", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
-
-def readelf_fde_ranges(path, section=".eh_frame"):
-    out = run([need_tool("readelf"), "--debug-dump=frames", str(path)]).stdout
-    ranges, current = [], None
-    for line in out.splitlines():
-        header = re.match(r"Contents of the (\S+) section", line)
-        if header:
-            current = header.group(1).rstrip(":")
-        match = re.search(r"FDE cie=\w+ pc=([0-9a-f]+)\.\.([0-9a-f]+)", line)
-        if match and current == section:
-            ranges.append((int(match.group(1), 16), int(match.group(2), 16)))
-    return sorted(ranges)
 
 
 @pytest.mark.parametrize("target", ["fixture", "libc"])

@@ -16,6 +16,7 @@ import pytest
 
 import crafted_elf
 from support import BUILD, ROOT, build, need_tool, run, system_library
+from cfi_dumps import readelf_fde_ranges
 
 LIMIT_SECONDS = 10
 LIMIT_KB = 500 * 1024
@@ -37,18 +38,6 @@ def measured(*args):
         return (proc.returncode, out.read().decode(), err.read().decode(),
                 time.monotonic() - started, usage.ru_maxrss)
 
-
-def readelf_fdes(path, section=".eh_frame"):
-    out = run([need_tool("readelf"), "--debug-dump=frames", str(path)]).stdout
-    ranges, current = [], None
-    for line in out.splitlines():
-        header = re.match(r"Contents of the (\S+) section", line)
-        if header:
-            current = header.group(1).rstrip(":")
-        match = re.search(r"FDE cie=\w+ pc=([0-9a-f]+)\.\.([0-9a-f]+)", line)
-        if match and current == section:
-            ranges.append((int(match.group(1), 16), int(match.group(2), 16)))
-    return sorted(ranges)
 
 
 def cfi_entries(stdout, section=".eh_frame"):
@@ -114,7 +103,7 @@ def test_one_bad_fde_costs_only_itself():
     data[first_fde + 4:first_fde + 8] = (0x7FFFFFF0).to_bytes(4, "little")    # CIE pointer to nowhere
     rc, out, err, _, _ = measured("tables", crafted("badcie", bytes(data)), "--json")
     assert rc == 1, err
-    expected = readelf_fdes(path)
+    expected = readelf_fde_ranges(path)
     listed = sorted((e["start"], e["end"]) for e in cfi_entries(out))
     assert len(listed) == len(expected) - 1 and set(listed) < set(expected)
     [problem] = json.loads(out)["problems"]
@@ -126,7 +115,7 @@ def test_libgcrypt_lists_every_fde_and_keeps_the_offset_as_libgcc_does():
     rc, out, err, _, _ = measured("tables", path, "--json")
     assert rc == 0, err
     entries = cfi_entries(out)
-    assert sorted((e["start"], e["end"]) for e in entries) == readelf_fdes(path)
+    assert sorted((e["start"], e["end"]) for e in entries) == readelf_fde_ranges(path)
     noted = [(e, r) for e in entries for r in e["rows"] if r.get("note")]
     assert noted
     interp = run([need_tool("readelf"), "--debug-dump=frames-interp", str(path)]).stdout
@@ -141,7 +130,7 @@ def test_libcc1_without_a_terminator_is_sized_by_its_section_header():
     path = Path(run(["gcc", "-print-file-name=libcc1.so"]).stdout.strip()).resolve()
     rc, out, err, _, _ = measured("tables", path, "--json")
     assert rc == 0, (err, json.loads(out)["problems"])
-    expected = readelf_fdes(path)
+    expected = readelf_fde_ranges(path)
     assert len(expected) > 100
     assert sorted((e["start"], e["end"]) for e in cfi_entries(out)) == expected
     start, end = expected[len(expected) // 2]
@@ -171,7 +160,7 @@ def test_compressed_debug_frame_decodes_to_the_same_rows(method, section):
     headers = run([need_tool("readelf"), "-S", "-W", str(packed)]).stdout
     assert re.search(r"\] %s\s" % re.escape(section), headers)
     rows = debug_frame_rows(plain)
-    assert [(s, e) for s, e, _ in rows] == readelf_fdes(plain, ".debug_frame")
+    assert [(s, e) for s, e, _ in rows] == readelf_fde_ranges(plain, ".debug_frame")
     assert rows and debug_frame_rows(packed) == rows
 
 
@@ -211,10 +200,10 @@ def test_crt1_ranges_are_relocated_against_text():
     rc, out, err, _, _ = measured("tables", path, "--json")
     assert rc == 0, err
     entries = cfi_entries(out)
-    assert sorted((e["start"], e["end"]) for e in entries) == readelf_fdes(path)
+    assert sorted((e["start"], e["end"]) for e in entries) == readelf_fde_ranges(path)
     assert {e["relative_to"] for e in entries} == {".text"}
     text = measured("tables", path)[1]
-    for start, end in readelf_fdes(path):
+    for start, end in readelf_fde_ranges(path):
         assert "  [.text+0x%x, .text+0x%x) FDE" % (start, end) in text
 
 
@@ -226,7 +215,7 @@ def test_object_with_function_sections(flags, section):
     rc, out, err, _, _ = measured("tables", path, "--json")
     assert rc == 0, err
     entries = cfi_entries(out, section)
-    assert sorted((e["start"], e["end"]) for e in entries) == readelf_fdes(path, section)
+    assert sorted((e["start"], e["end"]) for e in entries) == readelf_fde_ranges(path, section)
     targets = readelf_relocated_targets(path, section)
     for entry in entries:
         # The relocation at the FDE's pc_begin names the section it describes.
