@@ -168,6 +168,15 @@ class Arch:
         """
         return None
 
+    def direct_call_target(self, read: Read, address: int) -> Optional[int]:
+        """The target of the direct call that ends at `address`, or None (not one, or unknown)."""
+        return None
+
+    def returns_to_caller_at_once(self, read: Read, address: int) -> bool:
+        """Is the code at `address` a function that returns at once without keeping its return
+        address on the stack (a pc thunk)? The base knows none."""
+        return False
+
     def return_at(self, read: Read, pc: int) -> Optional[str]:
         """The mnemonic of the return instruction at pc (from `returns`), or None."""
         lengths = sorted({len(encoding) for encoding, _ in self.returns}, reverse=True)

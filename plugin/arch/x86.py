@@ -50,6 +50,19 @@ class X86(Arch):
             return "call r/m"
         return None
 
+    def direct_call_target(self, read: Read, address: int) -> Optional[int]:
+        code = read(address - 5, 5)
+        if code is None or code[0] != 0xE8:       # call rel32: e8 + signed 4-byte displacement
+            return None
+        return (address + int.from_bytes(code[1:], "little", signed=True)) % (1 << (8 * self.address_size))
+
+    def returns_to_caller_at_once(self, read: Read, address: int) -> bool:
+        # i386 PIC's pc thunk (__x86.get_pc_thunk.REG): `mov r32, [esp]; ret`
+        # (8b, ModRM mod=00 rm=100, SIB 24 = [esp], c3). Its return address
+        # is popped by its `ret` before any other code runs.
+        code = read(address, 4)
+        return code is not None and code[0] == 0x8B and code[1] & 0xC7 == 0x04 and code[2:] == b"\x24\xc3"
+
     def entry_row(self, pc: int, unchanged=(), ra_signed=False) -> Row:
         word = self.address_size
         registers = {n: Rule(RuleKind.SAME) for n in unchanged}

@@ -40,6 +40,7 @@ from plugin.strategies import sigframe
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "scan"
+PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got", ".iplt")
 MAX_LISTED = 24                 # skipped candidates listed one by one; the rest are counted
 AT_STACK_TOP = " (the top of the stack)"
 SYMTAB_CACHE_KEY = "scan: has .symtab"     # in module.cache: does the module's file have a .symtab?
@@ -62,9 +63,12 @@ def step(frame, ctx):
     if not words:
         return Outcome.failed(SOURCE, "cannot read the stack at sp=0x%x" % sp, FailureKind.UNREADABLE_MEMORY)
     skipped, not_code = [], 0
-    for slot, value in words:
+    callee = _Callee(frame, ctx)
+    for index, (slot, value) in enumerate(words):
         address = arch.strip_pointer_auth(value)
         problem, detail = candidate_problem(address, ctx)
+        if problem is None:
+            problem = stale_call(address, ctx, callee, words[index + 1:])
         if problem is None:
             return _recovered(frame, ctx, sp, slot, address, detail, skipped, not_code)
         if problem == "not code":
@@ -130,6 +134,84 @@ def candidate_problem(address, ctx):
         if module is not None and has_symbol_table(module):
             return "follows a %s, but no function symbol of %s covers it" % (call, module.name), None
     return None, (call, function)
+
+
+class _Callee:
+    """What the scan knows of the frame being unwound: its function's start (symbol) and module."""
+
+    def __init__(self, frame, ctx):
+        pc = ctx.lookup_pc(frame)
+        found = function_of(frame, ctx)
+        self.start = found[1] if found else None
+        self.name = found[0] if found else "the callee's function"
+        self.module = ctx.modules.find(pc)
+
+
+def stale_call(address, ctx, callee, above):
+    """Why a plausible return address is a stale one left by earlier code, or None.
+
+    Evidence only: the call before it is a direct call whose target is read
+    from its bytes, and
+      * the target is a pc thunk (`mov r32, [esp]; ret`), whose `ret`
+        popped that word at once; or
+      * the target cannot be the callee's function (not its start, when a
+        symbol gives it; not in its module, when none does; not a PLT stub),
+        and the next plausible word above follows a call that can be (its
+        target is the callee's start, a PLT stub, or in the callee's module
+        when its start is unknown).
+    A tail call (a direct call to a function that jumps to the callee) would
+    look alike, so without that second word the candidate is kept.
+    """
+    read = reader(ctx.read_memory)
+    target = ctx.arch.direct_call_target(read, address)
+    if target is None:
+        return None
+    if ctx.arch.returns_to_caller_at_once(read, target):
+        return "follows a call to a pc thunk at 0x%x, which returned at once" % target
+    if _may_enter(target, ctx, callee):
+        return None
+    for slot, value in above:
+        later = ctx.arch.strip_pointer_auth(value)
+        if candidate_problem(later, ctx)[0] is not None:
+            continue
+        later_target = ctx.arch.direct_call_target(read, later)
+        if later_target is not None and _may_enter(later_target, ctx, callee):
+            return ("follows a call to 0x%x, which is not %s, while [0x%x] = 0x%x above follows a call "
+                    "to 0x%x, which can have entered it" % (target, _callee_words(callee), slot, later, later_target))
+        return None
+    return None
+
+
+def _may_enter(target, ctx, callee):
+    """Can a direct call to `target` have entered the callee's function (directly or via a PLT stub)?"""
+    if callee.start is not None and target == callee.start:
+        return True
+    if _in_plt(target, ctx):
+        return True
+    module = ctx.modules.find(target)
+    return callee.start is None and (module is None or callee.module is None or module is callee.module)
+
+
+def _callee_words(callee):
+    if callee.start is not None:
+        return "%s's start 0x%x nor a PLT stub" % (callee.name, callee.start)
+    return "in %s (the callee's module) nor a PLT stub" % (callee.module.name if callee.module else "?")
+
+
+def _in_plt(address, ctx):
+    """Does `address` lie in a PLT section of its module's file?"""
+    module = ctx.modules.find(address)
+    if module is None or not module.path or module.format != "elf":
+        return False
+    try:
+        headers = on_disk.sections(module.path)
+    except OSError:
+        return False
+    for name in PLT_SECTIONS:
+        header = headers.get(name)
+        if header is not None and 0 <= address - header.address - module.load_bias < header.size:
+            return True
+    return False
 
 
 def has_symbol_table(module):

@@ -8,8 +8,8 @@ Oracle: LLDB's own physical frames (pc, sp) and its register values.
 - `cfi` at -O0, -O2 and -O2 -fomit-frame-pointer, stops in our code
   (plain, a SIGUSR1 handler, qsort's callback) and in libc (getpid):
   the plugin's walk equals LLDB's frames down to _start.
-- `frame-pointer` and `scan` with .eh_frame removed: equal to LLDB's frames
-  on the twin with tables, sp relative to the innermost frame's (the two
+- `frame-pointer` and `scan` with .eh_frame removed, at the plain and the
+  qsort stops: equal to LLDB's frames on the twin with tables, sp relative to the innermost frame's (the two
   programs' paths differ, so their stacks sit at different heights).
 """
 
@@ -55,15 +55,21 @@ def _relative(frames):
     return [(f["pc"], f["sp"] - frames[0]["sp"]) for f in frames]
 
 
+@pytest.mark.parametrize("stop", ["plain", "qsort"])
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
-def test_i386_fallbacks_equal_lldb_on_the_twin_with_tables(flags_name):
-    truth, _ = run_lldb(program(flags_name), [("frames", "frames", None)], args=["plain"])
+def test_i386_fallbacks_equal_lldb_on_the_twin_with_tables(flags_name, stop):
+    truth, _ = run_lldb(program(flags_name), [("frames", "frames", None)], args=[stop])
     results, transcript = run_lldb(program(flags_name, STRIP, "chain-i386-noeh"), [
         ("ours", "json", "unwind backtrace --json --sources frame-pointer,scan"),
-    ], args=["plain"])
+    ], args=[stop])
     theirs = physical(truth["frames"])
     upto = [f["function"] for f in theirs].index("main") + 1
     frames = results["ours"]["frames"]
     assert _relative(frames)[:upto] == _relative(theirs)[:upto], transcript
     methods = {f["method"] for f in frames[2:upto]}
-    assert methods == ({"frame-pointer"} if flags_name == "O0" else {"scan"}), frames
+    if stop == "qsort":
+        # libc's qsort frames keep no frame records: scanned, past the stale
+        # return addresses that earlier code left (GDB's test checks the reasons).
+        assert methods <= {"frame-pointer", "scan"} and "scan" in methods, frames
+    else:
+        assert methods == ({"frame-pointer"} if flags_name == "O0" else {"scan"}), frames
