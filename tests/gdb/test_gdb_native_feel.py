@@ -1,6 +1,7 @@
 """GDB as a person types it, in a pty: styles, TAB completion, settings, help."""
 
 import os
+import re
 
 import pexpect
 
@@ -15,6 +16,12 @@ def _session(binary):
                           dimensions=(50, 200), env=env)
     child.expect(PROMPT)
     return child
+
+
+def _table(output):
+    """The lines a command printed, colour escapes removed (GDB's echo and bracketed-paste codes dropped)."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in output.replace("\r", "").split("\n")[1:]]
+    return [re.sub(r"\x1b\[\?2004[hl]", "", line) for line in lines if line.strip(" \x1b[?2004hl")]
 
 
 def test_styles_completion_settings_and_help():
@@ -36,10 +43,21 @@ def test_styles_completion_settings_and_help():
         assert "\x1b[34m0x" in styled and "level2" in styled          # GDB's function/address/file styles
         assert "\x1b[33mlevel3\x1b[m" in styled                   # function names in GDB's default yellow
         assert "\x1b[33mlevel3\x1b[m" in send("unwind explain 1")
+        styled_compare, styled_tables = send("unwind compare"), send("unwind tables level3")
+        assert "\x1b[33mlevel3\x1b[m" in styled_compare and "\x1b[34m0x" in styled_compare
+        assert "\x1b[32m%s\x1b[m" % binary.name in styled_tables and "\x1b[34m0x" in styled_tables
         send("set style enabled off")
         plain = send("unwind backtrace 2")
         assert "\x1b[3" not in plain and "level3" in plain     # no colour (bracketed-paste codes remain)
         assert "\x1b[3" not in send("unwind explain 1")
+        plain_compare, plain_tables = send("unwind compare"), send("unwind tables level3")
+        assert "\x1b[3" not in plain_compare and "\x1b[3" not in plain_tables
+        # Styled text is the plain text with colours added: the columns stay where they were.
+        assert _table(styled_compare) == _table(plain_compare) and _table(styled_tables) == _table(plain_tables)
+        rows = _table(plain_compare)
+        assert rows[0].startswith("level ") and rows[-1] == "all %d frames agree" % (len(rows) - 2)
+        assert len({row.index("agree") for row in rows[1:-1]} | {rows[0].index("verdict")}) == 1
+        assert "level3" in rows[1] and "%s: .eh_frame CFI at 0x" % binary.name in _table(plain_tables)[0]
 
         listed = send("complete unwind explain -")
         assert "unwind explain -json" in listed and "unwind explain -verbose" in listed
