@@ -24,6 +24,11 @@ def _table(output):
     return [re.sub(r"\x1b\[\?2004[hl]", "", line) for line in lines if line.strip(" \x1b[?2004hl")]
 
 
+def _levels(output):
+    """The frame levels (#N at a line's start) in a command's output."""
+    return [int(n) for n in re.findall(r"^#(\d+)", "\n".join(_table("\n" + output)), re.M)]
+
+
 def test_styles_completion_settings_and_help():
     binary = build("chain.c", ["-O0"])
     child = _session(binary)
@@ -104,3 +109,63 @@ def test_static_tables_without_a_process():
     # readelf, an oracle this project did not write, has the same FDE range
     frames = subprocess.run(["readelf", "--debug-dump=frames", str(binary)], capture_output=True, text=True).stdout
     assert "pc=%016x..%016x" % (entry["start"], entry["end"]) in frames
+
+
+PAGER = r"--Type <RET> for more, q to quit, c to continue without paging--"
+
+
+def test_long_listings_page_like_gdb_own():
+    """`set height 10`: a long listing stops at GDB's pager prompt, goes on at RET, ends at `q`
+    with GDB's "Quit" (no Python traceback), and `c` prints the rest down to the stop line."""
+    binary = build("chain.c", ["-O0"])
+    child = _session(binary)
+
+    def send(line):
+        child.sendline(line)
+        child.expect(PROMPT)
+        return child.before
+
+    try:
+        send("source %s/gdb_unwinder/gdbinit.py" % ROOT)
+        send("set style enabled off")
+        send("break stop_here")
+        assert "Breakpoint 1, " in send("run recurse 30")
+        send("set height 10")
+        send("set pagination on")
+        gdb_levels = re.findall(r"^#(\d+)", "\n".join(_table(send("with height 0 -- bt"))), re.M)
+        assert len(gdb_levels) > 30
+
+        child.sendline("unwind backtrace")
+        child.expect(PAGER)
+        first = _levels(child.before)
+        assert first[0] == 0 and len(first) < 10
+        child.sendline("")                  # RET: the next page, from the next level on
+        child.expect(PAGER)
+        second = _levels(child.before)
+        assert second[0] == first[-1] + 1 and second == list(range(second[0], second[0] + len(second)))
+        child.sendline("q")
+        child.expect(PROMPT)
+        assert "Quit" in child.before and "Traceback" not in child.before and "Python" not in child.before
+
+        child.sendline("unwind explain all")
+        child.expect(PAGER)
+        assert "#0 " in child.before
+        child.sendline("q")
+        child.expect(PROMPT)
+        assert "Quit" in child.before and "Traceback" not in child.before and "Python" not in child.before
+
+        child.sendline("unwind backtrace")
+        child.expect(PAGER)
+        child.sendline("c")                 # continue without paging: every level, then the stop line
+        child.expect(PROMPT)
+        rest = _table(child.before)
+        levels = _levels(child.before)
+        assert levels == list(range(levels[0], levels[-1] + 1)) and levels[-1] >= int(gdb_levels[-1])
+        assert any(line.startswith("#%s " % gdb_levels[-1]) and " main " in line for line in rest)  # GDB's last
+        assert any(line.startswith("Backtrace stopped: ") for line in rest)
+        assert "still here" in send("echo still here\\n")
+        send("set confirm off")
+        child.sendline("quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
