@@ -156,7 +156,7 @@ def run_tables(state, given):
     if gdb.selected_inferior().pid == 0:
         return _static_tables(address)
     state.refresh_arch()
-    return reports.tables_report(state.target, state.modules, address)
+    return reports.tables_report(state.target, state.modules, address, gdb_style())
 
 
 def _static_tables(address):
@@ -173,14 +173,14 @@ def _static_tables(address):
     modules = ModuleMap(target)
     if target.header_address is None:       # an object file: its sections are the module
         modules.add(target.section_module())
-    return reports.tables_report(target, modules, address)
+    return reports.tables_report(target, modules, address, gdb_style())
 
 
 def run_compare(state, given):
     _need_process()
     _, bt = _walk(state, given.sources, gdb.newest_frame())
     theirs = native.native_frames(state, len(bt.frames) + 16)
-    return reports.compare_report(bt, theirs, state.context(given.sources))
+    return reports.compare_report(bt, theirs, state.context(given.sources), gdb_style())
 
 
 def run_modules(state, given):

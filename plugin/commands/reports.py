@@ -6,7 +6,7 @@ gather registers and native frames, call these, and print one of the two.
 
 from plugin.validate import compare as comparing
 from plugin.render import explain, tables
-from plugin.render.style import plain
+from plugin.render.style import Styled, plain
 from plugin.engine import UnwindContext, unwind
 from plugin.model.stops import StopReason
 from plugin.strategies.cfi import CfiTables
@@ -98,20 +98,44 @@ def explain_report(bt, arch, which, verbose=False, width=None, style=plain):
     return data, text
 
 
-def compare_report(bt, native, ctx):
+def compare_report(bt, native, ctx, style=plain):
+    """style: how pcs and function names are coloured (render.style); columns are padded as plain text."""
     rows = comparing.compare(bt.frames, native, ctx)
     data = {"frames": rows, "agree": all(r["agrees"] for r in rows), "summary": comparing.summary(rows),
             "stop_reason": bt.stop_reason}
-    width = 2 * ctx.arch.address_size
-    lines = ["%-5s %-*s %-*s %s" % ("level", width + 2, "plugin pc", width + 2, "native pc", "verdict")]
-    for row in rows:
+    width = 2 * ctx.arch.address_size + 2
+    names = [_function_of(row) for row in rows]
+    named = min(max([len(n) for n in names] + [len("function")]), FUNCTION_COLUMN)
+    lines = ["%-5s %-*s %-*s %-*s    %s" % ("level", width, "plugin pc", width, "native pc", named, "function",
+                                          "verdict")]
+    for row, name in zip(rows, names):
         ours = row["plugin"]["pc"] if row["plugin"] else None
         theirs = row["native"]["pc"] if row["native"] else None
         mark = "  " if row["agrees"] else "!="
-        lines.append("#%-4d %-*s %-*s %s %s" % (row["level"], width + 2, explain.hexa(ours) or "-",
-                                                width + 2, explain.hexa(theirs) or "-", mark, row["verdict"]))
+        lines.append("#%-4d %s %s %s %s %s" % (
+            row["level"], _cell(style, Styled.ADDRESS, explain.hexa(ours), width),
+            _cell(style, Styled.ADDRESS, explain.hexa(theirs), width),
+            _cell(style, Styled.FUNCTION, name, named), mark, row["verdict"]))
     lines.append(data["summary"])
     return data, "\n".join(lines)
+
+
+FUNCTION_COLUMN = 32        # function names longer than this push the verdict right on their own line
+
+
+def _function_of(row):
+    """The function a compare row is in: the plugin's name, else the debugger's."""
+    for side in ("plugin", "native"):
+        if row[side] and row[side].get("function"):
+            return row[side]["function"]
+    return ""
+
+
+def _cell(style, kind, text, width):
+    """text styled, padded to width by its plain length (escapes take no columns); "-" when absent."""
+    if not text:
+        return "-".ljust(width)
+    return style(kind, text) + " " * (width - len(text))
 
 
 def modules_report(modules):
@@ -140,9 +164,9 @@ def modules_report(modules):
     return data, "\n".join(lines)
 
 
-def tables_report(target, modules, address):
+def tables_report(target, modules, address, style=plain):
     result = tables.collect(target, modules, address)
-    return result, tables.text(result)
+    return result, tables.text(result, style)
 
 
 def context(target, modules, sources):

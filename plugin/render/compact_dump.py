@@ -8,6 +8,7 @@ The `compact` strategy decides; this module only shows its tables
 
 from plugin.errors import DecodeError
 from plugin.formats import cfi
+from plugin.render.style import Styled, plain
 from plugin.strategies import compact
 
 
@@ -77,10 +78,11 @@ def _entry_json(tables, ui, entry, address, problems):
     return out
 
 
-def entry_text(entry):
-    """Lines of `tables.text` for one compact entry."""
-    head = "  [0x%x, 0x%x) compact %s (page %s): %s" % (
-        entry["start"], entry["end"], entry["encoding_hex"], entry["page"], entry["text"] or "?")
+def entry_text(entry, style=plain):
+    """Lines of `tables.text` for one compact entry; style colours addresses."""
+    at = lambda address: style(Styled.ADDRESS, "0x%x" % address)       # noqa: E731
+    head = "  [%s, %s) compact %s (page %s): %s" % (
+        at(entry["start"]), at(entry["end"]), entry["encoding_hex"], entry["page"], entry["text"] or "?")
     lines = [head]
     if "dwarf" in entry:
         lines.append("    -> __eh_frame FDE at +0x%x, CIE at +0x%x, [0x%x, 0x%x)" % (
@@ -89,5 +91,5 @@ def entry_text(entry):
     if "error" in entry:
         lines.append("    error: %s" % entry["error"])
     for row, row_text in zip(entry["rows"], entry["rows_text"]):
-        lines.append("    0x%x: %s" % (row["address"], row_text))
+        lines.append("    %s: %s" % (at(row["address"]), row_text))
     return lines

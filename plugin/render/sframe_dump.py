@@ -9,6 +9,7 @@ the strategy may use it without an import cycle.
 """
 
 from plugin.formats import sframe
+from plugin.render.style import Styled, plain
 
 
 # -- evidence: the FDE and FRE, and what each data word means ------------------
@@ -202,10 +203,11 @@ def fde_table_json(section, index, fde, arch, address=None):
     return entry
 
 
-def entry_text(entry):
-    """Lines of `unwind tables` text for one SFrame entry (from fde_table_json)."""
-    head = "  [0x%x, 0x%x) SFrame FDE %d at +0x%x, %s" % (
-        entry["start"], entry["end"], entry["fde_index"], entry["fde_offset"], entry["fde_type"])
+def entry_text(entry, style=plain):
+    """Lines of `unwind tables` text for one SFrame entry (from fde_table_json); style colours addresses."""
+    at = lambda address: style(Styled.ADDRESS, "0x%x" % address)       # noqa: E731
+    head = "  [%s, %s) SFrame FDE %d at +0x%x, %s" % (
+        at(entry["start"]), at(entry["end"]), entry["fde_index"], entry["fde_offset"], entry["fde_type"])
     if entry["pc_type"] == "mask":
         head += ", pc type mask (repeats every %d bytes)" % entry["rep_size"]
     if entry["signal_frame"]:
@@ -216,7 +218,7 @@ def entry_text(entry):
     if entry["outermost"]:
         lines.append("    no FREs: outermost frame")
     for row, row_text, fre in zip(entry["rows"], entry["rows_text"], entry["fres"]):
-        lines.append("    0x%x: %s" % (row["address"], row_text))
+        lines.append("    %s: %s" % (at(row["address"]), row_text))
         if fre["fre_index"] is not None:
             words = ", ".join("%d" % w["value"] for w in fre["data_words"])
             lines.append("      FRE %d at +0x%x, base %s, %d-byte data words [%s]%s" % (

@@ -12,6 +12,7 @@ from plugin.render import cfi_dump, compact_dump, sframe_dump
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
 from plugin.render.cfi_dump import Want
+from plugin.render.style import Styled, plain
 from plugin.strategies.cfi import CfiTables
 from plugin.targets import object_file
 
@@ -92,13 +93,13 @@ def write_json(target, modules, address, out, kinds=None):
     return problems
 
 
-def write_text(target, modules, address, out, kinds=None):
+def write_text(target, modules, address, out, kinds=None, style=plain):
     """text() written to `out` as the entries are produced. Returns the Problems."""
     problems = Problems()
     any_source = False
     for source in iter_sources(target, modules, address, problems, kinds, Want.TEXT):
         any_source = True
-        for line in _source_lines(source):
+        for line in _source_lines(source, style):
             out.write(line + "\n")
     result = {"sources": [True] if any_source else [], "problems": problems}
     if address is not None:
@@ -151,29 +152,30 @@ def _agreement(target, module, address, problems):
     return out
 
 
-def text(result):
-    """The collected tables for people: one block per entry, one line per row."""
+def text(result, style=plain):
+    """The collected tables for people: one block per entry, one line per row.
+    style: how module names and addresses are coloured (render.style)."""
     lines = []
     for source in result["sources"]:
-        lines.extend(_source_lines(source))
+        lines.extend(_source_lines(source, style))
     lines.extend(_tail_lines(result))
     return "\n".join(lines)
 
 
-def _source_lines(source):
+def _source_lines(source, style=plain):
     count = len(source["entries"])
-    yield "%s: %s %s at 0x%x (%d %s)" % (
-        source["module"], source["section"], source["kind"].upper(), source["address"],
-        count, "entry" if count == 1 else "entries")
+    yield "%s: %s %s at %s (%d %s)" % (
+        style(Styled.FILE, source["module"]), source["section"], source["kind"].upper(),
+        style(Styled.ADDRESS, "0x%x" % source["address"]), count, "entry" if count == 1 else "entries")
     for entry in source["entries"]:
         if source["kind"] == "sframe":
-            yield from sframe_dump.entry_text(entry)
+            yield from sframe_dump.entry_text(entry, style)
             continue
         if source["kind"] == "compact":
-            yield from compact_dump.entry_text(entry)
+            yield from compact_dump.entry_text(entry, style)
             continue
         where = entry.get("relative_to")
-        at = (lambda a: "%s+0x%x" % (where, a)) if where else hex
+        at = (lambda a: style(Styled.ADDRESS, "%s+0x%x" % (where, a) if where else "0x%x" % a))
         head = "  [%s, %s)" % (at(entry["start"]), at(entry["end"]))
         if "fde_offset" in entry:
             head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
