@@ -81,7 +81,17 @@ class RowRenderer:
         return value
 
     def text(self, row):
-        return self._cached(self._text, self._key(row), lambda: row.text(self.arch))
+        # Keyed by the identity of the rule objects (shared by the decoder:
+        # instructions.register_cfa, _offset_rule), which is cheap to hash;
+        # the entry holds those objects, so no id in a key can be reused.
+        regs = row.registers
+        key = (id(row.cfa), tuple(regs), tuple(map(id, regs.values())), row.ra_signed, row.note)
+        hit = self._text.get(key)
+        if hit is None:
+            if len(self._text) >= ROW_CACHE:
+                self._text.clear()
+            hit = self._text[key] = (row.text(self.arch), row.cfa, tuple(regs.values()))
+        return hit[0]
 
     def json(self, row):
         base = self._cached(self._json, self._key(row), lambda: row.to_json(self.arch))

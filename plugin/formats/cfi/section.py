@@ -37,7 +37,9 @@ class CfiSection(EntryDecoder):
         whose length is sound costs only itself and the walk goes on after it;
         a length that cannot be believed ends the walk (nothing after it can be
         found), yielded as the last item. keep=False: FDEs are not cached (a
-        dump of a whole section holds one at a time)."""
+        dump of a whole section holds one at a time, and reads it whole)."""
+        if not keep:
+            self.region.prefetch()
         offset, size = 0, self.region.size
         while offset < size:
             try:
@@ -77,6 +79,7 @@ class CfiSection(EntryDecoder):
 
     def count_fdes(self) -> int:
         """How many FDEs the walk will meet, from the entry headers alone."""
+        self.region.prefetch()
         count, offset, size = 0, 0, self.region.size
         while offset < size:
             try:
