@@ -40,7 +40,7 @@ def measure_together(paths):
     files = sorted(path for path, is_x86_64 in elf_files(paths) if is_x86_64)
     status, out, plugin_s, plugin_kb = run_limited([PYTHON, "-m", "plugin", "tables", *files], 3600)
     _, readelf_out, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", *files], 3600)
-    print("%d x86_64 ELF files under %s" % (len(files), " ".join(paths)))
+    print("%d x86_64 ELF files (each inode once) under %d paths" % (len(files), len(paths)))
     print("  text, one process: %7.2f s CPU, %5.0f MB, exit %s, %d MB out" % (
         plugin_s, plugin_kb / 1024, status, len(out) >> 20))
     print("  readelf:           %7.2f s CPU, %d MB out: %5.1fx" % (

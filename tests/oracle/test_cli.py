@@ -82,3 +82,19 @@ def test_several_files_in_one_process_each_as_alone():
     assert result.stdout == "File: %s\n%s\nFile: /nonexistent/file\n\nFile: %s\n%s" % (
         one, alone[0], two, alone[1])
     assert "--json takes one FILE" in plugin("tables", one, two, "--json").stderr
+
+
+def test_text_rows_are_the_json_rows():
+    # Text mode shares the rows of FDEs with the same program (render/cfi_dump.py);
+    # --json runs every FDE. Both must list the same rows at the same addresses.
+    path = system_library("libstdc++.so.6")
+    data = json.loads(plugin("tables", path, "--json").stdout)
+    expected = []
+    for source in data["sources"]:
+        for entry in source["entries"]:
+            expected.extend("    0x%x: %s" % (row["address"], text)
+                            for row, text in zip(entry["rows"], entry["rows_text"]))
+    text = plugin("tables", path).stdout
+    rows = [line for line in text.splitlines() if line.startswith("    0x")]
+    assert len(expected) > 30000
+    assert rows == expected

@@ -189,3 +189,8 @@ def row_at(fde: FDE, pc: int, arch: Arch) -> Row | None:
     if not fde.start <= pc < fde.end:
         return None
     return _run(fde, arch, stop_pc=pc)
+
+
+def uses_set_loc(owner: CIE | FDE) -> bool:
+    """Whether the program of owner has a DW_CFA_set_loc (rows at absolute addresses)."""
+    return any(op == CFA_SET_LOC for _, op, _, _ in program(owner))
