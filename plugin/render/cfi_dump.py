@@ -6,8 +6,9 @@ entries are iterated and not kept (the count in the heading comes from a
 walk over the entry headers alone), so a dump of libLLVM holds one FDE at a
 time. A bad entry costs only itself (CfiSection.walk); a bad instruction
 costs the rows from it to the FDE's end, which the entry says ("error",
-"unknown_from"). Row text and JSON are memoized by content (RowRenderer):
-a library repeats a few thousand distinct rows over its many FDEs.
+"unknown_from"). Row text and JSON are memoized (RowRenderer): a library
+repeats a few thousand distinct rows over its many FDEs; in text mode FDEs
+with the same program also share their row texts (_text_entry).
 """
 
 from enum import Enum
