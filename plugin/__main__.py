@@ -1,4 +1,4 @@
-"""Offline command line: `python -m plugin tables FILE [--address ADDR] [--json] [--arch ARCH]`,
+"""Offline command line: `python -m plugin tables FILE... [--address ADDR] [--json] [--arch ARCH]`,
 and `python -m plugin gdbinit|lldbinit [--append]` (the line that loads the plugin).
 
 The file is laid out in memory as the loader would (FileTarget), so the
@@ -37,8 +37,10 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     t = sub.add_parser("tables", help="print every unwind table entry and row in FILE",
                        description="Print every unwind table entry and row found in FILE "
-                                   "(or only those covering ADDR).")
-    t.add_argument("file", metavar="FILE")
+                                   "(or only those covering ADDR). Several FILEs are read in one "
+                                   "process, each under a 'File: FILE' heading; the exit status "
+                                   "is the worst of theirs. --json takes one FILE.")
+    t.add_argument("file", metavar="FILE", nargs="+")
     t.add_argument("--address", type=parse_address, metavar="ADDR",
                    help="only the entries and rows covering this link-time address")
     t.add_argument(OPTIONS["json"].spelled(LLDB_STYLE), action="store_true", help=OPTIONS["json"].help)
@@ -79,13 +81,28 @@ def cmd_validate(args):
 
 
 def cmd_tables(args):
+    """Each FILE's tables (under a "File:" heading when there are several);
+    the exit status is the worst of the files'."""
+    if len(args.file) == 1:
+        return tables_of(args.file[0], args)
+    if args.json:
+        return _fail("--json takes one FILE (%d given)" % len(args.file))
+    worst = 0
+    for n, path in enumerate(args.file):
+        sys.stdout.write("%sFile: %s\n" % ("\n" if n else "", path))
+        sys.stdout.flush()
+        worst = max(worst, tables_of(path, args))
+    return worst
+
+
+def tables_of(path, args):
     """Exit status 0: every entry decoded; 1: some entries (or the rows after
     a bad instruction) could not be, each listed as a problem; 2: the input
     cannot be used at all (one line on stderr)."""
     try:
-        target = _open_file(args.file, args.arch)
+        target = _open_file(path, args.arch)
     except unusable_input() as exc:
-        return _fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc))
+        return _fail("cannot open %s: %s" % (path, getattr(exc, "strerror", None) or exc))
     modules = ModuleMap(target)
     if target.header_address is None and not getattr(target, "relocatable", False):
         modules.add(target.section_module())

@@ -31,6 +31,7 @@ PE_ALIGNED = 0x50
 PE_INDIRECT = 0x80
 PE_OMIT = 0xFF
 
+_STRUCTS = {order + code: struct.Struct(order + code) for order in "<>" for code in "BbHhIiQq"}
 _FIXED_FORMATS = {
     PE_UDATA2: ("H", 2), PE_UDATA4: ("I", 4), PE_UDATA8: ("Q", 8),
     PE_SDATA2: ("h", 2), PE_SDATA4: ("i", 4), PE_SDATA8: ("q", 8),
@@ -79,6 +80,15 @@ class Region:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         start = offset - first * PAGE
         return data[start:start + size]
+
+    def prefetch(self):
+        """Read the whole region now, in one read, when it can be read whole
+        (a dump that will read all of it anyway); otherwise keep reading by pages."""
+        if self._whole is None:
+            try:
+                self.all_bytes()
+            except DecodeError:
+                pass
 
     def all_bytes(self):
         """The whole region as one bytes object (one read for in-memory regions)."""
@@ -136,7 +146,11 @@ class Cursor:
         self.pos += n
 
     def _unpack(self, fmt, n):
-        value = struct.unpack(self._order + fmt, self.region.read(self.pos, n))[0]
+        pos, region = self.pos, self.region
+        if region._whole is not None and pos >= 0 and pos + n <= region.size:
+            self.pos = pos + n          # the whole region is at hand: no slice, no page
+            return _STRUCTS[self._order + fmt].unpack_from(region._whole, pos)[0]
+        value = struct.unpack(self._order + fmt, region.read(pos, n))[0]
         self.pos += n
         return value
 
@@ -172,10 +186,11 @@ class Cursor:
 
     def uleb(self):
         start, result, shift = self.pos, 0, 0
+        whole = self.region._whole
         while True:
             if self.pos >= self.region.size:
                 raise self.error("LEB128 number runs past the end", start)
-            byte = self.region.read(self.pos, 1)[0]
+            byte = whole[self.pos] if whole is not None and self.pos >= 0 else self.region.read(self.pos, 1)[0]
             self.pos += 1
             result |= (byte & 0x7F) << shift
             shift += 7

@@ -6,8 +6,9 @@ entries are iterated and not kept (the count in the heading comes from a
 walk over the entry headers alone), so a dump of libLLVM holds one FDE at a
 time. A bad entry costs only itself (CfiSection.walk); a bad instruction
 costs the rows from it to the FDE's end, which the entry says ("error",
-"unknown_from"). Row text and JSON are memoized by content (RowRenderer):
-a library repeats a few thousand distinct rows over its many FDEs.
+"unknown_from"). Row text and JSON are memoized (RowRenderer): a library
+repeats a few thousand distinct rows over its many FDEs; in text mode FDEs
+with the same program also share their row texts (_text_entry).
 """
 
 from enum import Enum
@@ -81,7 +82,17 @@ class RowRenderer:
         return value
 
     def text(self, row):
-        return self._cached(self._text, self._key(row), lambda: row.text(self.arch))
+        # Keyed by the identity of the rule objects (shared by the decoder:
+        # instructions.register_cfa, _offset_rule), which is cheap to hash;
+        # the entry holds those objects, so no id in a key can be reused.
+        regs = row.registers
+        key = (id(row.cfa), tuple(regs), tuple(map(id, regs.values())), row.ra_signed, row.note)
+        hit = self._text.get(key)
+        if hit is None:
+            if len(self._text) >= ROW_CACHE:
+                self._text.clear()
+            hit = self._text[key] = (row.text(self.arch), row.cfa, tuple(regs.values()))
+        return hit[0]
 
     def json(self, row):
         base = self._cached(self._json, self._key(row), lambda: row.to_json(self.arch))
@@ -121,8 +132,11 @@ def fde_converter(module_name, arch, address, problems, want=Want.BOTH):
     """A function from an FDE to its entry dict: rows up to a bad instruction,
     which is noted in the entry ("error", "unknown_from") and in problems."""
     render = RowRenderer(arch)
+    same_program = {} if want == Want.TEXT and address is None else None
 
     def convert(fde):
+        if same_program is not None:
+            return _text_entry(fde, module_name, arch, problems, render, same_program)
         rows, error = cfi.execute_contained(fde, arch)
         if address is not None:
             rows = [r for r in rows if r.address <= address < r.end]
@@ -143,3 +157,34 @@ def fde_converter(module_name, arch, address, problems, want=Want.BOTH):
             out["unknown_from"] = rows[-1].end if rows else fde.start
         return out
     return convert
+
+
+def _text_entry(fde, module_name, arch, problems, render, same_program):
+    """The text-mode entry of fde. FDEs of one CIE with the same instruction
+    bytes and the same length have the same rows at the same distances from
+    their start (most functions share a few prologue shapes), so their row
+    texts are made once; programs whose rows depend on more than that
+    (DW_CFA_set_loc, a note or an error naming an offset) are not shared."""
+    key = (fde.cie.offset, fde.instructions, fde.end - fde.start)
+    shared = same_program.get(key)
+    if shared is None:
+        rows, error = cfi.execute_contained(fde, arch)
+        shared = ([r.address - fde.start for r in rows], [render.text(r) for r in rows], error,
+                  rows[-1].end - fde.start if rows else 0)
+        if error is None and not any(r.note for r in rows) and not cfi.uses_set_loc(fde):
+            if len(same_program) >= ROW_CACHE:
+                same_program.clear()
+            same_program[key] = shared
+    deltas, texts, error, last_end = shared
+    start = fde.start
+    out = {"start": start, "end": fde.end, "fde_offset": fde.offset, "cie_offset": fde.cie.offset,
+           "augmentation": fde.cie.augmentation, "signal_frame": fde.cie.signal_frame,
+           "row_addresses": [start + d for d in deltas], "rows_text": texts}
+    if fde.cie.ra_register != arch.ra:
+        out["refused"] = ra_column_problem(fde.section, fde, arch)
+        problems.append("%s %s" % (module_name, out["refused"]))
+    if error is not None:
+        problems.append("%s %s" % (module_name, error))
+        out["error"] = str(error)
+        out["unknown_from"] = start + last_end if deltas else start
+    return out

@@ -185,8 +185,9 @@ def _source_lines(source, style=plain):
         if entry.get("refused"):
             yield "    not used for unwinding: %s" % entry["refused"]
         addresses = entry["row_addresses"] if "row_addresses" in entry else [r["address"] for r in entry["rows"]]
-        for address, row_text in zip(addresses, entry["rows_text"]):
-            yield "    %s: %s" % (at(address), row_text)
+        if addresses:               # one string for all the rows: a dump has millions of them
+            yield "\n".join(["    %s: %s" % (at(address), row_text)
+                             for address, row_text in zip(addresses, entry["rows_text"])])
         if entry.get("error"):
             yield "    %s: unknown from here to %s: %s" % (at(entry["unknown_from"]), at(entry["end"]),
                                                           entry["error"])

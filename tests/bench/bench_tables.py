@@ -5,6 +5,10 @@ the plugin's peak RSS. Issue 23's targets: text within 5x readelf, --json
 within 10x llvm-dwarfdump and under 200 MB for libLLVM.
 
 Run: python3 tests/bench/bench_tables.py [FILE...]   (default: libc.so.6 and libLLVM-16)
+     python3 tests/bench/bench_tables.py --together PATH...
+The second form is the whole-system figure: every x86_64 ELF file under the
+PATHs (directories or files) in ONE plugin process (`tables FILE...`, text)
+against one readelf over the same files.
 """
 
 import os
@@ -14,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "realworld"))
 
-from sweep_tables import LLVM_DWARFDUMP, PYTHON, run_limited  # noqa: E402
+from sweep_tables import LLVM_DWARFDUMP, PYTHON, elf_files, run_limited  # noqa: E402
 
 DEFAULT = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libLLVM-16.so.1"]
 TIMEOUT = 600
@@ -31,7 +35,22 @@ def measure(path):
             "bytes": len(text_out)}
 
 
+def measure_together(paths):
+    """Every x86_64 ELF file under paths in one process each: the plugin's text mode and readelf."""
+    files = sorted(path for path, is_x86_64 in elf_files(paths) if is_x86_64)
+    status, out, plugin_s, plugin_kb = run_limited([PYTHON, "-m", "plugin", "tables", *files], 3600)
+    _, readelf_out, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", *files], 3600)
+    print("%d x86_64 ELF files (each inode once) under %d paths" % (len(files), len(paths)))
+    print("  text, one process: %7.2f s CPU, %5.0f MB, exit %s, %d MB out" % (
+        plugin_s, plugin_kb / 1024, status, len(out) >> 20))
+    print("  readelf:           %7.2f s CPU, %d MB out: %5.1fx" % (
+        readelf_s, len(readelf_out) >> 20, plugin_s / max(readelf_s, 0.01)))
+
+
 def main(argv):
+    if argv[:1] == ["--together"]:
+        measure_together(argv[1:])
+        return
     files = [f for f in (argv or DEFAULT) if os.path.exists(f)]
     for path in files:
         m = measure(os.path.realpath(path))

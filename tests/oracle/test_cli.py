@@ -70,3 +70,31 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_several_files_in_one_process_each_as_alone():
+    one, two = build("chain.c", ["-O2"]), system_library("libc.so.6")
+    result = plugin("tables", one, "/nonexistent/file", two)
+    assert result.returncode == 2                       # the worst of 0, 2 and 0
+    assert result.stderr.strip() == "python -m plugin: error: cannot open /nonexistent/file: " \
+                                    "No such file or directory"
+    alone = [plugin("tables", path).stdout for path in (one, two)]
+    assert result.stdout == "File: %s\n%s\nFile: /nonexistent/file\n\nFile: %s\n%s" % (
+        one, alone[0], two, alone[1])
+    assert "--json takes one FILE" in plugin("tables", one, two, "--json").stderr
+
+
+def test_text_rows_are_the_json_rows():
+    # Text mode shares the rows of FDEs with the same program (render/cfi_dump.py);
+    # --json runs every FDE. Both must list the same rows at the same addresses.
+    path = system_library("libstdc++.so.6")
+    data = json.loads(plugin("tables", path, "--json").stdout)
+    expected = []
+    for source in data["sources"]:
+        for entry in source["entries"]:
+            expected.extend("    0x%x: %s" % (row["address"], text)
+                            for row, text in zip(entry["rows"], entry["rows_text"]))
+    text = plugin("tables", path).stdout
+    rows = [line for line in text.splitlines() if line.startswith("    0x")]
+    assert len(expected) > 30000
+    assert rows == expected

@@ -63,7 +63,8 @@ is made):
 from plugin.formats.cfi.entries import CIE, FDE
 from plugin.formats.cfi.header import EhFrameHdr
 from plugin.formats.cfi.listing import describe
-from plugin.formats.cfi.rows import execute, execute_contained, row_at
+from plugin.formats.cfi.rows import execute, execute_contained, row_at, uses_set_loc
 from plugin.formats.cfi.section import CfiSection
 
-__all__ = ["CIE", "FDE", "CfiSection", "EhFrameHdr", "describe", "execute", "execute_contained", "row_at"]
+__all__ = ["CIE", "FDE", "CfiSection", "EhFrameHdr", "describe", "execute", "execute_contained", "row_at",
+           "uses_set_loc"]

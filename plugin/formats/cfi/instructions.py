@@ -147,6 +147,22 @@ def _offset_rule(offset):
     return rule
 
 
+_CFA_RULES = {}
+
+
+def register_cfa(register: int, offset: int) -> CfaRule:
+    """CfaRule(REGISTER, register, offset), shared like _offset_rule's Rules:
+    a few (rsp+8, rsp+16, rbp+16, ...) make up nearly all CFA rules, and a
+    shared rule lets renderers memoize rows by identity (render/cfi_dump.py)."""
+    key = (register, offset)
+    rule = _CFA_RULES.get(key)
+    if rule is None:
+        rule = CfaRule(CfaKind.REGISTER, register=register, offset=offset)
+        if len(_CFA_RULES) < 4096:
+            _CFA_RULES[key] = rule
+    return rule
+
+
 def program(owner: CIE | FDE) -> list[Instruction]:
     """The decoded instructions of a CIE or FDE (cached on it).
 
@@ -212,11 +228,11 @@ def _decode(owner):
             elif op == CFA_DEF_CFA:
                 register, i = _uleb(data, i)
                 value, i = _uleb(data, i)
-                append((at, op, register, CfaRule(CfaKind.REGISTER, register=register, offset=value)))
+                append((at, op, register, register_cfa(register, value)))
             elif op == CFA_DEF_CFA_SF:
                 register, i = _uleb(data, i)
                 value, i = _sleb(data, i)
-                append((at, op, register, CfaRule(CfaKind.REGISTER, register=register, offset=value * daf)))
+                append((at, op, register, register_cfa(register, value * daf)))
             elif op == CFA_DEF_CFA_REGISTER:
                 register, i = _uleb(data, i)
                 append((at, op, register, None))

@@ -14,8 +14,8 @@ from plugin.formats.cfi.instructions import (
     ADVANCES, CFA_AARCH64_NEGATE_RA_STATE_WITH_PC, CFA_DEF_CFA, CFA_DEF_CFA_EXPRESSION,
     CFA_DEF_CFA_OFFSET, CFA_DEF_CFA_OFFSET_SF, CFA_DEF_CFA_REGISTER, CFA_DEF_CFA_SF,
     CFA_GNU_ARGS_SIZE, CFA_GNU_WINDOW_SAVE, CFA_NOP, CFA_REMEMBER_STATE, CFA_RESTORE,
-    CFA_RESTORE_EXTENDED, CFA_RESTORE_STATE, CFA_SET_LOC, OPCODE_NAMES, program)
-from plugin.model.rules import CfaKind, CfaRule, Row, Rule
+    CFA_RESTORE_EXTENDED, CFA_RESTORE_STATE, CFA_SET_LOC, OPCODE_NAMES, program, register_cfa)
+from plugin.model.rules import CfaKind, Row, Rule
 
 _MAX_STATE_DEPTH = 1000      # DW_CFA_remember_state nesting (real code: 1 or 2)
 # Rows and remembered states copy the register rules; a hostile program with
@@ -100,7 +100,7 @@ def _interpret(owner, arch, stop_pc, rows):
             loc = new
             note = ""
         elif op == CFA_DEF_CFA_OFFSET and cfa is not None and cfa.kind == CfaKind.REGISTER:
-            cfa = CfaRule(CfaKind.REGISTER, register=cfa.register, offset=a)     # the common case
+            cfa = register_cfa(cfa.register, a)     # the common case
             last_offset = a
         elif op == CFA_NOP:
             pass
@@ -115,7 +115,7 @@ def _interpret(owner, arch, stop_pc, rows):
             if cfa is None or cfa.kind != CfaKind.REGISTER:
                 raise DecodeError(name, base + at, "%s but the CFA is %s, not register+offset"
                                   % (OPCODE_NAMES[op], "undefined" if cfa is None else "an expression"))
-            cfa = CfaRule(CfaKind.REGISTER, register=cfa.register, offset=a)
+            cfa = register_cfa(cfa.register, a)
             last_offset = a
         elif op == CFA_DEF_CFA or op == CFA_DEF_CFA_SF or op == CFA_DEF_CFA_EXPRESSION:
             cfa = b
@@ -125,7 +125,7 @@ def _interpret(owner, arch, stop_pc, rows):
             if cfa is not None and cfa.kind != CfaKind.REGISTER:
                 note = ("DW_CFA_def_cfa_register at +0x%x while the CFA was an expression: kept "
                         "the previous offset %d, as libgcc and GDB do" % (base + at, last_offset))
-            cfa = CfaRule(CfaKind.REGISTER, register=a, offset=0 if cfa is None else last_offset)
+            cfa = register_cfa(a, 0 if cfa is None else last_offset)
         elif op == CFA_REMEMBER_STATE:
             if len(stack) >= _MAX_STATE_DEPTH:
                 raise DecodeError(name, base + at, "DW_CFA_remember_state nested deeper than %d"
@@ -189,3 +189,8 @@ def row_at(fde: FDE, pc: int, arch: Arch) -> Row | None:
     if not fde.start <= pc < fde.end:
         return None
     return _run(fde, arch, stop_pc=pc)
+
+
+def uses_set_loc(owner: CIE | FDE) -> bool:
+    """Whether the program of owner has a DW_CFA_set_loc (rows at absolute addresses)."""
+    return any(op == CFA_SET_LOC for _, op, _, _ in program(owner))

@@ -9,6 +9,7 @@ built once.
 """
 
 import bisect
+import struct
 from collections.abc import Iterator
 
 from plugin.arch import Arch
@@ -37,7 +38,9 @@ class CfiSection(EntryDecoder):
         whose length is sound costs only itself and the walk goes on after it;
         a length that cannot be believed ends the walk (nothing after it can be
         found), yielded as the last item. keep=False: FDEs are not cached (a
-        dump of a whole section holds one at a time)."""
+        dump of a whole section holds one at a time, and reads it whole)."""
+        if not keep:
+            self.region.prefetch()
         offset, size = 0, self.region.size
         while offset < size:
             try:
@@ -77,6 +80,13 @@ class CfiSection(EntryDecoder):
 
     def count_fdes(self) -> int:
         """How many FDEs the walk will meet, from the entry headers alone."""
+        self.region.prefetch()
+        try:
+            data = self.region.all_bytes()
+        except DecodeError:
+            data = None
+        if data is not None:
+            return _count_fdes_in(data, self.is_eh, "<" if self.region.byteorder == "little" else ">")
         count, offset, size = 0, 0, self.region.size
         while offset < size:
             try:
@@ -123,3 +133,36 @@ class CfiSection(EntryDecoder):
             live = sorted((f for f in self.fdes() if f.end > f.start), key=lambda f: f.start)
             self._index = ([f.start for f in live], live)
         return self._index
+
+
+def _count_fdes_in(data: bytes, is_eh: bool, order: str) -> int:
+    """count_fdes over the section's bytes at hand: the same header rules as
+    EntryDecoder._header (a header it refuses ends the count), without
+    building a Cursor and a header per entry."""
+    u32, u64 = struct.Struct(order + "I").unpack_from, struct.Struct(order + "Q").unpack_from
+    count, offset, size = 0, 0, len(data)
+    while offset + 4 <= size:
+        length, = u32(data, offset)
+        pos, is_64 = offset + 4, False
+        if length == 0xFFFFFFFF:
+            if pos + 8 > size:
+                break
+            length, = u64(data, pos)
+            pos, is_64 = pos + 8, True
+        elif length >= 0xFFFFFFF0:
+            break
+        end = pos + length
+        if end > size:
+            break
+        if length == 0:
+            if is_eh:
+                break
+            offset = end
+            continue
+        id_size = 8 if is_64 and not is_eh else 4
+        if length < id_size:
+            break
+        ident, = (u64 if id_size == 8 else u32)(data, pos)
+        count += ident != 0 if is_eh else ident != (1 << (8 * id_size)) - 1
+        offset = end
+    return count
