@@ -35,6 +35,13 @@ def section_of(b, kind=None):
     return CfiSection(b.region(), kind or b.kind, X86)
 
 
+def expect_bad_cie(offset, *words, program=CIE_PROGRAM, **cie_args):
+    """A section of one CIE built from cie_args must fail at offset, with words in the cause."""
+    b = Builder()
+    b.cie(program, **cie_args)
+    expect(section_of(b), offset, *words)
+
+
 def fde_program(program, cie_program=CIE_PROGRAM, **cie_args):
     """(section, FDE instructions offset) for one FDE running `program`."""
     b = Builder()
@@ -135,15 +142,11 @@ def test_fde_at_a_cie_and_cie_at_an_fde():
 
 
 def test_unsupported_cie_version():
-    b = Builder()
-    b.cie(CIE_PROGRAM, version=2)
-    expect(section_of(b), 8, "unsupported CIE version 2")
+    expect_bad_cie(8, "unsupported CIE version 2", version=2)
 
 
 def test_unknown_augmentation_without_z():
-    b = Builder()
-    b.cie(CIE_PROGRAM, augmentation="X")
-    expect(section_of(b), 9, "unknown augmentation 'X'")
+    expect_bad_cie(9, "unknown augmentation 'X'", augmentation="X")
 
 
 def test_augmentation_data_longer_than_the_entry():
@@ -154,16 +157,13 @@ def test_augmentation_data_longer_than_the_entry():
 
 
 def test_augmentation_fields_longer_than_their_length():
-    b = Builder()
     # "zP" with 1 byte of augmentation data, but the P field needs 1 + 8.
-    b.cie(CIE_PROGRAM + b"\0" * 8, augmentation="zP", aug_data=bytes([0x00]))
-    expect(section_of(b), 9, "augmentation fields run past the augmentation data")
+    expect_bad_cie(9, "augmentation fields run past the augmentation data",
+                   program=CIE_PROGRAM + b"\0" * 8, augmentation="zP", aug_data=bytes([0x00]))
 
 
 def test_invalid_fde_pointer_encoding():
-    b = Builder()
-    b.cie(CIE_PROGRAM, fde_encoding=0x07)
-    expect(section_of(b), 16, "invalid FDE pointer encoding 0x07")
+    expect_bad_cie(16, "invalid FDE pointer encoding 0x07", fde_encoding=0x07)
 
 
 def test_fde_range_past_the_entry():
