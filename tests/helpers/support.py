@@ -70,6 +70,13 @@ def run(cmd, **kw):
     return subprocess.run(cmd, **kw)
 
 
+def tool_output(name, *args):
+    """Standard output of the required tool NAME run with ARGS; the test fails with its stderr if it fails."""
+    out = run([need_tool(name), *args])
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def system_library(name):
     """Path of a system library such as libc.so.6, as the dynamic loader sees it."""
     out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
