@@ -363,27 +363,28 @@ def test_hdr_unknown_pointer_encoding():
     assert err.value.offset == 4 and "0x07" in err.value.cause
 
 
-def test_hdr_pointing_outside_eh_frame():
+def find_fde_through_hdr(fde_address):
+    """The DecodeError of looking up pc 0x10000 (an FDE of an .eh_frame at 0x200000)
+    through an .eh_frame_hdr whose one entry says the FDE is at fde_address."""
     b = Builder(address=0x200000)
     cie = b.cie(CIE_PROGRAM)
     b.fde(cie, 0x10000, 0x10)
     section = section_of(b)
-    header = hdr(hdr_bytes([(0x10000, 0x900000)], 0x100000, 0x200000), 0x100000)
+    header = hdr(hdr_bytes([(0x10000, fde_address)], 0x100000, 0x200000), 0x100000)
     with pytest.raises(DecodeError) as err:
         section.find_fde(0x10000, header)
-    assert err.value.section == ".eh_frame_hdr" and "outside .eh_frame" in err.value.cause
+    return err.value
+
+
+def test_hdr_pointing_outside_eh_frame():
+    error = find_fde_through_hdr(0x900000)
+    assert error.section == ".eh_frame_hdr" and "outside .eh_frame" in error.cause
 
 
 def test_hdr_pointing_at_a_cie():
-    b = Builder(address=0x200000)
-    cie = b.cie(CIE_PROGRAM)
-    b.fde(cie, 0x10000, 0x10)
-    section = section_of(b)
-    header = hdr(hdr_bytes([(0x10000, 0x200000)], 0x100000, 0x200000), 0x100000)
-    with pytest.raises(DecodeError) as err:
-        section.find_fde(0x10000, header)
-    assert (err.value.section, err.value.offset) == (".eh_frame", 0)
-    assert "expected an FDE" in err.value.cause
+    error = find_fde_through_hdr(0x200000)
+    assert (error.section, error.offset) == (".eh_frame", 0)
+    assert "expected an FDE" in error.cause
 
 
 def test_uleb_helper_sanity():
