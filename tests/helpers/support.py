@@ -77,6 +77,19 @@ def tool_output(name, *args):
     return out.stdout
 
 
+def corrupted_return_row(before, after):
+    """`unwind compare` (JSON) on chain.c before and after level2's saved return address
+    was overwritten with a non-code address. They agree before; after, the plugin refuses
+    the address and stops, so level 3 is the first row only the debugger has: returned."""
+    assert before["agree"]
+    assert not after["agree"]
+    first = next(r for r in after["frames"] if not r["agrees"])
+    assert first["level"] == 3
+    assert first["plugin"] is None
+    assert after["stop_reason"] == "return-address-not-code"
+    return first
+
+
 def system_library(name):
     """Path of a system library such as libc.so.6, as the dynamic loader sees it."""
     out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
