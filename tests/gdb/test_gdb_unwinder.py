@@ -10,7 +10,7 @@ leaves .eh_frame/.debug_frame frames to GDB's own DWARF unwinder), and
 import pytest
 
 from gdbrun import run_gdb
-from support import build, corrupted_return_row
+from support import assert_cfi_walk_matches, build, corrupted_return_row
 
 FLAGS = {
     "O0": ["-O0"],
@@ -65,12 +65,7 @@ def test_bt_unchanged_and_plugin_walk_matches_gdb(scenario, flags):
     assert results["claimed"] >= len(native) - 2
     # The plugin's own walk gives the same physical frames (GDB stops at main;
     # the plugin goes on to _start, so compare GDB's frames as a prefix).
-    our_frames = ours["frames"]
-    assert _pcs(our_frames)[:len(native)] == _pcs(native)
-    assert [f["sp"] for f in our_frames][:len(native)] == [f["sp"] for f in native]
-    assert our_frames[0]["method"] == "context"
-    assert all(f["method"] == "cfi" for f in our_frames[1:])
-    assert ours["stop_reason"] == "outermost"
+    assert_cfi_walk_matches(ours, native)
     # `unwind compare` sees full agreement (it compares with past-main on).
     assert results["compare"]["agree"], results["compare"]["summary"]
 

@@ -77,6 +77,18 @@ def tool_output(name, *args):
     return out.stdout
 
 
+def assert_cfi_walk_matches(walk, debugger_frames):
+    """The plugin's `unwind backtrace` (JSON, CFI only) begins with the debugger's physical
+    frames, same pc and sp (the plugin may go on past main); its innermost frame comes from
+    the register context, every other from CFI, and it ends outermost."""
+    frames = walk["frames"]
+    assert [f["pc"] for f in frames][:len(debugger_frames)] == [f["pc"] for f in debugger_frames]
+    assert [f["sp"] for f in frames][:len(debugger_frames)] == [f["sp"] for f in debugger_frames]
+    assert frames[0]["method"] == "context"
+    assert all(f["method"] == "cfi" for f in frames[1:])
+    assert walk["stop_reason"] == "outermost"
+
+
 def corrupted_return_row(before, after):
     """`unwind compare` (JSON) on chain.c before and after level2's saved return address
     was overwritten with a non-code address. They agree before; after, the plugin refuses
