@@ -10,7 +10,7 @@ leaves .eh_frame/.debug_frame frames to GDB's own DWARF unwinder), and
 import pytest
 
 from gdbrun import run_gdb
-from support import assert_cfi_walk_matches, build, corrupted_return_row
+from support import assert_cfi_walk_matches, build, corrupted_return_row, pcs
 
 FLAGS = {
     "O0": ["-O0"],
@@ -44,10 +44,6 @@ STEPS = [
 ]
 
 
-def _pcs(frames):
-    return [f["pc"] for f in frames]
-
-
 @pytest.mark.parametrize("flags", sorted(FLAGS))
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_bt_unchanged_and_plugin_walk_matches_gdb(scenario, flags):
@@ -59,7 +55,7 @@ def test_bt_unchanged_and_plugin_walk_matches_gdb(scenario, flags):
     native, enabled, ours = results["native"], results["enabled"], results["ours"]
     assert len(native) >= 3, transcript
     # GDB's bt is the same with the plugin's unwinder claiming frames...
-    assert _pcs(enabled) == _pcs(native)
+    assert pcs(enabled) == pcs(native)
     assert [f["sp"] for f in enabled] == [f["sp"] for f in native]
     # ...and the plugin really did claim them.
     assert results["claimed"] >= len(native) - 2
@@ -97,7 +93,7 @@ def test_deep_recursion_10000():
                                   ("native", "frames", None)], args=["recurse", "10000"])
     ours, native = results["ours"]["frames"], results["native"]
     assert len(native) > 10000
-    assert _pcs(ours)[:len(native)] == _pcs(native)
+    assert pcs(ours)[:len(native)] == pcs(native)
     assert results["ours"]["stop_reason"] == "outermost"
 
 

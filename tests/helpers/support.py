@@ -77,6 +77,16 @@ def tool_output(name, *args):
     return out.stdout
 
 
+def pcs(frames):
+    """The pcs of a list of frames (the debugger's or the plugin's)."""
+    return [f["pc"] for f in frames]
+
+
+def pcs_sps(frames):
+    """(pc, sp) of each frame of a list (the debugger's or the plugin's)."""
+    return [(f["pc"], f["sp"]) for f in frames]
+
+
 def assert_cfi_walk_matches(walk, debugger_frames):
     """The plugin's `unwind backtrace` (JSON, CFI only) begins with the debugger's physical
     frames, same pc and sp (the plugin may go on past main); its innermost frame comes from

@@ -12,7 +12,7 @@ import pytest
 
 import lldbrun
 from lldbrun import physical, run_lldb
-from support import build
+from support import build, pcs_sps
 
 BUILDS = {"O0": ["-O0"], "O1": ["-O1"]}
 WALK = "unwind backtrace --json"
@@ -41,10 +41,6 @@ def stop_after_clone3(binary, select_side):
         ("walk", "json", WALK),
         ("native", "frames", None),
     ], args=["thread"], breakpoint="main")
-
-
-def pcs_sps(frames):
-    return [(f["pc"], f["sp"]) for f in frames]
 
 
 def lldb_frames(frames):
