@@ -22,12 +22,10 @@ import struct
 import pytest
 
 from compact_support import FLAGS, SOURCE, build_macho, symbols, unwind_info_of
-from macho_emulator import (ARM64_REGS, ARM64_RET, LOAD_ADDRESS, SENTINEL, STACK_BASE, STACK_SIZE, X86_REGS,
-                            load_image)
+from macho_emulator import (ARM64_REGS, ARM64_RET, LOAD_ADDRESS, SENTINEL, X86_REGS, call_from_fresh_stack, load_image,
+                            return_at_entry)
 
 import unicorn  # noqa: E402  (a test dependency: missing means the set-up was not run)
-from unicorn import arm64_const as arm  # noqa: E402
-from unicorn import x86_const as x86  # noqa: E402
 
 DEPTH = 4
 
@@ -37,28 +35,15 @@ BUILDS = [("x86_64", f) for f in FLAGS] + [("arm64", "O2-fp"), ("arm64", "O0")]
 def _run_to_stop_here(uc, macho, arch, path):
     """Run shapes_main(DEPTH) to stop_here's entry; return the true chain
     [(function, return address, caller's sp)], innermost last."""
-    regs = X86_REGS if arch == "x86_64" else ARM64_REGS
     functions = {address + macho.slide: name for name, address in symbols(path).items()}
     stop = next(a for a, n in functions.items() if n == "stop_here")
     start = next(a for a, n in functions.items() if n == "shapes_main")
-    sp = STACK_BASE + STACK_SIZE - 0x100
-    if arch == "x86_64":
-        sp -= 8
-        uc.mem_write(sp, struct.pack("<Q", SENTINEL))
-        uc.reg_write(x86.UC_X86_REG_RDI, DEPTH)
-    else:
-        uc.reg_write(arm.UC_ARM64_REG_LR, SENTINEL)
-        uc.reg_write(arm.UC_ARM64_REG_X0, DEPTH)
-    uc.reg_write(regs[7 if arch == "x86_64" else 31], sp)
+    call_from_fresh_stack(uc, arch, DEPTH)
     shadow = []
 
     def on_code(uc, address, size, _):
         if address in functions:
-            sp = uc.reg_read(regs[7 if arch == "x86_64" else 31])
-            if arch == "x86_64":
-                frame = (functions[address], struct.unpack("<Q", uc.mem_read(sp, 8))[0], sp + 8)
-            else:
-                frame = (functions[address], uc.reg_read(arm.UC_ARM64_REG_LR), sp)
+            frame = (functions[address], *return_at_entry(uc, arch))
             if shadow and shadow[-1][1:] == frame[1:]:
                 shadow[-1] = frame          # a tail call replaces its caller's frame
             else:

@@ -25,8 +25,9 @@ that frame. From `realign` it goes down to main and main's return address.
 """
 
 from gdbrun import run_gdb
-from sframe_demo import demo_copy, pcs
+from sframe_demo import demo_copy
 from qemu_user import aarch64_static, qemu_user
+from support import pcs
 
 SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
 

@@ -9,15 +9,11 @@ import subprocess
 import pytest
 
 from gdbrun import run_gdb
-from support import ROOT, build, need_tool
+from support import ROOT, build, need_tool, pcs_sps
 from test_transcripts import inline_program
 
 CLAIMED = "gdb._unwind_plugin_state.unwinder.claimed"
 NOEH = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
-
-
-def _pcs_sps(frames):
-    return [(f["pc"], f["sp"]) for f in frames]
 
 
 def test_default_auto_leaves_dwarf_frames_to_gdb():
@@ -81,9 +77,9 @@ def test_frame_0_in_inlined_code(claim):
     assert results["all"][0]["type"] == gdb_kinds.INLINE_FRAME, transcript
     native = results["native"]
     assert [f["name"] for f in native[:3]] == ["outer", "caller", "main"]
-    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    assert pcs_sps(results["enabled"]) == pcs_sps(native)
     ours = results["ours"]["frames"]
-    assert _pcs_sps([{"pc": f["pc"], "sp": f["sp"]} for f in ours])[:len(native)] == _pcs_sps(native)
+    assert pcs_sps([{"pc": f["pc"], "sp": f["sp"]} for f in ours])[:len(native)] == pcs_sps(native)
     # The innermost physical frame is looked up at its own pc, not pc-1.
     assert results["explain"]["frames"][1]["evidence"]["lookup_pc"] == native[0]["pc"]
 
@@ -169,10 +165,10 @@ def test_vdso_is_left_to_gdb_which_loads_it_as_an_objfile():
     assert any(name.startswith("system-supplied DSO at") for name in results["objfiles"])
     native = results["native"]
     assert "clock_gettime" in (native[0]["name"] or ""), transcript
-    assert _pcs_sps(results["auto"]) == _pcs_sps(native)
+    assert pcs_sps(results["auto"]) == pcs_sps(native)
     assert results["claimed_auto"] == 0
     assert any("[vdso]" in reason for reason in results["why"]), results["why"]
-    assert _pcs_sps(results["claim_all"]) == _pcs_sps(native)
+    assert pcs_sps(results["claim_all"]) == pcs_sps(native)
     assert results["claimed_all"] > 0
 
 
@@ -187,7 +183,7 @@ def test_auto_remembers_the_frame_a_signal_interrupted():
         ("native", "frames", None),
     ], args=["signal"], setup=["handle SIGUSR1 nostop noprint pass"])
     native = results["native"]
-    assert _pcs_sps(results["frames"]) == _pcs_sps(native)
+    assert pcs_sps(results["frames"]) == pcs_sps(native)
     trampoline = [f["name"] for f in native].index("__restore_rt")
     interrupted = native[trampoline + 1]
     assert [interrupted["pc"], interrupted["sp"]] in results["after"]
@@ -212,7 +208,7 @@ def test_run_twice_rereads_the_modules():
 
     native = results["native"]
     assert [f["pc"] for f in results["ours"]["frames"]][:len(native)] == [f["pc"] for f in native], transcript
-    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    assert pcs_sps(results["enabled"]) == pcs_sps(native)
     assert base("second") <= native[0]["pc"] < base("second") + 0x100000
     assert base("first") != base("second")          # ASLR moved it: the old map would be wrong
 
@@ -248,9 +244,9 @@ def test_remote_target_without_proc_finds_modules_from_gdbs_objfiles():
         proc.wait(timeout=30)
     assert results["connection"] == "remote"
     native = results["native"]
-    assert _pcs_sps(results["auto"]) == _pcs_sps(native), transcript
+    assert pcs_sps(results["auto"]) == pcs_sps(native), transcript
     assert results["claimed_auto"] == 0
-    assert _pcs_sps(results["enabled"]) == _pcs_sps(native)
+    assert pcs_sps(results["enabled"]) == pcs_sps(native)
     assert results["claimed_all"] >= len(native) - 1
     names = {m["name"] for m in results["modules"]["modules"]}
     assert {binary.name, "libc.so.6", "[vdso]"} <= names, names

@@ -14,7 +14,8 @@ Then the JIT fixture (code in an anonymous mapping), and the settings:
 
 import pytest
 
-from fallback_scenarios import BUILDS, OUTERMOST_FUNCTIONS, SCENARIOS, expected_method, is_subsequence, stripped
+from fallback_scenarios import (BUILDS, JIT_BUILDS, OUTERMOST_FUNCTIONS, SCENARIOS, expected_method, is_subsequence,
+                                jit_frame, stripped)
 from gdbrun import run_gdb
 from support import build
 
@@ -82,15 +83,6 @@ def test_trust_and_found_by_are_reported():
 
 # -- code with no module ------------------------------------------------------------
 
-JIT_BUILDS = {"O0": ["-O0"], "O2-nofp": ["-O2", "-fomit-frame-pointer"]}
-
-
-def _jit_frame(frames):
-    found = [f for f in frames if f["function"] and f["function"].startswith("<jit code in ")]
-    assert len(found) == 1, [(hex(f["pc"]), f["function"]) for f in frames]
-    return frames.index(found[0]), found[0]
-
-
 @pytest.mark.parametrize("flags_name", sorted(JIT_BUILDS))
 def test_jit_code_in_an_anonymous_mapping(flags_name):
     binary = build("jit.c", JIT_BUILDS[flags_name])
@@ -109,7 +101,7 @@ def test_jit_code_in_an_anonymous_mapping(flags_name):
     for walk in ("ours", "fallbacks"):
         frames = results[walk]["frames"]
         names = [f["function"] for f in frames]
-        index, jit = _jit_frame(frames)
+        index, jit = jit_frame(frames)
         assert names[:index] == ["stop_here", "from_jit"][:index]
         assert jit["module"] is None
         mapping = [m for m in results["maps"] if m[0] <= jit["pc"] < m[1]]

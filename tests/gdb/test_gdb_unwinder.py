@@ -10,7 +10,7 @@ leaves .eh_frame/.debug_frame frames to GDB's own DWARF unwinder), and
 import pytest
 
 from gdbrun import run_gdb
-from support import build
+from support import assert_cfi_walk_matches, build, corrupted_return_row, pcs
 
 FLAGS = {
     "O0": ["-O0"],
@@ -44,10 +44,6 @@ STEPS = [
 ]
 
 
-def _pcs(frames):
-    return [f["pc"] for f in frames]
-
-
 @pytest.mark.parametrize("flags", sorted(FLAGS))
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_bt_unchanged_and_plugin_walk_matches_gdb(scenario, flags):
@@ -59,18 +55,13 @@ def test_bt_unchanged_and_plugin_walk_matches_gdb(scenario, flags):
     native, enabled, ours = results["native"], results["enabled"], results["ours"]
     assert len(native) >= 3, transcript
     # GDB's bt is the same with the plugin's unwinder claiming frames...
-    assert _pcs(enabled) == _pcs(native)
+    assert pcs(enabled) == pcs(native)
     assert [f["sp"] for f in enabled] == [f["sp"] for f in native]
     # ...and the plugin really did claim them.
     assert results["claimed"] >= len(native) - 2
     # The plugin's own walk gives the same physical frames (GDB stops at main;
     # the plugin goes on to _start, so compare GDB's frames as a prefix).
-    our_frames = ours["frames"]
-    assert _pcs(our_frames)[:len(native)] == _pcs(native)
-    assert [f["sp"] for f in our_frames][:len(native)] == [f["sp"] for f in native]
-    assert our_frames[0]["method"] == "context"
-    assert all(f["method"] == "cfi" for f in our_frames[1:])
-    assert ours["stop_reason"] == "outermost"
+    assert_cfi_walk_matches(ours, native)
     # `unwind compare` sees full agreement (it compares with past-main on).
     assert results["compare"]["agree"], results["compare"]["summary"]
 
@@ -102,7 +93,7 @@ def test_deep_recursion_10000():
                                   ("native", "frames", None)], args=["recurse", "10000"])
     ours, native = results["ours"]["frames"], results["native"]
     assert len(native) > 10000
-    assert _pcs(ours)[:len(native)] == _pcs(native)
+    assert pcs(ours)[:len(native)] == pcs(native)
     assert results["ours"]["stop_reason"] == "outermost"
 
 
@@ -119,15 +110,9 @@ def test_compare_reports_a_corrupted_return_address():
         ("bad", "json", "unwind compare -json"),
     ]
     results, _ = run_gdb(binary, corrupt, args=["plain"])
-    assert results["ok"]["agree"]
-    bad = results["bad"]
-    assert not bad["agree"]
-    first = next(r for r in bad["frames"] if not r["agrees"])
-    assert first["level"] == 3
     # GDB follows the bad address; the plugin refuses it (not executable) and stops.
+    first = corrupted_return_row(results["ok"], results["bad"])
     assert first["native"]["pc"] == 0x1234
-    assert first["plugin"] is None
-    assert bad["stop_reason"] == "return-address-not-code"
 
 
 def test_unwinder_is_listed_and_can_be_disabled():

@@ -122,21 +122,18 @@ STEPS = ("python import plugin.engine as e, gdb_unwinder.commands as c; "
          "c.reports.unwind.__globals__['STEPS'] = [0]; "
          "_s = e.step_frame; "
          "e.step_frame = lambda *a, **k: (e.STEPS.__setitem__(0, e.STEPS[0] + 1), _s(*a, **k))[1]")
+STEP_COUNT = "__import__('plugin.engine').engine.STEPS[0]"      # step_frame calls so far
 
 
 def test_walks_stop_at_the_frame_they_need():
     """`unwind backtrace N` and `unwind explain LEVEL` unwind no further than they need: the
     engine's step count (step_frame calls) after each command, on a 2000-deep recursion."""
     binary = build("chain.c", ["-O2"])
-    results, _ = run_gdb(binary, [
-        ("patch", "cmd", STEPS),
-        ("bt2", "cmd", "unwind backtrace 2"),
-        ("after_bt2", "py", "__import__('plugin.engine').engine.STEPS[0]"),
-        ("explain3", "cmd", "unwind explain 3"),
-        ("after_explain3", "py", "__import__('plugin.engine').engine.STEPS[0]"),
-        ("full", "cmd", "unwind backtrace"),
-        ("after_full", "py", "__import__('plugin.engine').engine.STEPS[0]"),
-    ], args=["recurse", "2000"], breakpoint="stop_here")
+    actions = [("patch", "cmd", STEPS)]
+    for name, command in [("bt2", "unwind backtrace 2"), ("explain3", "unwind explain 3"),
+                          ("full", "unwind backtrace")]:
+        actions += [(name, "cmd", command), ("after_" + name, "py", STEP_COUNT)]
+    results, _ = run_gdb(binary, actions, args=["recurse", "2000"], breakpoint="stop_here")
     assert "#1 " in results["bt2"] and "#2 " not in results["bt2"]
     assert results["after_bt2"] == 2                     # #0 -> #1, and #1 -> #2 for #1's CFA
     assert "#3 recurse in " in results["explain3"]

@@ -20,8 +20,8 @@ by cfi).
 import pytest
 
 from gdbrun import run_gdb
-from sframe_demo import STRIP_CFI, demo_copy, pcs
-from support import build
+from sframe_demo import STRIP_CFI, demo_copy
+from support import build, pcs
 
 SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
 

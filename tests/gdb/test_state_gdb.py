@@ -9,7 +9,7 @@ with the plugin's unwinder disabled. At every stop the plugin's walk
 import pytest
 
 from gdbrun import run_gdb
-from support import build
+from support import build, pcs_sps
 
 BUILDS = {"O0": ["-O0"], "O1": ["-O1"]}
 WALK = "unwind backtrace -json"
@@ -29,10 +29,6 @@ def native_and_plugin(binary, args, prelude, setup=(), breakpoint=None):
     setup = ["set backtrace past-main on"] + list(setup)
     results, transcript = run_gdb(binary, actions, args=args, setup=setup, breakpoint=breakpoint)
     return results, transcript
-
-
-def pcs_sps(frames):
-    return [(f["pc"], f["sp"]) for f in frames]
 
 
 def assert_same_frames(results, transcript):

@@ -90,38 +90,50 @@ _READELF_PC = re.compile(r"cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+)")
 _READELF_RA = re.compile(r"ra=(\d+)")
 
 
-def parse_readelf(text):
-    """{section name: {entry offset: ToolEntry}} from frames-interp output."""
-    sections, entries, entry, columns = {}, None, None, None
+def _entry_lines(text, section_re, section_name, sections):
+    """Walk a dump of CIEs and FDEs, filling sections {section name: {entry offset: ToolEntry}}.
+
+    Yields (entry, rest, None) for the header line of each entry (rest: the text after
+    "CIE"/"FDE") and (entry, None, line) for each line of its body; a section header
+    (section_re, named by section_name(match)) or a ZERO terminator ends the entry."""
+    entries, entry = None, None
     for line in text.splitlines():
-        match = _READELF_SECTION.match(line)
+        match = section_re.match(line)
         if match:
-            entries = sections.setdefault(match.group(1), {})
+            entries = sections.setdefault(section_name(match), {})
             entry = None
             continue
         match = _ENTRY.match(line)
         if match:
-            offset, kind, rest = int(match.group(1), 16), match.group(4), match.group(5)
-            entry = entries[offset] = ToolEntry(offset, kind)
+            offset = int(match.group(1), 16)
+            entry = entries[offset] = ToolEntry(offset, match.group(4))
+            yield entry, match.group(5), None
+        elif "ZERO terminator" in line:
+            entry = None
+        elif entry is not None:
+            yield entry, None, line
+
+
+def parse_readelf(text):
+    """{section name: {entry offset: ToolEntry}} from frames-interp output."""
+    sections, columns = {}, None
+    for entry, rest, line in _entry_lines(text, _READELF_SECTION, lambda m: m.group(1), sections):
+        if rest is not None:
             columns = None
-            if kind == "CIE":
+            if entry.kind == "CIE":
                 entry.ra = int(_READELF_RA.search(rest).group(1))
             else:
                 pc = _READELF_PC.search(rest)
                 entry.cie, entry.start, entry.end = (int(g, 16) for g in pc.groups())
+        elif not line.strip():
             continue
-        if "ZERO terminator" in line:
-            entry = None
-            continue
-        if entry is None or not line.strip():
-            continue
-        if line.startswith("   LOC"):
+        elif line.startswith("   LOC"):
             columns = line.split()[2:]
-            continue
-        # A DW_CFA_register cell reads "r9 (r9)" (number, then name): one cell.
-        cells = re.findall(r"r\d+ \([^)]*\)|\S+", line)
-        assert columns is not None and len(cells) == len(columns) + 2, line
-        entry.rows.append((int(cells[0], 16), cells[1], dict(zip(columns, cells[2:]))))
+        else:
+            # A DW_CFA_register cell reads "r9 (r9)" (number, then name): one cell.
+            cells = re.findall(r"r\d+ \([^)]*\)|\S+", line)
+            assert columns is not None and len(cells) == len(columns) + 2, line
+            entry.rows.append((int(cells[0], 16), cells[1], dict(zip(columns, cells[2:]))))
     return sections
 
 
@@ -133,24 +145,11 @@ _LLVM_ROW = re.compile(r"^  (?:0x([0-9a-f]+): )?CFA=(.*)$")
 
 def parse_llvm(text):
     """{section name: {entry offset: ToolEntry}} from llvm-dwarfdump output."""
-    sections, entries, entry = {}, None, None
-    for line in text.splitlines():
-        match = _LLVM_SECTION.match(line)
-        if match:
-            entries = sections.setdefault("." + match.group(1), {})
-            entry = None
-            continue
-        match = _ENTRY.match(line)
-        if match:
-            offset, kind, rest = int(match.group(1), 16), match.group(4), match.group(5)
-            entry = entries[offset] = ToolEntry(offset, kind)
-            if kind == "FDE":
+    sections = {}
+    for entry, rest, line in _entry_lines(text, _LLVM_SECTION, lambda m: "." + m.group(1), sections):
+        if rest is not None:
+            if entry.kind == "FDE":
                 entry.cie, entry.start, entry.end = (int(g, 16) for g in _LLVM_PC.search(rest).groups())
-            continue
-        if "ZERO terminator" in line:
-            entry = None
-            continue
-        if entry is None:
             continue
         match = _LLVM_RA.match(line)
         if match:

@@ -15,7 +15,7 @@ import re
 import struct
 from pathlib import Path
 
-from support import BUILD, FIXTURES, need_tool, run
+from support import BUILD, FIXTURES, need_tool, run, tool_output
 
 from plugin.formats import compact_unwind as cu
 from plugin.formats import compact_opcodes
@@ -187,10 +187,7 @@ def assert_matches_llvm_dump(ui, dump):
 
 
 def llvm_unwind_dump_of(path, extra=()):
-    tool = need_tool("llvm-objdump-16")
-    out = run([tool, "--macho", "--unwind-info", *extra, str(path)])
-    assert out.returncode == 0, out.stderr
-    return parse_llvm_unwind_dump(out.stdout)
+    return parse_llvm_unwind_dump(tool_output("llvm-objdump-16", "--macho", "--unwind-info", *extra, str(path)))
 
 
 # ---------------------------------------------------------------------------
@@ -342,11 +339,8 @@ def build_macho(source, arch, flags=()):
 
 def symbols(path):
     """{name without the leading underscore: address} of the defined text symbols."""
-    tool = need_tool("llvm-nm-16")
-    out = run([tool, "--defined-only", str(path)])
-    assert out.returncode == 0, out.stderr
     found = {}
-    for line in out.stdout.splitlines():
+    for line in tool_output("llvm-nm-16", "--defined-only", str(path)).splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[1] in "Tt":
             found[parts[2].lstrip("_")] = int(parts[0], 16)
@@ -355,11 +349,8 @@ def symbols(path):
 
 def eh_frame_fdes(path):
     """{FDE offset in __eh_frame: (pc_begin, pc_end)} from llvm-dwarfdump-16."""
-    tool = need_tool("llvm-dwarfdump-16")
-    out = run([tool, "--eh-frame", str(path)])
-    assert out.returncode == 0, out.stderr
     fdes = {}
-    for line in out.stdout.splitlines():
+    for line in tool_output("llvm-dwarfdump-16", "--eh-frame", str(path)).splitlines():
         m = re.match(r"([0-9a-f]{8}) [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=([0-9a-f]+)\.\.\."
                      r"([0-9a-f]+)", line)
         if m:
@@ -544,7 +535,5 @@ def parse_private_headers(text):
 
 
 def private_headers(path):
-    tool = need_tool("llvm-objdump-16")
-    result = run([tool, "--macho", "--private-headers", "--non-verbose", str(path)])
-    assert result.returncode == 0, result.stderr
-    return parse_private_headers(result.stdout)
+    return parse_private_headers(tool_output("llvm-objdump-16", "--macho", "--private-headers", "--non-verbose",
+                                             str(path)))

@@ -20,14 +20,12 @@ import struct
 
 from compact_support import FLAGS, MACHO_FIXTURES, build_macho, symbols
 from macho_emulator import (ARM64_REGS, ARM64_RET, LOAD_ADDRESS, SENTINEL, STACK_BASE, STACK_SIZE, X86_REGS,
-                            load_image)
+                            call_from_fresh_stack, load_image, return_at_entry)
 
 from plugin.errors import MemoryReadError
 from plugin.target import Mapping, ModuleRef, SnapshotTarget, Target
 
 import unicorn  # noqa: E402  (a test dependency: missing means the set-up was not run)
-from unicorn import arm64_const as arm  # noqa: E402
-from unicorn import x86_const as x86  # noqa: E402
 
 SOURCE = "unwind_engine.c"
 DEPTH = 4
@@ -92,15 +90,7 @@ class Emulation:
         Returns True if the callback stopped it, False if entry returned."""
         uc = self.uc
         regs = self.regs_map
-        sp = STACK_BASE + STACK_SIZE - 0x100
-        if self.arch_key == "x86_64":
-            sp -= 8
-            uc.mem_write(sp, struct.pack("<Q", SENTINEL))
-            uc.reg_write(x86.UC_X86_REG_RDI, depth)
-        else:
-            uc.reg_write(arm.UC_ARM64_REG_LR, SENTINEL)
-            uc.reg_write(arm.UC_ARM64_REG_X0, depth)
-        uc.reg_write(regs[self.sp], sp)
+        call_from_fresh_stack(uc, self.arch_key, depth)
         self.shadow = []
         starts = {start: name for start, _, name in self.functions}
         stopped = []
@@ -108,11 +98,7 @@ class Emulation:
 
         def on_code(uc, address, size, _):
             if address in starts:
-                sp = uc.reg_read(regs[self.sp])
-                if self.arch_key == "x86_64":
-                    ra, caller_sp = struct.unpack("<Q", uc.mem_read(sp, 8))[0], sp + 8
-                else:
-                    ra, caller_sp = uc.reg_read(arm.UC_ARM64_REG_LR), sp
+                ra, caller_sp = return_at_entry(uc, self.arch_key)
                 saved = {n: uc.reg_read(regs[n]) for n in saved_numbers}
                 frame = (starts[address], ra, caller_sp, saved)
                 if self.shadow and self.shadow[-1][1:3] == frame[1:3]:

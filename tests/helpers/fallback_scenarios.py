@@ -1,7 +1,7 @@
 """The stripped chain.c scenarios the GDB and LLDB fallback tests share
 (tests/gdb/test_fallback_gdb.py, tests/lldb/test_lldb_fallback.py): builds
 without .eh_frame, the program's modes, and which fallback source should
-have found each frame."""
+have found each frame; jit.c, whose code runs in no module."""
 
 from support import build
 
@@ -49,3 +49,21 @@ def expected_method(frames, level, flags_name):
     if ours and level == 1:
         return "frame-pointer"
     return "scan"
+
+
+def describe(frames):
+    """A frame list as a short failure message."""
+    return [(hex(f["pc"]), hex(f["sp"]) if f.get("sp") is not None else None, f["function"], f.get("method"))
+            for f in frames]
+
+
+# -- code with no module (tests/fixtures/jit.c) ----------------------------------------
+
+JIT_BUILDS = {"O0": ["-O0"], "O2-nofp": ["-O2", "-fomit-frame-pointer"]}
+
+
+def jit_frame(frames):
+    """(index, frame) of the one frame in the JIT code the program copied to an anonymous mapping."""
+    found = [f for f in frames if f["function"] and f["function"].startswith("<jit code in ")]
+    assert len(found) == 1, describe(frames)
+    return frames.index(found[0]), found[0]

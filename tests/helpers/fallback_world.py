@@ -50,6 +50,13 @@ class World:
         self.symbols.append((CODE + offset, CODE + offset + size, name))
         return CODE + offset
 
+    def start_and_main(self, main_call="rel32"):
+        """_start (no frame record) at 0x000 calling main at 0x010; main at 0x100 calling
+        the function at 0x200 at 0x120 (with main_call). Returns (ra_start, ra_main)."""
+        self.function("_start", 0x000, 0x100, frame_pointer=False)
+        self.function("main", 0x100, 0x100)
+        return self.call_at(0x010), self.call_at(0x120, main_call)
+
     def call_at(self, offset, form="rel32", where="code"):
         """Write a call instruction at offset; returns the return address after it."""
         x86 = {"rel32": b"\xe8\x00\x00\x00\x00", "reg": b"\xff\xd0", "rip": b"\xff\x15\x00\x00\x00\x00",
@@ -121,12 +128,9 @@ def x86_chain():
     Returns (world, registers, expected [(pc, sp)] of the callers, innermost first).
     """
     w = World(X86)
-    w.function("_start", 0x000, 0x100, frame_pointer=False)
-    w.function("main", 0x100, 0x100)
+    ra_start, ra_main = w.start_and_main()
     w.function("level1", 0x200, 0x100)
     w.function("leaf", 0x300, 0x100)
-    ra_start = w.call_at(0x010)
-    ra_main = w.call_at(0x120)
     ra_level1 = w.call_at(0x220, "reg")
     main_fp, level1_fp, leaf_fp = STACK_TOP - 0x100, STACK_TOP - 0x200, STACK_TOP - 0x300
     w.record(main_fp, 0, ra_start)            # _start zeroes rbp

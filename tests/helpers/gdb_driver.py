@@ -9,9 +9,12 @@ physical frames as [{pc, sp, type}]), "py" (a Python expression evaluated here).
 
 import json
 import os
-import traceback
+import sys
 
 import gdb
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from driver_actions import run_actions, session_error, write_results  # noqa: E402
 
 plan = json.loads(os.environ["UNWIND_TEST_PLAN"])
 results = {}
@@ -44,23 +47,14 @@ try:
         gdb.execute("continue")
     else:
         gdb.execute("run %s" % " ".join(plan.get("args", [])))
-    for name, kind, payload in plan["actions"]:
-        try:
-            if kind == "cmd":
-                results[name] = gdb.execute(payload, to_string=True)
-            elif kind == "json":
-                results[name] = json.loads(gdb.execute(payload, to_string=True))
-            elif kind == "frames":
-                results[name] = physical_frames(**(payload or {}))
-            elif kind == "py":
-                results[name] = eval(payload)
-            else:
-                results[name] = {"error": "unknown action kind %s" % kind}
-        except Exception as exc:
-            results[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    run_actions(plan["actions"], {
+        "cmd": lambda payload: gdb.execute(payload, to_string=True),
+        "json": lambda payload: json.loads(gdb.execute(payload, to_string=True)),
+        "frames": lambda payload: physical_frames(**(payload or {})),
+        "py": lambda payload: eval(payload, globals()),
+    }, results)
 except Exception as exc:
-    results["__error__"] = "%s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
+    results["__error__"] = session_error(exc)
 
-with open(plan["out"], "w") as handle:
-    json.dump(results, handle)
+write_results(plan["out"], results)
 gdb.execute("kill")

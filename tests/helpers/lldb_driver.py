@@ -15,9 +15,10 @@ evaluated here, with lldb, debugger, target, process, thread, frame).
 
 import json
 import os
-import traceback
 
 import lldb
+
+from driver_actions import run_actions, session_error, write_results
 
 plan = json.loads(os.environ["UNWIND_TEST_PLAN"])
 results = {}
@@ -40,6 +41,20 @@ def frames(limit=100000):
         out.append({"pc": f.GetPC(), "sp": f.GetSP(), "cfa": f.GetCFA(), "function": f.GetFunctionName(),
                     "inlined": f.IsInlined(), "artificial": f.IsArtificial()})
     return out
+
+
+def json_output(line):
+    out = command(line)
+    return json.loads(out["output"]) if out["ok"] else {"error": out["error"]}
+
+
+def evaluate(expression):
+    """A "py" action: the expression sees lldb, debugger, target and the current process, thread, frame."""
+    global process, thread, frame
+    process = target.GetProcess()
+    thread = process.GetSelectedThread()
+    frame = thread.GetSelectedFrame()
+    return eval(expression, globals())
 
 
 lldb.SBDebugger.Initialize()
@@ -65,30 +80,17 @@ try:
         launched = command("process launch -- %s" % " ".join(plan.get("args", [])))
         if not launched["ok"] or target.GetProcess().GetState() != lldb.eStateStopped:
             raise RuntimeError("the program did not stop: " + launched["output"] + launched["error"])
-    for name, kind, payload in plan["actions"]:
-        try:
-            if kind == "cmd":
-                results[name] = command(payload)
-            elif kind == "json":
-                out = command(payload)
-                results[name] = json.loads(out["output"]) if out["ok"] else {"error": out["error"]}
-            elif kind == "frames":
-                results[name] = frames(**(payload or {}))
-            elif kind == "py":
-                process = target.GetProcess()
-                thread = process.GetSelectedThread()
-                frame = thread.GetSelectedFrame()
-                results[name] = eval(payload)
-            else:
-                results[name] = {"error": "unknown action kind %s" % kind}
-        except Exception as exc:
-            results[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    run_actions(plan["actions"], {
+        "cmd": command,
+        "json": json_output,
+        "frames": lambda payload: frames(**(payload or {})),
+        "py": evaluate,
+    }, results)
 except Exception as exc:
-    results["__error__"] = "%s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc())
+    results["__error__"] = session_error(exc)
 
 results["__transcript__"] = "\n".join(transcript)
-with open(plan["out"], "w") as handle:
-    json.dump(results, handle)
+write_results(plan["out"], results)
 if target is not None and target.GetProcess().IsValid():
     target.GetProcess().Kill()
 lldb.SBDebugger.Destroy(debugger)

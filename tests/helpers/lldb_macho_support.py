@@ -27,7 +27,7 @@ import json
 import re
 from pathlib import Path
 
-from support import need_tool, run
+from support import tool_output
 
 from plugin.targets.macho import MachOFileTarget
 
@@ -95,6 +95,9 @@ def emulator_snapshot(em, out):
 
 _PLAN_HEAD = re.compile(r"^(.+) UnwindPlan:$")
 _ROW = re.compile(r"^row\[(\d+)\]:\s+(-?\d+): (.*)$")
+# The plans LLDB picks for unwinding from any pc (async) and from call sites (sync).
+_CHOSEN_PLAN = re.compile(r"^(Asynchronous \(not restricted|Synchronous \(restricted) to call-sites\) "
+                          r"UnwindPlan is '(.*)'$")
 _UNWIND_HEAD = re.compile(r"^UNWIND PLANS for (.+) \(start addr (0x[0-9a-fA-F]+)\)$")
 
 
@@ -112,13 +115,9 @@ def parse_show_unwind(text):
         if m:
             out["function"], out["start"] = m.group(1), int(m.group(2), 16)
             continue
-        m = re.match(r"^Asynchronous \(not restricted to call-sites\) UnwindPlan is '(.*)'$", s)
+        m = _CHOSEN_PLAN.match(s)
         if m:
-            out["async"] = m.group(1)
-            continue
-        m = re.match(r"^Synchronous \(restricted to call-sites\) UnwindPlan is '(.*)'$", s)
-        if m:
-            out["sync"] = m.group(1)
+            out["async" if m.group(1) == "Asynchronous (not restricted" else "sync"] = m.group(2)
             continue
         m = _PLAN_HEAD.match(s)
         if m and not s.startswith("This UnwindPlan"):
@@ -228,11 +227,9 @@ def only_lldb_has(ours, theirs, arch):
 def dwarfdump_rows(path, arch=None):
     """{FDE pc_begin: [(row address, row text)]} of __eh_frame from
     `llvm-dwarfdump-16 --eh-frame` (an oracle the project did not write)."""
-    argv = [need_tool("llvm-dwarfdump-16"), "--eh-frame"] + (["--arch", arch] if arch else []) + [str(path)]
-    out = run(argv)
-    assert out.returncode == 0, out.stderr
+    text = tool_output("llvm-dwarfdump-16", "--eh-frame", *(["--arch", arch] if arch else []), str(path))
     fdes, rows = {}, None
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         m = re.match(r"^[0-9a-f]{8} [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=([0-9a-f]+)\.\.\.", line)
         if m:
             rows = fdes.setdefault(int(m.group(1), 16), [])

@@ -28,6 +28,28 @@ ARM64_REGS = {**{n: getattr(arm, "UC_ARM64_REG_X%d" % n) for n in range(29)},
 ARM64_RET = struct.pack("<I", 0xD65F03C0)
 
 
+def call_from_fresh_stack(uc, arch, argument):
+    """Set uc up to call a function with one argument from a fresh stack; it returns to SENTINEL."""
+    sp = STACK_BASE + STACK_SIZE - 0x100
+    if arch == "x86_64":
+        sp -= 8
+        uc.mem_write(sp, struct.pack("<Q", SENTINEL))
+        uc.reg_write(x86.UC_X86_REG_RDI, argument)
+        uc.reg_write(x86.UC_X86_REG_RSP, sp)
+    else:
+        uc.reg_write(arm.UC_ARM64_REG_LR, SENTINEL)
+        uc.reg_write(arm.UC_ARM64_REG_X0, argument)
+        uc.reg_write(arm.UC_ARM64_REG_SP, sp)
+
+
+def return_at_entry(uc, arch):
+    """(return address, caller's sp) at a function's first instruction."""
+    if arch == "x86_64":
+        sp = uc.reg_read(x86.UC_X86_REG_RSP)
+        return struct.unpack("<Q", uc.mem_read(sp, 8))[0], sp + 8
+    return uc.reg_read(arm.UC_ARM64_REG_LR), uc.reg_read(arm.UC_ARM64_REG_SP)
+
+
 def align_page(value):
     return (value + PAGE - 1) & ~(PAGE - 1)
 

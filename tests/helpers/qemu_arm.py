@@ -6,11 +6,15 @@ from qemu_user import qemu_user
 
 SYSROOT = "/usr/arm-linux-gnueabihf"     # Debian's armhf cross libraries (libc6-armhf-cross)
 
-BUILDS = {
+# Arm and Thumb code at -O0 and -O2: the builds of every ehabi.cpp test (live and offline).
+ARM_THUMB = {
     "arm-O0": ["-O0", "-marm"],
     "arm-O2": ["-O2", "-marm"],
     "thumb-O0": ["-O0", "-mthumb"],
     "thumb-O2": ["-O2", "-mthumb"],
+}
+BUILDS = {
+    **ARM_THUMB,
     "arm-O2-fp": ["-O2", "-marm", "-fno-omit-frame-pointer"],
     "thumb-O2-fp": ["-O2", "-mthumb", "-fno-omit-frame-pointer"],
 }

@@ -23,8 +23,3 @@ def demo_copy(tmp_path, arch, stripped, objcopy="objcopy"):
     if stripped:
         subprocess.run([need_tool(objcopy), *STRIP_CFI, str(path)], check=True)
     return path
-
-
-def pcs(frames):
-    """The pcs of a list of frames (the debugger's or the plugin's)."""
-    return [f["pc"] for f in frames]

@@ -70,6 +70,48 @@ def run(cmd, **kw):
     return subprocess.run(cmd, **kw)
 
 
+def tool_output(name, *args):
+    """Standard output of the required tool NAME run with ARGS; the test fails with its stderr if it fails."""
+    out = run([need_tool(name), *args])
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def pcs(frames):
+    """The pcs of a list of frames (the debugger's or the plugin's)."""
+    return [f["pc"] for f in frames]
+
+
+def pcs_sps(frames):
+    """(pc, sp) of each frame of a list (the debugger's or the plugin's)."""
+    return [(f["pc"], f["sp"]) for f in frames]
+
+
+def assert_cfi_walk_matches(walk, debugger_frames):
+    """The plugin's `unwind backtrace` (JSON, CFI only) begins with the debugger's physical
+    frames, same pc and sp (the plugin may go on past main); its innermost frame comes from
+    the register context, every other from CFI, and it ends outermost."""
+    frames = walk["frames"]
+    assert [f["pc"] for f in frames][:len(debugger_frames)] == [f["pc"] for f in debugger_frames]
+    assert [f["sp"] for f in frames][:len(debugger_frames)] == [f["sp"] for f in debugger_frames]
+    assert frames[0]["method"] == "context"
+    assert all(f["method"] == "cfi" for f in frames[1:])
+    assert walk["stop_reason"] == "outermost"
+
+
+def corrupted_return_row(before, after):
+    """`unwind compare` (JSON) on chain.c before and after level2's saved return address
+    was overwritten with a non-code address. They agree before; after, the plugin refuses
+    the address and stops, so level 3 is the first row only the debugger has: returned."""
+    assert before["agree"]
+    assert not after["agree"]
+    first = next(r for r in after["frames"] if not r["agrees"])
+    assert first["level"] == 3
+    assert first["plugin"] is None
+    assert after["stop_reason"] == "return-address-not-code"
+    return first
+
+
 def system_library(name):
     """Path of a system library such as libc.so.6, as the dynamic loader sees it."""
     out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout

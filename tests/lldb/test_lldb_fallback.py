@@ -28,7 +28,8 @@ settings: `unwind settings`, `unwind settings sources|max-frames|scan-words`.
 
 import pytest
 
-from fallback_scenarios import BUILDS, OUTERMOST_FUNCTIONS, SCENARIOS, expected_method, is_subsequence, stripped
+from fallback_scenarios import (BUILDS, JIT_BUILDS, OUTERMOST_FUNCTIONS, SCENARIOS, describe, expected_method,
+                                is_subsequence, jit_frame, stripped)
 from lldbrun import batch_outputs, physical, run_batch, run_lldb, version
 from support import build
 
@@ -49,11 +50,6 @@ def lldb_real_frames(frames):
                 "LLDB has frames past %s: %s" % (frame["function"], describe(beyond)))
             return named[:i + 1]
     return named
-
-
-def describe(frames):
-    return [(hex(f["pc"]), hex(f["sp"]) if f.get("sp") is not None else None, f["function"], f.get("method"))
-            for f in frames]
 
 
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
@@ -96,18 +92,10 @@ def test_fallbacks_recover_every_frame_lldb_recovers_on_a_stripped_binary(scenar
 
 # -- code with no module ------------------------------------------------------------
 
-JIT_BUILDS = {"O0": ["-O0"], "O2-nofp": ["-O2", "-fomit-frame-pointer"]}
-
 # LLDB's own view of the memory region holding each of its frames that is in no module.
 _REGIONS = ("[(f.GetPC(), (lambda info: (process.GetMemoryRegionInfo(f.GetPC(), info), "
             "[info.GetRegionBase(), info.GetRegionEnd(), info.IsExecutable(), info.GetName()])[1])"
             "(lldb.SBMemoryRegionInfo())) for f in thread if not f.GetModule().IsValid()]")
-
-
-def _jit_frame(frames):
-    found = [f for f in frames if f["function"] and f["function"].startswith("<jit code in ")]
-    assert len(found) == 1, describe(frames)
-    return frames.index(found[0]), found[0]
 
 
 @pytest.mark.parametrize("flags_name", sorted(JIT_BUILDS))
@@ -129,7 +117,7 @@ def test_jit_code_in_an_anonymous_mapping(flags_name):
     for walk in ("ours", "fallbacks"):
         frames = results[walk]["frames"]
         names = [f["function"] for f in frames]
-        index, jit = _jit_frame(frames)
+        index, jit = jit_frame(frames)
         assert names[:index] == ["stop_here", "from_jit"][:index], names
         assert jit["pc"] == jit_pc and jit["module"] is None
         assert jit["function"] == "<jit code in anonymous mapping 0x%x>" % start

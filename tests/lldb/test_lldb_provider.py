@@ -15,7 +15,7 @@ import pytest
 
 from fallback_scenarios import BUILDS
 from lldbrun import run_batch, run_lldb, version
-from support import build, run
+from support import build, pcs, run
 
 PROVIDER_VERSION = 22
 STRIP_ALL = [["objcopy", "--strip-all", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
@@ -31,10 +31,6 @@ def _twins(flags_name):
     symbols = run(["nm", str(twin)]).stdout
     stop_here = int(re.search(r"^([0-9a-f]+) T stop_here$", symbols, re.M).group(1), 16)
     return twin, bare, stop_here
-
-
-def _pcs(frames):
-    return [f["pc"] for f in frames]
 
 
 def _needs_lldb_22():
@@ -69,13 +65,13 @@ def test_provider_supplies_the_frames_lldb_cannot_find(flags_name):
         ("off", "json", "unwind provider off --json"),
         ("without", "frames", None),
     ], args=["plain"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
-    expected = _pcs(truth["frames"])    # stop_here level3 level2 level1 main, 2 in libc, _start
-    alone = _pcs(results["alone"])
+    expected = pcs(truth["frames"])    # stop_here level3 level2 level1 main, 2 in libc, _start
+    alone = pcs(results["alone"])
     assert alone != expected[:len(alone)] or len(alone) < len(expected), (alone, expected)
     assert results["on"] == {"provider": "on", "lldb_version": results["on"]["lldb_version"]}
     assert results["on"]["lldb_version"].startswith("%d." % PROVIDER_VERSION)
     # With the provider, LLDB's own frames are the twin's, frame by frame ...
-    assert _pcs(results["with"]) == expected, (results["with"], truth["frames"])
+    assert pcs(results["with"]) == expected, (results["with"], truth["frames"])
     # ... LLDB's own frames among them unchanged, in LLDB's order.
     kept = [f for f in results["with"] if f["pc"] in alone]
     assert kept == results["alone"], (kept, results["alone"])
@@ -140,10 +136,10 @@ def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return()
         ("finish", "cmd", "finish"),
         ("after", "frames", None),
     ], args=["recurse", "6"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
-    expected = _pcs(truth["frames"])        # stop_here, recurse x7, main, libc x2, _start
-    assert _pcs(results["with"]) == expected
+    expected = pcs(truth["frames"])        # stop_here, recurse x7, main, libc x2, _start
+    assert pcs(results["with"]) == expected
     assert expected[2] == expected[3] == expected[4]        # recurse returning into recurse
     # A right `finish` from frame #3 would leave frames #4 on; LLDB stops at the first
     # return to frame #3's pc, when frame #1 returns into frame #2.
     assert results["finish"]["ok"], results["finish"]
-    assert _pcs(results["after"]) == expected[2:], (_pcs(results["after"]), expected)
+    assert pcs(results["after"]) == expected[2:], (pcs(results["after"]), expected)

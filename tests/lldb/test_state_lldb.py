@@ -12,7 +12,7 @@ import pytest
 
 import lldbrun
 from lldbrun import physical, run_lldb
-from support import build
+from support import build, pcs_sps
 
 BUILDS = {"O0": ["-O0"], "O1": ["-O1"]}
 WALK = "unwind backtrace --json"
@@ -31,8 +31,16 @@ TO_CHILD = ("([process.Continue() for _ in range(3) if not %s], "
             "process.SetSelectedThread(%s[0]))[1]" % (CHILDREN, CHILDREN))
 
 
-def pcs_sps(frames):
-    return [(f["pc"], f["sp"]) for f in frames]
+def stop_after_clone3(binary, select_side):
+    """Stop right after clone3's syscall on the side select_side picks: its rax, the walk, LLDB's frames."""
+    return run_lldb(binary, [
+        ("bp", "py", AFTER_SYSCALL),
+        ("go", "cmd", "process continue"),
+        ("side", "py", select_side),
+        ("rax", "py", "process.GetSelectedThread().GetFrameAtIndex(0).FindRegister('rax').GetValueAsUnsigned()"),
+        ("walk", "json", WALK),
+        ("native", "frames", None),
+    ], args=["thread"], breakpoint="main")
 
 
 def lldb_frames(frames):
@@ -57,15 +65,7 @@ def assert_same_frames(results, transcript, lldb_stops_early=()):
 
 @pytest.mark.parametrize("flags_name", sorted(BUILDS))
 def test_parent_side_of_clone3_walks_to_start(flags_name):
-    binary = build("state.c", BUILDS[flags_name])
-    results, transcript = run_lldb(binary, [
-        ("bp", "py", AFTER_SYSCALL),
-        ("go", "cmd", "process continue"),
-        ("parent", "py", TO_PARENT),
-        ("rax", "py", "process.GetSelectedThread().GetFrameAtIndex(0).FindRegister('rax').GetValueAsUnsigned()"),
-        ("walk", "json", WALK),
-        ("native", "frames", None),
-    ], args=["thread"], breakpoint="main")
+    results, transcript = stop_after_clone3(build("state.c", BUILDS[flags_name]), TO_PARENT)
     assert results["rax"] > 0, transcript[-3000:]
     # LLDB 19 stops at clone3 (no FDE covers its pc; 16 and 22 go on)
     assert_same_frames(results, transcript, lldb_stops_early=(19,))
@@ -77,15 +77,7 @@ def test_parent_side_of_clone3_walks_to_start(flags_name):
 def test_child_side_of_clone3_is_outermost_by_its_registers():
     """The new thread starts at the same instruction, after clone3's syscall, with
     rax = 0: nothing above its sp is a frame, and the stop line says why."""
-    binary = build("state.c", BUILDS["O1"])
-    results, transcript = run_lldb(binary, [
-        ("bp", "py", AFTER_SYSCALL),
-        ("go", "cmd", "process continue"),
-        ("child", "py", TO_CHILD),
-        ("rax", "py", "process.GetSelectedThread().GetFrameAtIndex(0).FindRegister('rax').GetValueAsUnsigned()"),
-        ("walk", "json", WALK),
-        ("native", "frames", None),
-    ], args=["thread"], breakpoint="main")
+    results, transcript = stop_after_clone3(build("state.c", BUILDS["O1"]), TO_CHILD)
     assert results["rax"] == 0, transcript[-3000:]
     walk = results["walk"]
     assert len(walk["frames"]) == 1 and walk["stop_reason"] == "outermost", walk

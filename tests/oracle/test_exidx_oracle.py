@@ -22,6 +22,7 @@ from plugin.errors import DecodeError
 from plugin.formats.exidx import ExidxTable
 from plugin.memory import Region
 from plugin.strategies.exidx import plan
+from qemu_arm import ARM_THUMB
 from support import build, need_tool, oracle_dir, run
 
 MOZGLUE = "framehop/fixtures/android/arm/release-libmozglue.so"
@@ -29,10 +30,7 @@ READELF_DUMP = "derived/binutils-readelf-2.40/" + MOZGLUE + ".readelf-u.txt"
 LLVM_DUMP = "derived/llvm-readelf-16.0.6/" + MOZGLUE + ".llvm-readelf-unwind.txt"
 
 BUILDS = {
-    "arm-O0": ["-O0", "-marm"],
-    "arm-O2": ["-O2", "-marm"],
-    "thumb-O0": ["-O0", "-mthumb"],
-    "thumb-O2": ["-O2", "-mthumb"],
+    **ARM_THUMB,
     "thumb-O2-static": ["-O2", "-mthumb", "-static"],
     "arm-O2-static": ["-O2", "-marm", "-static"],
 }

@@ -35,6 +35,13 @@ def section_of(b, kind=None):
     return CfiSection(b.region(), kind or b.kind, X86)
 
 
+def expect_bad_cie(offset, *words, program=CIE_PROGRAM, **cie_args):
+    """A section of one CIE built from cie_args must fail at offset, with words in the cause."""
+    b = Builder()
+    b.cie(program, **cie_args)
+    expect(section_of(b), offset, *words)
+
+
 def fde_program(program, cie_program=CIE_PROGRAM, **cie_args):
     """(section, FDE instructions offset) for one FDE running `program`."""
     b = Builder()
@@ -135,15 +142,11 @@ def test_fde_at_a_cie_and_cie_at_an_fde():
 
 
 def test_unsupported_cie_version():
-    b = Builder()
-    b.cie(CIE_PROGRAM, version=2)
-    expect(section_of(b), 8, "unsupported CIE version 2")
+    expect_bad_cie(8, "unsupported CIE version 2", version=2)
 
 
 def test_unknown_augmentation_without_z():
-    b = Builder()
-    b.cie(CIE_PROGRAM, augmentation="X")
-    expect(section_of(b), 9, "unknown augmentation 'X'")
+    expect_bad_cie(9, "unknown augmentation 'X'", augmentation="X")
 
 
 def test_augmentation_data_longer_than_the_entry():
@@ -154,16 +157,13 @@ def test_augmentation_data_longer_than_the_entry():
 
 
 def test_augmentation_fields_longer_than_their_length():
-    b = Builder()
     # "zP" with 1 byte of augmentation data, but the P field needs 1 + 8.
-    b.cie(CIE_PROGRAM + b"\0" * 8, augmentation="zP", aug_data=bytes([0x00]))
-    expect(section_of(b), 9, "augmentation fields run past the augmentation data")
+    expect_bad_cie(9, "augmentation fields run past the augmentation data",
+                   program=CIE_PROGRAM + b"\0" * 8, augmentation="zP", aug_data=bytes([0x00]))
 
 
 def test_invalid_fde_pointer_encoding():
-    b = Builder()
-    b.cie(CIE_PROGRAM, fde_encoding=0x07)
-    expect(section_of(b), 16, "invalid FDE pointer encoding 0x07")
+    expect_bad_cie(16, "invalid FDE pointer encoding 0x07", fde_encoding=0x07)
 
 
 def test_fde_range_past_the_entry():
@@ -363,27 +363,28 @@ def test_hdr_unknown_pointer_encoding():
     assert err.value.offset == 4 and "0x07" in err.value.cause
 
 
-def test_hdr_pointing_outside_eh_frame():
+def find_fde_through_hdr(fde_address):
+    """The DecodeError of looking up pc 0x10000 (an FDE of an .eh_frame at 0x200000)
+    through an .eh_frame_hdr whose one entry says the FDE is at fde_address."""
     b = Builder(address=0x200000)
     cie = b.cie(CIE_PROGRAM)
     b.fde(cie, 0x10000, 0x10)
     section = section_of(b)
-    header = hdr(hdr_bytes([(0x10000, 0x900000)], 0x100000, 0x200000), 0x100000)
+    header = hdr(hdr_bytes([(0x10000, fde_address)], 0x100000, 0x200000), 0x100000)
     with pytest.raises(DecodeError) as err:
         section.find_fde(0x10000, header)
-    assert err.value.section == ".eh_frame_hdr" and "outside .eh_frame" in err.value.cause
+    return err.value
+
+
+def test_hdr_pointing_outside_eh_frame():
+    error = find_fde_through_hdr(0x900000)
+    assert error.section == ".eh_frame_hdr" and "outside .eh_frame" in error.cause
 
 
 def test_hdr_pointing_at_a_cie():
-    b = Builder(address=0x200000)
-    cie = b.cie(CIE_PROGRAM)
-    b.fde(cie, 0x10000, 0x10)
-    section = section_of(b)
-    header = hdr(hdr_bytes([(0x10000, 0x200000)], 0x100000, 0x200000), 0x100000)
-    with pytest.raises(DecodeError) as err:
-        section.find_fde(0x10000, header)
-    assert (err.value.section, err.value.offset) == (".eh_frame", 0)
-    assert "expected an FDE" in err.value.cause
+    error = find_fde_through_hdr(0x200000)
+    assert (error.section, error.offset) == (".eh_frame", 0)
+    assert "expected an FDE" in error.cause
 
 
 def test_uleb_helper_sanity():

@@ -855,26 +855,27 @@ edge64 = st.one_of(st.integers(0, M64), st.sampled_from([0, 1, 2, 63, 64, 65, MI
 edge32 = st.one_of(st.integers(0, M32), st.sampled_from([0, 1, 2, 31, 32, 33, 1 << 31, M32 >> 1, M32]))
 
 
+def check_binary_op(opcode, a, b, bits):
+    """Push a and b as unsigned constants of the address size, apply opcode, compare with the model."""
+    const, fmt, arch, at_operator = (CONST8U, "Q", X86, 18) if bits == 64 else (CONST4U, "I", I386, 10)
+    expr = code(const, le(fmt, a), const, le(fmt, b), opcode)
+    expected = model(opcode, a, b, bits)
+    if expected is None:
+        assert decode_error(expr, arch).offset == at_operator
+    else:
+        assert value(expr, arch) == expected
+
+
 @settings(max_examples=400)
 @given(st.sampled_from(BINARY), edge64, edge64)
 def test_binary_ops_match_the_model_64(opcode, a, b):
-    expr = code(CONST8U, le("Q", a), CONST8U, le("Q", b), opcode)
-    expected = model(opcode, a, b, 64)
-    if expected is None:
-        assert decode_error(expr).offset == 18
-    else:
-        assert value(expr) == expected
+    check_binary_op(opcode, a, b, 64)
 
 
 @settings(max_examples=400)
 @given(st.sampled_from(BINARY), edge32, edge32)
 def test_binary_ops_match_the_model_32(opcode, a, b):
-    expr = code(CONST4U, le("I", a), CONST4U, le("I", b), opcode)
-    expected = model(opcode, a, b, 32)
-    if expected is None:
-        assert decode_error(expr, I386).offset == 10
-    else:
-        assert value(expr, I386) == expected
+    check_binary_op(opcode, a, b, 32)
 
 
 @given(st.sampled_from([(X86, 64), (I386, 32)]), st.integers(-(1 << 80), 1 << 80))

@@ -46,12 +46,9 @@ def _signal_world(arch, form=-1):
     form: which of the arch's trampolines (i386 has the sigreturn and rt_sigreturn forms)."""
     w = World(arch)
     size = arch.address_size
-    w.function("_start", 0x000, 0x100, frame_pointer=False)
-    w.function("main", 0x100, 0x100)
+    ra_start, ra_main = w.start_and_main()
     w.function("spin", 0x200, 0x100)
     w.function("handler", 0x300, 0x100)
-    ra_start = w.call_at(0x010)
-    ra_main = w.call_at(0x120)
     w.put_code(CODE + TRAMPOLINE, arch.sigreturns[form].code)
     main_fp = STACK_TOP - 0x100
     spin_fp = STACK_TOP - 0x200
