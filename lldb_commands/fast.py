@@ -21,7 +21,7 @@ tables, never stack bytes, and are dropped when the modules change.
 
 from typing import Dict, Optional, Tuple
 
-from plugin import engine
+from plugin import checks, engine
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, Outcome
@@ -102,7 +102,7 @@ def _apply(plan: Plan, lookup_pc: int, frame, ctx, previous_cfa) -> Optional[Out
                             arch=arch, cfa=cfa, reads=reads, caller_registers=caller)
     outcome = Outcome(AttemptStatus.RECOVERED, plan.source, registers=caller, evidence=evidence,
                       signal_frame=plan.signal_frame)
-    if engine._implausible(outcome, frame, ctx, frame.registers.get(arch.sp), previous_cfa):
+    if checks.implausible(outcome, frame, ctx, frame.registers.get(arch.sp), previous_cfa):
         return None
     return outcome
 
