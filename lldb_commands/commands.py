@@ -7,6 +7,8 @@ text as GDB's commands), and prints one of the two. Every failure becomes
 one LLDB error line via result.SetError: a user never sees a traceback.
 """
 
+import contextlib
+import gc
 import json
 
 import lldb
@@ -14,6 +16,7 @@ import lldb
 from plugin.commands import catalog, reports
 from plugin.commands.spec import CommandSpec, Debugger, EveryThread
 from plugin.engine import DEFAULT_SOURCES
+from plugin.render import explain
 from plugin.settings import SettingType, find_setting
 from plugin.strategies.cfi import CfiTables
 
@@ -167,26 +170,60 @@ class BacktraceCommand(_Command):
         every = isinstance(given.value, EveryThread)
         count = given.value.count if every else given.value
         limit = given.count if given.count is not None else count     # -c N, or N / -N as in GDB
-        target, _, selected, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
-        data, text = reports.backtrace_report(bt, target.arch)
-        if every:
-            data["threads"], text = self._every_thread(selected, given.sources, limit)
+        with _no_gc_pauses():
+            target, _, selected, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
+            data, text = _render(bt, target.arch, given.json)
+            if every:
+                threads, text = self._every_thread(selected, given.sources, limit, given.json)
+                if given.json:
+                    data["threads"] = threads
         return data, text
 
-    def _every_thread(self, selected, sources, limit):
+    def _every_thread(self, selected, sources, limit, as_json):
         """Each thread's backtrace from its innermost frame, as LLDB's `bt all` lists them."""
         reports_json, texts = [], []
         process = selected.GetProcess()
         for thread in process:
             target, _, bt = self._walk_thread(process.GetTarget(), thread, None, sources, limit, fast=True)
-            data, text = reports.backtrace_report(bt, target.arch)
+            data, text = _render(bt, target.arch, as_json)
+            if not as_json:
+                texts.append(_thread_head(thread, selected) + text)
+                continue
             data.update(thread=thread.GetIndexID(), tid=thread.GetThreadID(), name=thread.GetName())
             reports_json.append(data)
-            mark = "*" if thread.GetThreadID() == selected.GetThreadID() else " "
-            texts.append("%s thread #%d, tid = %d%s\n%s" % (mark, thread.GetIndexID(), thread.GetThreadID(),
-                                                           ", name = '%s'" % thread.GetName() if thread.GetName() else "",
-                                                           text))
         return reports_json, "\n\n".join(texts)
+
+
+def _thread_head(thread, selected):
+    """`* thread #1, tid = 42, name = 'demo'` and a newline, as LLDB's `bt all` heads a thread."""
+    mark = "*" if thread.GetThreadID() == selected.GetThreadID() else " "
+    name = ", name = '%s'" % thread.GetName() if thread.GetName() else ""
+    return "%s thread #%d, tid = %d%s\n" % (mark, thread.GetIndexID(), thread.GetThreadID(), name)
+
+
+def _render(bt, arch, as_json):
+    """(json object, None) or (None, text): only the form the command prints (each costs per frame)."""
+    if as_json:
+        return explain.backtrace_json(bt, arch), None
+    return None, explain.backtrace_text(bt, arch)
+
+
+@contextlib.contextmanager
+def _no_gc_pauses():
+    """Python's cyclic collector held off during a walk, restored after.
+
+    A 10,000-frame walk allocates records that live until the command ends;
+    the collector scans them again and again as they grow (a tenth of an
+    `unwind backtrace` of 10,000 frames). Any cycle made meanwhile is freed
+    by the collector's next run after the command.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class ExplainCommand(_Command):
