@@ -210,13 +210,8 @@ def _render(bt, arch, as_json):
 
 @contextlib.contextmanager
 def _no_gc_pauses():
-    """Python's cyclic collector held off during a walk, restored after.
-
-    A 10,000-frame walk allocates records that live until the command ends;
-    the collector scans them again and again as they grow (a tenth of an
-    `unwind backtrace` of 10,000 frames). Any cycle made meanwhile is freed
-    by the collector's next run after the command.
-    """
+    """Python's cyclic collector held off during a walk (it rescanned the walk's growing records:
+    a quarter of a 10,000-frame `unwind backtrace`), restored after: its next run frees any cycle."""
     enabled = gc.isenabled()
     gc.disable()
     try:
