@@ -167,16 +167,19 @@ class BacktraceCommand(_Command):
     spec = catalog.BACKTRACE
 
     def run(self, given, exe_ctx):
+        with _no_gc_pauses():       # the walk's records are freed (by _backtrace's return) before it resumes
+            return self._backtrace(given, exe_ctx)
+
+    def _backtrace(self, given, exe_ctx):
         every = isinstance(given.value, EveryThread)
         count = given.value.count if every else given.value
         limit = given.count if given.count is not None else count     # -c N, or N / -N as in GDB
-        with _no_gc_pauses():
-            target, _, selected, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
-            data, text = _render(bt, target.arch, given.json)
-            if every:
-                threads, text = self._every_thread(selected, given.sources, limit, given.json)
-                if given.json:
-                    data["threads"] = threads
+        target, _, selected, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
+        data, text = _render(bt, target.arch, given.json)
+        if every:
+            threads, text = self._every_thread(selected, given.sources, limit, given.json)
+            if given.json:
+                data["threads"] = threads
         return data, text
 
     def _every_thread(self, selected, sources, limit, as_json):
