@@ -7,6 +7,8 @@ text as GDB's commands), and prints one of the two. Every failure becomes
 one LLDB error line via result.SetError: a user never sees a traceback.
 """
 
+import contextlib
+import gc
 import json
 
 import lldb
@@ -14,6 +16,7 @@ import lldb
 from plugin.commands import catalog, reports
 from plugin.commands.spec import CommandSpec, Debugger, EveryThread
 from plugin.engine import DEFAULT_SOURCES
+from plugin.render import explain
 from plugin.settings import SettingType, find_setting
 from plugin.strategies.cfi import CfiTables
 
@@ -164,29 +167,61 @@ class BacktraceCommand(_Command):
     spec = catalog.BACKTRACE
 
     def run(self, given, exe_ctx):
+        with _no_gc_pauses():       # the walk's records are freed (by _backtrace's return) before it resumes
+            return self._backtrace(given, exe_ctx)
+
+    def _backtrace(self, given, exe_ctx):
         every = isinstance(given.value, EveryThread)
         count = given.value.count if every else given.value
         limit = given.count if given.count is not None else count     # -c N, or N / -N as in GDB
         target, _, selected, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
-        data, text = reports.backtrace_report(bt, target.arch)
+        data, text = _render(bt, target.arch, given.json)
         if every:
-            data["threads"], text = self._every_thread(selected, given.sources, limit)
+            threads, text = self._every_thread(selected, given.sources, limit, given.json)
+            if given.json:
+                data["threads"] = threads
         return data, text
 
-    def _every_thread(self, selected, sources, limit):
+    def _every_thread(self, selected, sources, limit, as_json):
         """Each thread's backtrace from its innermost frame, as LLDB's `bt all` lists them."""
         reports_json, texts = [], []
         process = selected.GetProcess()
         for thread in process:
             target, _, bt = self._walk_thread(process.GetTarget(), thread, None, sources, limit, fast=True)
-            data, text = reports.backtrace_report(bt, target.arch)
+            data, text = _render(bt, target.arch, as_json)
+            if not as_json:
+                texts.append(_thread_head(thread, selected) + text)
+                continue
             data.update(thread=thread.GetIndexID(), tid=thread.GetThreadID(), name=thread.GetName())
             reports_json.append(data)
-            mark = "*" if thread.GetThreadID() == selected.GetThreadID() else " "
-            texts.append("%s thread #%d, tid = %d%s\n%s" % (mark, thread.GetIndexID(), thread.GetThreadID(),
-                                                           ", name = '%s'" % thread.GetName() if thread.GetName() else "",
-                                                           text))
         return reports_json, "\n\n".join(texts)
+
+
+def _thread_head(thread, selected):
+    """`* thread #1, tid = 42, name = 'demo'` and a newline, as LLDB's `bt all` heads a thread."""
+    mark = "*" if thread.GetThreadID() == selected.GetThreadID() else " "
+    name = ", name = '%s'" % thread.GetName() if thread.GetName() else ""
+    return "%s thread #%d, tid = %d%s\n" % (mark, thread.GetIndexID(), thread.GetThreadID(), name)
+
+
+def _render(bt, arch, as_json):
+    """(json object, None) or (None, text): only the form the command prints (each costs per frame)."""
+    if as_json:
+        return explain.backtrace_json(bt, arch), None
+    return None, explain.backtrace_text(bt, arch)
+
+
+@contextlib.contextmanager
+def _no_gc_pauses():
+    """Python's cyclic collector held off during a walk (it rescanned the walk's growing records:
+    a quarter of a 10,000-frame `unwind backtrace`), restored after: its next run frees any cycle."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class ExplainCommand(_Command):

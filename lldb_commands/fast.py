@@ -35,14 +35,15 @@ TABLE_SOURCES = source_names(SourceKind.TABLE)
 class Plan:
     """What the first step at a lookup pc found: its source, found-by words, row, signal mark."""
 
-    __slots__ = ("source", "found_by", "row", "signal_frame", "simple")
+    __slots__ = ("source", "found_by", "row", "signal_frame", "simple", "saved")
 
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: Outcome, arch) -> None:
         self.source = outcome.source
         self.found_by = outcome.evidence.found_by
         self.row = outcome.evidence.rule
         self.signal_frame = outcome.signal_frame
         self.simple = is_simple(self.row)
+        self.saved = saved_span(self.row, arch.address_size) if self.simple else None
 
 
 class Plans:
@@ -71,7 +72,7 @@ class Plans:
         outcome, attempts = engine.step_frame(frame, ctx, previous_cfa)
         if (outcome is not None and not attempts and not outcome.outermost and outcome.source in TABLE_SOURCES
                 and outcome.evidence is not None and outcome.evidence.rule is not None):
-            self._plans[key] = Plan(outcome)
+            self._plans[key] = Plan(outcome, ctx.arch)
         return outcome, attempts
 
 
@@ -80,7 +81,7 @@ def _apply(plan: Plan, lookup_pc: int, frame, ctx, previous_cfa) -> Optional[Out
     arch = ctx.arch
     if plan.simple:
         try:
-            cfa, caller = _evaluate_simple(plan.row, arch, frame.registers, ctx.read_memory)
+            cfa, caller = _evaluate_simple(plan.row, plan.saved, arch, frame.registers, ctx.read_memory)
         except (MemoryReadError, KeyError):
             return None
         reads = []
@@ -117,19 +118,43 @@ def is_simple(row) -> bool:
             and all(rule.kind in SIMPLE_RULES for rule in row.registers.values()))
 
 
-def _evaluate_simple(row, arch, registers, read_memory):
+# The most bytes one read may span to fetch all the registers a simple row saves
+# (a frame's saves sit together below its CFA); a wider span reads word by word.
+SAVED_SPAN = 128
+
+
+def saved_span(row, size: int) -> Optional[Tuple[int, int, Tuple[Tuple[int, int], ...]]]:
+    """(first offset from the CFA, bytes, ((register, its offset in the span), ...)) of the row's
+    OFFSET rules, read at once; None when it has none or they lie more than SAVED_SPAN apart."""
+    saved = [(number, rule.offset) for number, rule in row.registers.items() if rule.kind == RuleKind.OFFSET]
+    if not saved:
+        return None
+    low = min(offset for _, offset in saved)
+    length = max(offset for _, offset in saved) - low + size
+    if length > SAVED_SPAN:
+        return None
+    return low, length, tuple((number, offset - low) for number, offset in saved)
+
+
+def _evaluate_simple(row, saved, arch, registers, read_memory):
     """(CFA, caller registers) of a simple row: evaluate_row's answer without its records of each read.
 
-    KeyError when the CFA's register is unknown, MemoryReadError when a saved
+    saved: the row's saved_span, whose words are read in one read. KeyError
+    when the CFA's register is unknown, MemoryReadError when a saved
     register cannot be read: the engine then steps the frame and says why.
     """
     mask, size, order = arch.mask, arch.address_size, arch.byteorder
     cfa = (registers[row.cfa.register] + row.cfa.offset) & mask
     caller = {number: registers[number] for number in arch.callee_saved if number in registers}
     caller[arch.sp] = cfa
+    if saved is not None:
+        low, length, places = saved
+        data = read_memory((cfa + low) & mask, length)
+        words = {number: int.from_bytes(data[at:at + size], order) for number, at in places}
     for number, rule in row.registers.items():
         if rule.kind == RuleKind.OFFSET:
-            caller[number] = int.from_bytes(read_memory((cfa + rule.offset) & mask, size), order)
+            caller[number] = (words[number] if saved is not None
+                              else int.from_bytes(read_memory((cfa + rule.offset) & mask, size), order))
         elif rule.kind == RuleKind.VAL_OFFSET:
             caller[number] = (cfa + rule.offset) & mask
         elif number in registers:       # SAME

@@ -7,7 +7,8 @@ LLDB session per round: launches `chain recurse N` to stop_here, walks
 LLDB's own frames through the SB API (SBThread.GetFrameAtIndex, then each
 frame's pc, sp and function name: LLDB unwinds them on first use, so
 every round is a fresh stop), then runs `unwind backtrace` and `unwind
-backtrace --json` (the plugin's whole walk, rendered). Times are CPU time
+backtrace --json` (the plugin's whole walk, rendered; the time to parse
+the JSON it prints is the reader's and is not counted). Times are CPU time
 of the process (time.process_time: LLDB and the plugin run in it), so a
 busy machine slows both sides alike. Prints the median ratio plugin/LLDB
 per version, and the plugin's target memory reads per frame.
@@ -61,8 +62,9 @@ for _ in range(%(rounds)d):
     text_time = time.process_time() - start
     reads = state.live(target)[0].reads
     start = time.process_time()
-    data = json.loads(command("unwind backtrace --json"))
+    output = command("unwind backtrace --json")
     json_time = time.process_time() - start
+    data = json.loads(output)       # the reader's cost, not the command's
     rows.append({"lldb": lldb_time, "text": text_time, "json": json_time, "lldb_frames": frames,
                  "frames": len(data["frames"]), "text_lines": text.count("\n"), "reads": reads})
     process.Kill()
