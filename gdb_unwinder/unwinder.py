@@ -219,6 +219,7 @@ class PluginUnwinder(Unwinder):
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))   # LLDB's rule: its caller is exact too
         info = pending_frame.create_unwind_info(FrameId(cfa, start))
         known, raws = registers.known, registers.raw
+        descriptors = target.descriptors     # by descriptor: GDB looks no name up
         link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
         if link is not None and link not in caller and arch.pc in caller:
             # The caller's link register holds what its call left there, the return
@@ -252,7 +253,7 @@ class PluginUnwinder(Unwinder):
                         value = int(raw) & arch.mask
                     except (gdb.error, ValueError):
                         value = None
-            info.add_saved_register(name, raw)
+            info.add_saved_register(descriptors.get(name, name), raw)
             raw_given[number] = raw
             if value is None:
                 complete = False
