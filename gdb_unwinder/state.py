@@ -31,7 +31,7 @@ class InferiorState:
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
         self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
-        self.handed = {}                 # (pc, sp) of a frame the unwinder produced -> {DWARF number: (gdb.Value, int or None)}
+        self.handed = {}                 # (pc, sp) of a frame the unwinder produced -> unwinder.Handed
         self.unwinder_context = None
         self.plans = PlanCache()         # lookup pc -> the engine's accepted row, for the unwinder
 

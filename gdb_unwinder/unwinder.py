@@ -70,25 +70,8 @@ class PendingRegisters:
     def prefill(self, handed):
         """Take the registers this plugin handed GDB for this very frame (its callee's claim):
         they are what GDB would read back, so no read_register is needed. Registers not
-        handed are unavailable, as GDB would report them."""
-        for number in self._arch.registers:
-            entry = handed.get(number)
-            if entry is None:
-                self.known[number] = None
-            else:
-                # The value as an int too, when the claim knew it: no int() of the gdb.Value again.
-                self.raw[number], value = entry
-                if value is None:
-                    self.known.pop(number, None)
-                else:
-                    self.known[number] = value
-
-    def values(self):
-        """The known registers as a plain dict (cheaper to read than get): complete after prefill
-        with a claim that knew every value, else None."""
-        if any(number not in self.known for number in self._arch.registers):
-            return None
-        return {number: value for number, value in self.known.items() if value is not None}
+        handed are unavailable (None in handed.known), as GDB would report them."""
+        self.raw, self.known = handed.raw, handed.known     # shared: a later get adds the same int
 
     def same_value(self, number, name):
         """The pending frame's own gdb.Value of a register, for GDB's same-value rule; None if unavailable."""
@@ -116,6 +99,17 @@ class PendingRegisters:
         return value
 
 
+class Handed:
+    """What a claim handed GDB for its caller, as that caller's PendingRegisters will see it:
+    raw, DWARF number -> gdb.Value; known, number -> int, None where not handed (absent where
+    only the gdb.Value is known); values, the known ints as a plain dict when complete."""
+    __slots__ = ("raw", "known", "values")
+
+    def __init__(self, raw, known, complete):
+        self.raw, self.known = raw, known
+        self.values = {n: v for n, v in known.items() if v is not None} if complete else None
+
+
 class PluginUnwinder(Unwinder):
     def __init__(self, state):
         super().__init__(NAME)
@@ -123,6 +117,8 @@ class PluginUnwinder(Unwinder):
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
         self._types = {}
         self.claimed = 0
+        self._covered = {}          # return address -> why GDB covers its frame under auto, or None
+        self._covered_key = None    # what those verdicts were made for
 
     def __call__(self, pending_frame):
         if self.state.claim == Claim.NONE:
@@ -158,6 +154,11 @@ class PluginUnwinder(Unwinder):
             return None
         level = pending_frame.level()
         ctx = state.unwinder_context(inferior)
+        if state.claim == Claim.AUTO and level > 0 and not inferior.after_signal:
+            reason = self._covered_caller(pc, ctx, pending_frame, inferior)
+            if reason is not None and level > inline_depth(pc, inferior.inline_depths):
+                self.declines.append((level, pc, reason))
+                return None
         exact = is_innermost_physical(level, pc, ctx, inferior.inline_depths)
         if not exact and inferior.after_signal:
             exact = (pc, registers.get(arch.sp)) in inferior.after_signal
@@ -188,7 +189,7 @@ class PluginUnwinder(Unwinder):
         plan = plans.get(lookup, exact) if state.use_plans else None
         replayed = None
         if plan is not None:
-            values = registers.values() if handed is not None else None
+            values = handed.values if handed is not None else None
             replayed = replay(plan, registers if values is None else values, ctx)
         if replayed is not None:        # the engine's accepted row for this pc, replayed
             plans.hits += 1
@@ -218,6 +219,7 @@ class PluginUnwinder(Unwinder):
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))   # LLDB's rule: its caller is exact too
         info = pending_frame.create_unwind_info(FrameId(cfa, start))
         known, raws = registers.known, registers.raw
+        descriptors = target.descriptors     # by descriptor: GDB looks no name up
         link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
         if link is not None and link not in caller and arch.pc in caller:
             # The caller's link register holds what its call left there, the return
@@ -225,7 +227,8 @@ class PluginUnwinder(Unwinder):
             # stop GDB's own unwinders for the frames above.
             caller = dict(caller)
             caller[link] = caller[arch.pc]
-        given = {}          # DWARF number -> (gdb.Value handed to GDB, its int or None): the caller's registers
+        raw_given, known_given = {}, {}     # the caller's registers, as Handed keeps them
+        complete = True
         for number, name in _handed_registers(arch):
             if number in caller:
                 value = caller[number]
@@ -233,6 +236,7 @@ class PluginUnwinder(Unwinder):
                 if raw is None or known.get(number) != value:
                     raw = self._value(pending_frame, name, value)
             elif number in ruled:
+                known_given[number] = None
                 continue        # undefined, or its rule could not be evaluated: not saved
             else:
                 # GDB's rule for a register the row says nothing about: same
@@ -241,6 +245,7 @@ class PluginUnwinder(Unwinder):
                 if raw is None:
                     raw = registers.same_value(number, name)
                     if raw is None:
+                        known_given[number] = None
                         continue
                 value = known.get(number)
                 if value is None:       # read but never needed as a number: the next frame may
@@ -248,14 +253,43 @@ class PluginUnwinder(Unwinder):
                         value = int(raw) & arch.mask
                     except (gdb.error, ValueError):
                         value = None
-            info.add_saved_register(name, raw)
-            given[number] = (raw, value)
+            info.add_saved_register(descriptors.get(name, name), raw)
+            raw_given[number] = raw
+            if value is None:
+                complete = False
+            else:
+                known_given[number] = value
         caller_key = (caller.get(arch.pc), caller.get(arch.sp))
         if len(inferior.handed) >= HANDED_CACHE_SIZE:
             inferior.handed.clear()
-        inferior.handed[caller_key] = given
+        inferior.handed[caller_key] = Handed(raw_given, known_given, complete)
         self.claimed += 1
         return info
+
+    def _covered_caller(self, pc, ctx, pending_frame, inferior):
+        """Under auto, why GDB covers a caller frame at return address pc, or None; cached per pc
+        while the modules, the trap handler names and the architecture stay. It is the slow
+        path's verdict for a frame that is no innermost physical frame (level above the inline
+        depth at pc) and no frame a signal interrupted: not in a trap handler, GDB covers pc-1,
+        and pc-1 is in no signal trampoline."""
+        key = (ctx, ctx.target.generation, ctx.target.trap_handler_names, ctx.target.gdb_arch)
+        if key != self._covered_key:
+            self._covered_key = key
+            self._covered.clear()
+        try:
+            return self._covered[pc]
+        except KeyError:
+            pass
+        reason = None
+        if ctx.trap_handler(pc) is None:
+            coverage = inferior.coverage
+            reason = coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True)
+            if pc - 1 in coverage.signal_pcs:
+                reason = None
+        if len(self._covered) >= HANDED_CACHE_SIZE:
+            self._covered.clear()
+        self._covered[pc] = reason
+        return reason
 
     def _note_interrupted(self, frame, ctx, inferior):
         outcome, _ = step_frame(frame, ctx)
