@@ -53,11 +53,13 @@ def compare(sources: Optional[Sequence[str]] = None) -> dict:
 
 
 def _options(sources, debugger):
+    """The JSON option (a command may build only the form it prints), and the sources asked for."""
+    asked = [OPTIONS["json"].spelled(debugger)]
     if sources is None:
-        return []
+        return asked
     if isinstance(sources, str):
         raise UnwindError("sources is a list of names, e.g. [\"cfi\", \"frame-pointer\"]")
-    return [OPTIONS["sources"].spelled(debugger), ",".join(sources)]
+    return asked + [OPTIONS["sources"].spelled(debugger), ",".join(sources)]
 
 
 def _run(spec, words, sources, count=None):
