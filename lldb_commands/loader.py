@@ -10,14 +10,9 @@ would fail later with a less useful message.
 import os
 import sys
 
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .subcommands import SUBCOMMANDS
 
-# (subcommand, class in lldb_commands.commands), in the order `help unwind` lists them.
-SUBCOMMANDS = (("backtrace", "BacktraceCommand"), ("explain", "ExplainCommand"),
-               ("tables", "TablesCommand"), ("compare", "CompareCommand"),
-               ("modules", "ModulesCommand"), ("settings", "SettingsCommand"),
-               ("validate", "ValidateCommand"),
-               ("provider", "ProviderCommand"))
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SHORT_HELP = "Recover the stack from unwind tables and explain every frame."
 # LLDB 16 shows a container's --long-help as its "Syntax:" line, so that is what it holds.

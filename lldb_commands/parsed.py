@@ -24,8 +24,9 @@ from plugin.commands.spec import Debugger, OptionKind, WordsKind
 from plugin.engine import DEFAULT_SOURCES
 from plugin.settings import SettingType, find_setting
 
-from . import commands
+from . import base, commands
 from .state import SETTINGS
+from .subcommands import SUBCOMMANDS
 
 LLDB = Debugger.LLDB
 
@@ -69,7 +70,7 @@ class _Parsed:
     """Options and arguments from the declaration; the line rebuilt for parse_lldb."""
 
     def __init__(self, debugger, internal_dict):
-        commands._Command.__init__(self, debugger, internal_dict)
+        base._Command.__init__(self, debugger, internal_dict)
         from lldb.plugins.parsed_cmd import ParsedCommand
         ParsedCommand.__init__(self, debugger, internal_dict)
 
@@ -109,7 +110,7 @@ class _Parsed:
                 line.append(option.spelled(LLDB) if option.kind is OptionKind.FLAG
                             else "%s=%s" % (option.spelled(LLDB), value))
         line += ["--"] + words
-        commands._Command.__call__(self, debugger, " ".join(shlex.quote(w) for w in line), exe_ctx, result)
+        base._Command.__call__(self, debugger, " ".join(shlex.quote(w) for w in line), exe_ctx, result)
 
     # -- completion (LLDB 20 and later ask for it) -----------------------------------
     def handle_option_argument_completion(self, long_option, cursor_pos):
@@ -161,7 +162,6 @@ def _complete_list(text, cursor_pos):
 
 def _define_classes():
     """One parsed class per subcommand, named as its raw class, for `command script add -p -c`."""
-    from .loader import SUBCOMMANDS
     for _, name in SUBCOMMANDS:
         globals()[name] = parsed(getattr(commands, name))
 

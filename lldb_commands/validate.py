@@ -16,7 +16,7 @@ from plugin.settings import is_fallback
 from plugin.validate import live, stepping
 
 from . import native
-from .commands import _Command
+from .base import _Command
 from .options import UsageError
 from .resolve import resolve
 
