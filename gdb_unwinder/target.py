@@ -23,6 +23,18 @@ from plugin.target import Mapping, ModuleRef, Target
 from . import objfiles
 
 
+def _shared_setting(name, what):
+    """A setting the target carries: every inferior's target shares it when a shared holder is given."""
+    own = "_own_" + name
+
+    def get(self):
+        return getattr(self._shared, name) if self._shared is not None else getattr(self, own)
+
+    def put(self, value):
+        setattr(self._shared if self._shared is not None else self, name if self._shared is not None else own, value)
+    return property(get, put, doc=what + ": shared by every inferior's target when a shared holder is given.")
+
+
 class GdbTarget(Target):
     def __init__(self, shared=None):
         self._generation = 0
@@ -40,29 +52,8 @@ class GdbTarget(Target):
         self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
         self._pages = PageCache(self._read_memory)
 
-    @property
-    def scan_words(self):
-        """`set unwind scan-words`: shared by every inferior's target when a shared holder is given."""
-        return self._shared.scan_words if self._shared is not None else self._own_scan_words
-
-    @scan_words.setter
-    def scan_words(self, value):
-        if self._shared is not None:
-            self._shared.scan_words = value
-        else:
-            self._own_scan_words = value
-
-    @property
-    def trap_handler_names(self):
-        """`set unwind trap-handler-names`, shared like scan_words."""
-        return self._shared.trap_handler_names if self._shared is not None else self._own_trap_handler_names
-
-    @trap_handler_names.setter
-    def trap_handler_names(self, value):
-        if self._shared is not None:
-            self._shared.trap_handler_names = value
-        else:
-            self._own_trap_handler_names = value
+    scan_words = _shared_setting("scan_words", "`set unwind scan-words`")
+    trap_handler_names = _shared_setting("trap_handler_names", "`set unwind trap-handler-names`")
 
     # -- lifecycle -----------------------------------------------------------
     def invalidate(self):

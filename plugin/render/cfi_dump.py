@@ -148,14 +148,8 @@ def fde_converter(module_name, arch, address, problems, want=Want.BOTH):
         else:
             out["rows"] = [render.json(r) for r in rows]
         out["rows_text"] = [render.text(r) for r in rows]
-        if fde.cie.ra_register != arch.ra:
-            out["refused"] = ra_column_problem(fde.section, fde, arch)
-            problems.append("%s %s" % (module_name, out["refused"]))
-        if error is not None:
-            problems.append("%s %s" % (module_name, error))
-            out["error"] = str(error)
-            out["unknown_from"] = rows[-1].end if rows else fde.start
-        return out
+        return _with_problems(out, fde, module_name, arch, problems, error,
+                              rows[-1].end if rows else fde.start)
     return convert
 
 
@@ -180,11 +174,16 @@ def _text_entry(fde, module_name, arch, problems, render, same_program):
     out = {"start": start, "end": fde.end, "fde_offset": fde.offset, "cie_offset": fde.cie.offset,
            "augmentation": fde.cie.augmentation, "signal_frame": fde.cie.signal_frame,
            "row_addresses": [start + d for d in deltas], "rows_text": texts}
+    return _with_problems(out, fde, module_name, arch, problems, error, start + last_end if deltas else start)
+
+
+def _with_problems(out, fde, module_name, arch, problems, error, unknown_from):
+    """out with what is wrong with fde (a refused return-address column, a bad instruction), also listed in problems."""
     if fde.cie.ra_register != arch.ra:
         out["refused"] = ra_column_problem(fde.section, fde, arch)
         problems.append("%s %s" % (module_name, out["refused"]))
     if error is not None:
         problems.append("%s %s" % (module_name, error))
         out["error"] = str(error)
-        out["unknown_from"] = start + last_end if deltas else start
+        out["unknown_from"] = unknown_from
     return out
