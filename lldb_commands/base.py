@@ -42,8 +42,7 @@ class _Command:
     def __call__(self, debugger, command, exe_ctx, result):
         try:
             given = parse_lldb(self.spec, command, self.state.sources)
-            data, text = self.run(given, exe_ctx)
-            result.AppendMessage(dump_json(data) if given.json else text)
+            result.AppendMessage(self.printed(given, exe_ctx))
             result.SetStatus(lldb.eReturnStatusSuccessFinishResult)
         except ValueError as exc:       # UsageError and the core's own "bad input" errors
             result.SetError("unwind %s: %s" % (self.name, exc))
@@ -53,6 +52,11 @@ class _Command:
     def run(self, given, exe_ctx):
         """(json object, text) for a parsed command line."""
         raise NotImplementedError
+
+    def printed(self, given, exe_ctx) -> str:
+        """What the command prints: its JSON (--json) or its text."""
+        data, text = self.run(given, exe_ctx)
+        return dump_json(data) if given.json else text
 
     # -- helpers shared by the commands that walk a stack --------------------------
     def _stopped(self, exe_ctx):
@@ -117,19 +121,26 @@ class _Command:
         return frames[:min(supplied)] if supplied else frames
 
 
+class Encoded(list):
+    """Items of a JSON list already encoded, one string each (see json_lines.py)."""
+
+
 def dump_json(data):
     """`--json` output: one key per line, and one line per item of a list of objects (a frame).
 
     json.dumps(indent=...) runs Python's pure-Python encoder, 40% of a
     10,000-frame `unwind backtrace --json`; this encodes each line with the
     C encoder instead. The text is the same JSON as json.dumps(data) gives.
+    A value given as Encoded is written as it is, one item a line.
     """
     if not isinstance(data, dict):
         return json.dumps(data)
     lines = []
     for key, value in data.items():
         head = " %s: " % json.dumps(key)
-        if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        if isinstance(value, Encoded):
+            lines.append("%s[\n  %s\n ]" % (head, ",\n  ".join(value)) if value else head + "[]")
+        elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
             items = ",\n".join("  " + json.dumps(item) for item in value)
             lines.append("%s[\n%s\n ]" % (head, items))
         else:

@@ -8,6 +8,7 @@ one LLDB error line via result.SetError: a user never sees a traceback.
 """
 
 import contextlib
+import dataclasses
 import gc
 
 import lldb
@@ -19,7 +20,8 @@ from plugin.render import explain
 from plugin.settings import SettingType, find_setting
 
 from . import native, provider
-from .base import _Command
+from .base import Encoded, _Command, dump_json
+from .json_lines import FrameLines
 from .options import UsageError
 from .resolve import resolve
 from .state import SETTINGS
@@ -30,14 +32,22 @@ class BacktraceCommand(_Command):
 
     def run(self, given, exe_ctx):
         with _no_gc_pauses():       # the walk's records are freed (by _backtrace's return) before it resumes
-            return self._backtrace(given, exe_ctx)
+            return self._backtrace(given, exe_ctx, _render)
 
-    def _backtrace(self, given, exe_ctx):
+    def printed(self, given, exe_ctx):
+        """The JSON is written from the walk's frames (json_lines.py), not from a dict per frame."""
+        if not given.json:
+            return super().printed(given, exe_ctx)
+        with _no_gc_pauses():
+            data, _ = self._backtrace(given, exe_ctx, _encoded)
+        return dump_json(data)
+
+    def _backtrace(self, given, exe_ctx, render):
         every = isinstance(given.value, EveryThread)
         count = given.value.count if every else given.value
         limit = given.count if given.count is not None else count     # -c N, or N / -N as in GDB
         target, _, selected, _, bt = self._walk(exe_ctx, given.sources, limit, from_selected=True, fast=True)
-        data, text = _render(bt, target.arch, given.json)
+        data, text = render(bt, target.arch, given.json)
         if every:
             threads, text = self._every_thread(selected, given.sources, limit, given.json)
             if given.json:
@@ -71,6 +81,15 @@ def _render(bt, arch, as_json):
     if as_json:
         return explain.backtrace_json(bt, arch), None
     return None, explain.backtrace_text(bt, arch)
+
+
+def _encoded(bt, arch, as_json):
+    """_render's answer, with the frames of the JSON form as their encoded lines (base.Encoded)."""
+    if not as_json:
+        return _render(bt, arch, as_json)
+    data = explain.backtrace_json(dataclasses.replace(bt, frames=[]), arch)
+    data["frames"] = Encoded(FrameLines(arch).lines(bt.frames))
+    return data, None
 
 
 @contextlib.contextmanager
