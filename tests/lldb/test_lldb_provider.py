@@ -60,6 +60,8 @@ def test_provider_supplies_the_frames_lldb_cannot_find(flags_name):
         ("select", "cmd", "frame select 3"),
         ("selected", "json", "unwind backtrace --json 1"),
         ("registers", "py", REGISTERS),
+        ("frame1_rip", "py", "[thread.GetFrameAtIndex(1).FindRegister('rip').GetValueAsUnsigned(), "
+                             "thread.GetFrameAtIndex(1).GetPC()]"),
         ("finish", "cmd", "finish"),
         ("after_finish", "frames", None),
         ("off", "json", "unwind provider off --json"),
@@ -87,6 +89,15 @@ def test_provider_supplies_the_frames_lldb_cannot_find(flags_name):
     # can show no registers or variables of it. LLDB's own frames keep theirs.
     count, pc = results["registers"]
     assert pc == expected[3] and (count == 0) == (3 in supplied), (results["registers"], supplied)
+    # A frame inserted before LLDB's own (O0: level3, which LLDB skipped) gets from LLDB the
+    # registers of LLDB's own frame at its index: its rip is the next frame's pc. A dict frame's
+    # register context is LLDB's unwinder's at the frame's index (StackFrame::GetRegisterContext
+    # -> Thread::CreateRegisterContextForFrame), and a ScriptedFrame with registers of its own
+    # crashes LLDB 22.1.8 (tests/lldb/test_lldb_scripted_frames.py).
+    rip, pc1 = results["frame1_rip"]
+    inserted = 1 in supplied and 2 not in supplied
+    assert pc1 == expected[1] and (rip == expected[2] if inserted else rip in (0, expected[1])), \
+        (results["frame1_rip"], expected, supplied)
     # `finish` from level1 (frame #3) returns to main, at the return address frame #4 shows.
     assert results["finish"]["ok"], results["finish"]
     assert results["after_finish"][0]["pc"] == expected[4], (results["after_finish"], expected)
@@ -123,8 +134,18 @@ def test_provider_keeps_lldbs_frames_where_lldb_is_right(case):
 
 
 def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return():
-    """What LLDB 22.1.8 cannot do: `finish` from a supplied frame has no registers to check the
-    stack with, so in a recursion it stops at the first return to that pc, from a deeper frame."""
+    """What LLDB 22.1.8 cannot do: `finish` from a supplied frame, in a recursion, stops at the
+    first return to the frame's return address, from a deeper frame.
+
+    Why: `finish` from frame N (ThreadPlanStepOut) sets a breakpoint at frame N+1's pc and
+    keeps frame N+1's StackID; when the breakpoint is hit, DoPlanExplainsStop compares it with
+    frame #0's: `else if (m_step_out_to_id < frame_zero_id) { // Either we stepped past the
+    breakpoint, or the stack ID calculation was incorrect and we should probably stop.
+    done = true; }` (lldb/source/Target/ThreadPlanStepOut.cpp). A supplied frame's StackID
+    has no CFA (a dict frame is made with none: ScriptedFrameProvider.cpp,
+    create_frame_from_dict; SBFrame.GetCFA() answers 0 or a small number), below every real
+    frame's, so the first hit ends the step.
+    The dict form has no key for a CFA, so a provider cannot give one."""
     if version() < PROVIDER_VERSION:
         return _needs_lldb_22()
     twin, bare, stop_here = _twins("O2-nofp")
@@ -132,6 +153,7 @@ def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return()
     results, _ = run_lldb(bare, [
         ("on", "cmd", "unwind provider on"),
         ("with", "frames", None),
+        ("cfas", "py", "[thread.GetFrameAtIndex(i).GetCFA() for i in range(5)]"),
         ("select", "cmd", "frame select 3"),
         ("finish", "cmd", "finish"),
         ("after", "frames", None),
@@ -139,6 +161,9 @@ def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return()
     expected = pcs(truth["frames"])        # stop_here, recurse x7, main, libc x2, _start
     assert pcs(results["with"]) == expected
     assert expected[2] == expected[3] == expected[4]        # recurse returning into recurse
+    # LLDB alone has frame #0 only: every later frame is supplied, its CFA no stack address.
+    cfas = results["cfas"]
+    assert cfas[0] > 0x10000 and all(cfa < 0x10000 for cfa in cfas[1:]), [hex(c) for c in cfas]
     # A right `finish` from frame #3 would leave frames #4 on; LLDB stops at the first
     # return to frame #3's pc, when frame #1 returns into frame #2.
     assert results["finish"]["ok"], results["finish"]
