@@ -19,7 +19,7 @@ from plugin.engine import DEFAULT_SOURCES
 from plugin.render import explain
 from plugin.settings import SettingType, find_setting
 
-from . import native, provider
+from . import native, provider, text_lines
 from .base import Encoded, _Command, dump_json
 from .json_lines import FrameLines
 from .options import UsageError
@@ -80,7 +80,7 @@ def _render(bt, arch, as_json):
     """(json object, None) or (None, text): only the form the command prints (each costs per frame)."""
     if as_json:
         return explain.backtrace_json(bt, arch), None
-    return None, explain.backtrace_text(bt, arch)
+    return None, text_lines.backtrace_text(bt, arch)
 
 
 def _encoded(bt, arch, as_json):

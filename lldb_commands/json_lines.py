@@ -12,7 +12,7 @@ A frame with more than those fields (LLDB's own view, inline or tail-call
 frames, a claim) is encoded whole from explain.frame_json. The first line
 of every key is checked against json.dumps(frame_json(frame)); if it
 differs (frame_json changed its first fields), that key is never shortened.
-tests/lldb/test_lldb_json_lines.py compares the whole text with
+tests/lldb/test_lldb_lines.py compares the whole text with
 dump_json(explain.backtrace_json(...)) on real walks.
 """
 
