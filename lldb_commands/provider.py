@@ -10,15 +10,15 @@ It only adds, as the GDB unwinder does:
   from the innermost frame; if every physical frame LLDB had agrees with
   the plugin's (same pc and sp), the plugin's further frames are supplied,
   each by its pc, until the plugin's walk ends;
-- where LLDB skips the caller of the innermost frame (a stop at a
-  function's first instruction in code without tables: LLDB follows the
-  rbp chain, which does not yet hold that frame), the plugin's frame #1 is
-  inserted, but only when the plugin found it by something better than a
-  stack scan and the plugin's frame #2 is LLDB's frame #1 (same pc and sp).
 
-Any other disagreement keeps LLDB's frames and supplies nothing: a
-verdict between two unwinders is `unwind compare`'s job, not a silent
-replacement. Supplied frames carry a pc only (see catalog.PROVIDER).
+Any disagreement keeps LLDB's frames and supplies nothing: a verdict
+between two unwinders is `unwind compare`'s job, not a silent replacement.
+That includes a frame LLDB skipped (a stop at a function's first
+instruction in code without tables, where LLDB follows the rbp chain): a
+frame inserted there would be given, by LLDB 22.1.8, the registers of
+LLDB's own frame at its index, i.e. its caller's, so `register read` and
+`frame variable` would show wrong values in it. Supplied frames carry a pc
+only (see catalog.PROVIDER).
 
 The supplied frames are recorded in the debugger's state, keyed by thread
 and stop, so `unwind explain` says which frames were supplied.
@@ -34,7 +34,6 @@ except ImportError:         # LLDB before 22: no frame providers
     ScriptedFrameProvider = object
 
 from plugin.commands import reports
-from plugin.settings import Trust
 
 from . import native
 from .state import state_for
@@ -79,23 +78,17 @@ class UnwindFrameProvider(ScriptedFrameProvider):
         super().__init__(input_frames, args)
         self._seen: Optional[List[Dict[str, int]]] = []     # LLDB's physical frames, as asked for
         self._registers: Optional[Dict[int, int]] = None    # frame #0's, read when it was asked for
-        self._inserted: Optional[int] = None    # the pc of a frame #1 LLDB skipped (see the module's help)
         self._supplied: Optional[List[Dict[str, int]]] = None      # frames after LLDB's last one
 
     def get_frame_at_index(self, index: int) -> Union[None, int, Dict[str, int]]:
         try:
             size = self.input_frames.GetSize()
-            shift = 1 if self._inserted is not None else 0
-            if index == 1 and shift:
-                return {"idx": 1, "pc": self._inserted}
-            if index - shift < size:
-                self._note(index - shift)
-                if index == 1 and self._skipped():
-                    return {"idx": 1, "pc": self._inserted}
-                return index - shift
+            if index < size:
+                self._note(index)
+                return index
             if self._supplied is None:
                 self._supplied = self._extend(size)
-            extra = index - size - shift
+            extra = index - size
             return self._supplied[extra] if 0 <= extra < len(self._supplied) else None
         except Exception:       # never break LLDB's own backtrace: supply nothing more
             return None
@@ -136,43 +129,23 @@ class UnwindFrameProvider(ScriptedFrameProvider):
                                step=target.plans.stepper(target.generation))
         return target, bt.frames
 
-    def _skipped(self) -> bool:
-        """Did LLDB skip frame #1? Then remember the plugin's frame #1 to insert."""
-        seen = self._seen
-        if self.thread is None or self._registers is None or not seen or len(seen) != 2 or seen[1]["index"] != 1:
-            return False
-        target, ours = self._walk(3)
-        sp = target.arch.sp
-        if len(ours) < 3 or ours[1].method == Trust.SCAN.value:
-            return False
-        if (ours[1].pc, ours[1].registers.get(sp)) == (seen[1]["pc"], seen[1]["sp"]):
-            return False        # LLDB's frame #1 is the plugin's: nothing skipped
-        if (ours[2].pc, ours[2].registers.get(sp)) != (seen[1]["pc"], seen[1]["sp"]):
-            return False        # another disagreement: keep LLDB's frames
-        self._inserted = ours[1].pc
-        self._record({1: ours[1].pc})
-        return True
-
     def _extend(self, size: int) -> List[Dict[str, int]]:
         """The frames the plugin recovers after LLDB's last one (input frame size-1), or []."""
         theirs = [dict(f) for f in self._seen or ()]
         if self.thread is None or not theirs or theirs[-1]["index"] != size - 1 or self._registers is None:
             return []
-        if self._inserted is not None:
-            theirs.insert(1, {"pc": self._inserted, "sp": None})
         state = state_for(self.target.GetDebugger())
         target, ours = self._walk(state.max_frames)
         if len(ours) <= len(theirs):
             return []
         for mine, lldbs in zip(ours, theirs):
-            if mine.pc != lldbs["pc"] or lldbs["sp"] not in (None, mine.registers.get(target.arch.sp)):
+            if mine.pc != lldbs["pc"] or lldbs["sp"] != mine.registers.get(target.arch.sp):
                 return []
-        first = size + (1 if self._inserted is not None else 0)
         out = []
         for offset, frame in enumerate(ours[len(theirs):]):
             if frame.pc in (None, 0):
                 break
-            out.append({"idx": first + offset, "pc": frame.pc})
+            out.append({"idx": size + offset, "pc": frame.pc})
         self._record({len(theirs) + i: f["pc"] for i, f in enumerate(out)})
         return out
 

@@ -42,14 +42,11 @@ def _needs_lldb_22():
                      r"this is LLDB %d\.\d+\.\d+" % version(), transcript), transcript
 
 
-# O2-nofp: LLDB alone stops after frame #0. O0: the breakpoint is at stop_here's
-# first instruction; LLDB alone follows the rbp chain, skips level3 and stops
-# before _start.
-@pytest.mark.parametrize("flags_name", sorted(BUILDS))
-def test_provider_supplies_the_frames_lldb_cannot_find(flags_name):
+# LLDB alone stops after frame #0 of the program built -O2 -fomit-frame-pointer.
+def test_provider_supplies_the_frames_lldb_cannot_find():
     if version() < PROVIDER_VERSION:
         return _needs_lldb_22()
-    twin, bare, stop_here = _twins(flags_name)
+    twin, bare, stop_here = _twins("O2-nofp")
     truth, _ = run_lldb(twin, [("frames", "frames", None)], args=["plain"])
     results, _ = run_lldb(bare, [
         ("alone", "frames", None),
@@ -60,8 +57,6 @@ def test_provider_supplies_the_frames_lldb_cannot_find(flags_name):
         ("select", "cmd", "frame select 3"),
         ("selected", "json", "unwind backtrace --json 1"),
         ("registers", "py", REGISTERS),
-        ("frame1_rip", "py", "[thread.GetFrameAtIndex(1).FindRegister('rip').GetValueAsUnsigned(), "
-                             "thread.GetFrameAtIndex(1).GetPC()]"),
         ("finish", "cmd", "finish"),
         ("after_finish", "frames", None),
         ("off", "json", "unwind provider off --json"),
@@ -69,40 +64,52 @@ def test_provider_supplies_the_frames_lldb_cannot_find(flags_name):
     ], args=["plain"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
     expected = pcs(truth["frames"])    # stop_here level3 level2 level1 main, 2 in libc, _start
     alone = pcs(results["alone"])
-    assert alone != expected[:len(alone)] or len(alone) < len(expected), (alone, expected)
+    assert alone == expected[:1], (alone, expected)
     assert results["on"] == {"provider": "on", "lldb_version": results["on"]["lldb_version"]}
     assert results["on"]["lldb_version"].startswith("%d." % PROVIDER_VERSION)
-    # With the provider, LLDB's own frames are the twin's, frame by frame ...
+    # With the provider, LLDB's own frames are the twin's, frame by frame; LLDB's frame #0 is kept.
     assert pcs(results["with"]) == expected, (results["with"], truth["frames"])
-    # ... LLDB's own frames among them unchanged, in LLDB's order.
-    kept = [f for f in results["with"] if f["pc"] in alone]
-    assert kept == results["alone"], (kept, results["alone"])
-    supplied = [level for level, pc in enumerate(expected) if pc not in alone]
-    assert supplied and results["explain"]["supplied"] == supplied, results["explain"]
+    assert results["with"][0] == results["alone"][0]
+    supplied = list(range(1, len(expected)))
+    assert results["explain"]["supplied"] == supplied, results["explain"]
     # `unwind compare` compares with LLDB's own unwinder, not with what the plugin supplied to it.
     assert [row["native"] is not None for row in results["compare"]["frames"]] == \
-        [level < supplied[0] for level in range(len(expected))], results["compare"]
+        [level == 0 for level in range(len(expected))], results["compare"]
     # From frame #3 (level1), the plugin's backtrace starts there.
     assert [f["pc"] for f in results["selected"]["frames"]] == [expected[3]], results["selected"]
-    # A supplied frame has a pc and no registers: LLDB 22.1.8 crashes on a scripted
-    # frame with a register context (fixed upstream in llvm PR #216840), so LLDB
-    # can show no registers or variables of it. LLDB's own frames keep theirs.
-    count, pc = results["registers"]
-    assert pc == expected[3] and (count == 0) == (3 in supplied), (results["registers"], supplied)
-    # A frame inserted before LLDB's own (O0: level3, which LLDB skipped) gets from LLDB the
-    # registers of LLDB's own frame at its index: its rip is the next frame's pc. A dict frame's
-    # register context is LLDB's unwinder's at the frame's index (StackFrame::GetRegisterContext
-    # -> Thread::CreateRegisterContextForFrame), and a ScriptedFrame with registers of its own
-    # crashes LLDB 22.1.8 (tests/lldb/test_lldb_scripted_frames.py).
-    rip, pc1 = results["frame1_rip"]
-    inserted = 1 in supplied and 2 not in supplied
-    assert pc1 == expected[1] and (rip == expected[2] if inserted else rip in (0, expected[1])), \
-        (results["frame1_rip"], expected, supplied)
+    # A supplied frame has a pc and no registers: a dict frame gets only the registers LLDB's
+    # own unwinder has at its index (none past its last frame), and a scripted frame with a
+    # register context kills LLDB 22.1.8 (tests/lldb/test_lldb_scripted_frames.py).
+    assert results["registers"] == [0, expected[3]], results["registers"]
     # `finish` from level1 (frame #3) returns to main, at the return address frame #4 shows.
     assert results["finish"]["ok"], results["finish"]
     assert results["after_finish"][0]["pc"] == expected[4], (results["after_finish"], expected)
     assert results["off"]["provider"] == "off"
     assert "[synthetic]" not in str(results["without"])
+
+
+def test_provider_keeps_lldbs_frames_where_lldb_disagrees():
+    """At -O0, stopped at stop_here's first instruction, LLDB alone follows the rbp chain and
+    skips level3. The plugin finds level3, but a frame inserted there would be given LLDB's
+    registers of its frame #1 (level2's), so the provider keeps LLDB's frames, supplies nothing,
+    and `unwind compare` shows the disagreement."""
+    if version() < PROVIDER_VERSION:
+        return _needs_lldb_22()
+    twin, bare, stop_here = _twins("O0")
+    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=["plain"])
+    results, _ = run_lldb(bare, [
+        ("alone", "frames", None),
+        ("on", "cmd", "unwind provider on"),
+        ("with", "frames", None),
+        ("explain", "json", "unwind explain all --json"),
+        ("ours", "json", "unwind backtrace --json"),
+    ], args=["plain"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
+    expected = pcs(truth["frames"])
+    alone = pcs(results["alone"])
+    assert expected[1] not in alone and alone[:1] == expected[:1] and alone[1] == expected[2], (alone, expected)
+    assert results["with"] == results["alone"]
+    assert "supplied" not in results["explain"], results["explain"]
+    assert pcs(results["ours"]["frames"])[:5] == expected[:5], results["ours"]
 
 
 CASES = {   # name: (build, args): programs LLDB 22 alone unwinds right
