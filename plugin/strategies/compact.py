@@ -44,32 +44,22 @@ from plugin.strategies.row_step import step_with_row
 
 SOURCE = "compact"
 SECTION = "__unwind_info"
-_UNSET = object()
-
 
 
 class CompactTables(ModuleTables):
     """A Mach-O module's __unwind_info (and, for DWARF escapes, its __eh_frame)."""
     SOURCE = SOURCE
 
-    def __init__(self, module, target):
-        super().__init__(module, target)
-        self._info = _UNSET
-
     def unwind_info(self):
         """The decoded UnwindInfo, or None when the module has none or it is unreadable."""
-        if self._info is _UNSET:
-            self._info = None
-            location = self.module.tables.get(SECTION)
-            if location is not None:
-                try:
-                    # Function offsets count from the image base, the run-time
-                    # address of __TEXT, where the header is.
-                    self._info = cu.UnwindInfo(region_of(self.target, location), self.module.arch,
-                                               self.module.header_address)
-                except DecodeError as exc:
-                    self.note_problem(SECTION, exc)
-        return self._info
+        return self.once(SECTION, self._load, errors=(DecodeError,))
+
+    def _load(self):
+        location = self.module.tables.get(SECTION)
+        if location is None:
+            return None
+        # Function offsets count from the image base, the run-time address of __TEXT, where the header is.
+        return cu.UnwindInfo(region_of(self.target, location), self.module.arch, self.module.header_address)
 
     def eh_frame(self):
         """The module's __eh_frame as a CfiSection, shared with the `cfi` source."""
