@@ -74,17 +74,7 @@ class CompactTables(ModuleTables):
     def entries(self):
         """Every cu.Entry in address order (zero-length ones dropped, as lookup() does)."""
         ui = self.unwind_info()
-        if ui is None:
-            return []
-        out = []
-        for page in ui.pages():
-            items = page.entries
-            for n, raw in enumerate(items):
-                end = items[n + 1].function_offset if n + 1 < len(items) else page.end_offset
-                if end > raw.function_offset:
-                    out.append(cu.Entry(ui.image_base + raw.function_offset, ui.image_base + end,
-                                        raw.encoding, page_index=page.index, entry_index=n))
-        return out
+        return ui.entry_records() if ui is not None else []
 
     def dwarf_fde(self, decoded):
         """The __eh_frame FDE a DWARF-mode opcode points at; DecodeError if there is none."""
