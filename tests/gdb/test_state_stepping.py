@@ -11,7 +11,7 @@ raise."""
 
 import pytest
 
-from gdb_actions import DISABLE
+from gdb_actions import DISABLE, SIGNAL
 from gdbrun import run_gdb
 from support import HELPERS, build
 
@@ -32,7 +32,7 @@ def test_every_step_walks_like_gdb(segment):
         ("off", "cmd", DISABLE),
         ("load", "py", "exec(open(%r).read(), globals()) or 1" % str(HELPERS / "stepping_probe.py")),
         ("trace", "py", "trace(%d)" % steps),
-    ], breakpoint=function, setup=["set backtrace past-main on", "handle SIGUSR1 nostop noprint pass"])
+    ], breakpoint=function, setup=["set backtrace past-main on", *SIGNAL])
     records = results["trace"]
     assert isinstance(records, list) and len(records) == steps, (records, transcript[-3000:])
     disagree = []
