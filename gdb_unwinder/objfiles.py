@@ -10,6 +10,7 @@ give (a file without debug information cannot be placed this way).
 for use outside the unwinder only.
 """
 
+import itertools
 import os
 import re
 from typing import List, Optional, Set, Tuple
@@ -69,18 +70,8 @@ def _layout(path):
     with open(path, "rb") as handle:
         elf = ELFFile(handle)
         kind = elf["e_type"]
-        functions = []
-        for name in (".symtab", ".dynsym"):
-            table = elf.get_section_by_name(name)
-            if table is None:
-                continue
-            for symbol in table.iter_symbols():
-                if symbol["st_info"]["type"] == "STT_FUNC" and symbol["st_value"] and symbol.name:
-                    functions.append((symbol.name, symbol["st_value"]))
-                    if len(functions) >= SYMBOL_TRIES:
-                        break
-            if functions:
-                break
+        named = ((symbol.name, symbol["st_value"]) for symbol in on_disk.function_symbols(elf) if symbol.name)
+        functions = list(itertools.islice(named, SYMBOL_TRIES))
     return kind, on_disk.link_layout(path)[0], functions
 
 

@@ -117,6 +117,15 @@ class Region:
         return Cursor(self, offset)
 
 
+def _integer(code):
+    """A Cursor method reading one integer of struct format `code` and advancing past it."""
+    size = struct.calcsize("<" + code)
+
+    def read(self):
+        return self._unpack(code, size)
+    return read
+
+
 class Cursor:
     """A read position in a Region; every read advances it and is bounds-checked."""
 
@@ -154,29 +163,11 @@ class Cursor:
         self.pos += n
         return value
 
-    def u8(self):
-        return self._unpack("B", 1)
-
-    def s8(self):
-        return self._unpack("b", 1)
-
-    def u16(self):
-        return self._unpack("H", 2)
-
-    def s16(self):
-        return self._unpack("h", 2)
-
-    def u32(self):
-        return self._unpack("I", 4)
-
-    def s32(self):
-        return self._unpack("i", 4)
-
-    def u64(self):
-        return self._unpack("Q", 8)
-
-    def s64(self):
-        return self._unpack("q", 8)
+    # Fixed-size integers (struct format codes), unsigned and signed, in the region's byte order.
+    u8, s8 = _integer("B"), _integer("b")
+    u16, s16 = _integer("H"), _integer("h")
+    u32, s32 = _integer("I"), _integer("i")
+    u64, s64 = _integer("Q"), _integer("q")
 
     def uint(self, size):
         return {1: self.u8, 2: self.u16, 4: self.u32, 8: self.u64}[size]()

@@ -309,17 +309,22 @@ class UnwindInfo:
             return None
         return self.image_base + self.personalities[index - 1]
 
-    def entries(self):
-        """[(function_start, function_end, encoding)] in address order, zero-length dropped."""
+    def entry_records(self):
+        """Every Entry (with its page and index in the page) in address order, zero-length
+        ones dropped (as lookup() does)."""
         out = []
         for page in self.pages():
             items = page.entries
             for n, raw in enumerate(items):
                 end = items[n + 1].function_offset if n + 1 < len(items) else page.end_offset
                 if end > raw.function_offset:
-                    out.append((self.image_base + raw.function_offset, self.image_base + end,
-                                raw.encoding))
+                    out.append(Entry(self.image_base + raw.function_offset, self.image_base + end,
+                                     raw.encoding, page_index=page.index, entry_index=n))
         return out
+
+    def entries(self):
+        """[(function_start, function_end, encoding)] in address order, zero-length dropped."""
+        return [(e.function_start, e.function_end, e.encoding) for e in self.entry_records()]
 
     def decode(self, entry):
         """decode_encoding() of an Entry (or an encoding) for this image's arch."""

@@ -10,7 +10,7 @@ cached per (path, size, mtime). Tables found here say so in found_by.
 import os
 import struct
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from plugin.errors import DecodeError
 from plugin.formats import compressed, elf
@@ -133,6 +133,20 @@ def link_layout(path: str) -> tuple[int, int]:
             return elf.header_link_address(loads), header.entry
         except (DecodeError, struct.error) as exc:      # not ELF, or cut short
             raise OSError("%s: %s" % (path, exc)) from None
+
+
+def function_symbols(elf) -> Iterator:
+    """The defined function symbols (STT_FUNC, non-zero value) of a pyelftools ELFFile, read
+    lazily: those of .symtab, or those of .dynsym when .symtab has none (or is stripped)."""
+    for name in (".symtab", ".dynsym"):
+        table = elf.get_section_by_name(name)
+        found = False
+        for symbol in table.iter_symbols() if table is not None else ():
+            if symbol["st_info"]["type"] == "STT_FUNC" and symbol["st_value"]:
+                found = True
+                yield symbol
+        if found:
+            return
 
 
 @lru_cache(maxsize=64)

@@ -4,6 +4,7 @@ evidence. A strategy never raises: it answers with an Outcome
 (plugin.model.outcome), which says what kind of failure it met, if any.
 """
 
+from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.outcome import FailureKind, Outcome, error_kind
 
 
@@ -21,6 +22,19 @@ class ModuleTables:
         self.target = target
         self.problems = []          # what could not be read, for explanations
         self.unreadable = False     # a read failed while loading them
+        self._loaded = {}           # table name -> what once() loaded (None: absent or bad)
+
+    def once(self, name: str, load, errors=(DecodeError, MemoryReadError, OSError)):
+        """What load() returns for the table `name`, called on its first use only (a load that
+        raised is not tried again); None, with the problem noted, when load raises one of
+        `errors` (the table cannot be decoded or read)."""
+        if name not in self._loaded:
+            self._loaded[name] = None
+            try:
+                self._loaded[name] = load()
+            except errors as exc:
+                self.note_problem(name, exc)
+        return self._loaded[name]
 
     def note_problem(self, what: str, exc: Exception) -> None:
         """Record why part of the tables could not be loaded: for explanations, and for the failure kind."""

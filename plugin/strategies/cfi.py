@@ -11,7 +11,7 @@ into the Module.
 
 from typing import NamedTuple
 
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import Row
 from plugin.formats import cfi
@@ -53,18 +53,8 @@ class CfiTables(ModuleTables):
 
     def __init__(self, module, target):
         super().__init__(module, target)
-        self._loaded = {}
         self._rows = {}         # lookup pc -> CfiRowHit
         self._located = {}      # section name -> TableLocation of .eh_frame / .debug_frame
-
-    def _once(self, name, load):
-        if name not in self._loaded:
-            try:
-                self._loaded[name] = load()
-            except (DecodeError, MemoryReadError, OSError) as exc:
-                self.note_problem(name, exc)
-                self._loaded[name] = None
-        return self._loaded[name]
 
     def _deref(self, address, size):
         return self.target.read_memory(address, size)
@@ -75,7 +65,7 @@ class CfiTables(ModuleTables):
             if location is None:
                 return None
             return cfi.EhFrameHdr(region_of(self.target, location), self.module.arch, deref=self._deref)
-        return self._once(".eh_frame_hdr", load)
+        return self.once(".eh_frame_hdr", load)
 
     def eh_frame(self) -> cfi.CfiSection | None:
         def load():
@@ -108,7 +98,7 @@ class CfiTables(ModuleTables):
             region = Region(".eh_frame", address, size, self.target.read_memory, self.module.arch.byteorder)
             return cfi.CfiSection(region, "eh_frame", self.module.arch, bases=self._bases(),
                                   deref=self._deref)
-        return self._once(".eh_frame", load)
+        return self.once(".eh_frame", load)
 
     def debug_frame(self) -> cfi.CfiSection | None:
         def load():
@@ -119,7 +109,7 @@ class CfiTables(ModuleTables):
             self._located[".debug_frame"] = location
             region = Region.from_bytes(".debug_frame", location.address, data, self.module.arch.byteorder)
             return cfi.CfiSection(region, "debug_frame", self.module.arch, bias=self.module.load_bias)
-        return self._once(".debug_frame", load)
+        return self.once(".debug_frame", load)
 
     def _bases(self):
         bases = {}

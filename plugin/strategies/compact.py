@@ -44,32 +44,22 @@ from plugin.strategies.row_step import step_with_row
 
 SOURCE = "compact"
 SECTION = "__unwind_info"
-_UNSET = object()
-
 
 
 class CompactTables(ModuleTables):
     """A Mach-O module's __unwind_info (and, for DWARF escapes, its __eh_frame)."""
     SOURCE = SOURCE
 
-    def __init__(self, module, target):
-        super().__init__(module, target)
-        self._info = _UNSET
-
     def unwind_info(self):
         """The decoded UnwindInfo, or None when the module has none or it is unreadable."""
-        if self._info is _UNSET:
-            self._info = None
-            location = self.module.tables.get(SECTION)
-            if location is not None:
-                try:
-                    # Function offsets count from the image base, the run-time
-                    # address of __TEXT, where the header is.
-                    self._info = cu.UnwindInfo(region_of(self.target, location), self.module.arch,
-                                               self.module.header_address)
-                except DecodeError as exc:
-                    self.note_problem(SECTION, exc)
-        return self._info
+        return self.once(SECTION, self._load, errors=(DecodeError,))
+
+    def _load(self):
+        location = self.module.tables.get(SECTION)
+        if location is None:
+            return None
+        # Function offsets count from the image base, the run-time address of __TEXT, where the header is.
+        return cu.UnwindInfo(region_of(self.target, location), self.module.arch, self.module.header_address)
 
     def eh_frame(self):
         """The module's __eh_frame as a CfiSection, shared with the `cfi` source."""
@@ -84,17 +74,7 @@ class CompactTables(ModuleTables):
     def entries(self):
         """Every cu.Entry in address order (zero-length ones dropped, as lookup() does)."""
         ui = self.unwind_info()
-        if ui is None:
-            return []
-        out = []
-        for page in ui.pages():
-            items = page.entries
-            for n, raw in enumerate(items):
-                end = items[n + 1].function_offset if n + 1 < len(items) else page.end_offset
-                if end > raw.function_offset:
-                    out.append(cu.Entry(ui.image_base + raw.function_offset, ui.image_base + end,
-                                        raw.encoding, page_index=page.index, entry_index=n))
-        return out
+        return ui.entry_records() if ui is not None else []
 
     def dwarf_fde(self, decoded):
         """The __eh_frame FDE a DWARF-mode opcode points at; DecodeError if there is none."""

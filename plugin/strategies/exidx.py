@@ -121,24 +121,19 @@ class ExidxTables(ModuleTables):
 
     def __init__(self, module, target):
         super().__init__(module, target)
-        self._table = None
-        self._loaded = False
         self._plans = {}            # entry index -> (UnwindEntry, Plan or None)
 
     def table(self):
-        if not self._loaded:
-            self._loaded = True
-            location = self.module.tables.get(SECTION)
-            if location is not None:
-                if self.module.arch.name != "arm":
-                    self.problems.append("%s: the module's architecture is %s, not arm"
-                                         % (SECTION, self.module.arch.name))
-                    return None
-                try:
-                    self._table = exidx.ExidxTable(region_of(self.target, location), self._extab_region)
-                except (DecodeError, MemoryReadError) as exc:
-                    self.note_problem(SECTION, exc)
-        return self._table
+        return self.once(SECTION, self._load, errors=(DecodeError, MemoryReadError))
+
+    def _load(self):
+        location = self.module.tables.get(SECTION)
+        if location is None:
+            return None
+        if self.module.arch.name != "arm":
+            self.problems.append("%s: the module's architecture is %s, not arm" % (SECTION, self.module.arch.name))
+            return None
+        return exidx.ExidxTable(region_of(self.target, location), self._extab_region)
 
     def _extab_region(self, address):
         """The module segment holding a table entry: .ARM.extab has no header of its own."""

@@ -33,8 +33,6 @@ class SFrameTables(ModuleTables):
 
     def __init__(self, module, target):
         super().__init__(module, target)
-        self._section = None
-        self._loaded = False
         self._rows = {}         # lookup pc -> (index, fde, fre, Row) or None
         self._described = {}    # (FDE index, FRE index) -> (entry, notes): the evidence that never changes
 
@@ -44,26 +42,22 @@ class SFrameTables(ModuleTables):
 
     def section(self):
         """The SFrameSection of this module, or None (no PT_GNU_SFRAME, or unreadable)."""
-        if not self._loaded:
-            self._loaded = True
-            location = self.location
-            if location is not None:
-                try:
-                    # The module's architecture wins over the header's ABI byte:
-                    # register numbers must be the ones the debugger uses.
-                    self._section = sframe.SFrameSection(region_of(self.target, location), self.module.arch)
-                    if sframe.ABI_ARCH_NAMES.get(self._section.abi) != self.module.arch.name:
-                        self.problems.append("%s: ABI %s does not match the module's architecture %s"
-                                             % (SECTION, self._section.abi_name, self.module.arch.name))
-                        self._section = None
-                    elif self._breaks_abi():
-                        self._section = None
-                except (DecodeError, MemoryReadError) as exc:
-                    self.note_problem(SECTION, exc)
-                    self._section = None
-        return self._section
+        return self.once(SECTION, self._load, errors=(DecodeError, MemoryReadError))
 
-    def _breaks_abi(self):
+    def _load(self):
+        location = self.location
+        if location is None:
+            return None
+        # The module's architecture wins over the header's ABI byte:
+        # register numbers must be the ones the debugger uses.
+        section = sframe.SFrameSection(region_of(self.target, location), self.module.arch)
+        if sframe.ABI_ARCH_NAMES.get(section.abi) != self.module.arch.name:
+            self.problems.append("%s: ABI %s does not match the module's architecture %s"
+                                 % (SECTION, section.abi_name, self.module.arch.name))
+            return None
+        return None if self._breaks_abi(section) else section
+
+    def _breaks_abi(self, section):
         """Refuse a header whose fixed RA offset contradicts the ABI: where a call
         leaves the return address on the stack (the ABI's entry row: CFA-8 on
         AMD64), the header must fix it there; 0 would take RA from a data word
@@ -71,10 +65,10 @@ class SFrameTables(ModuleTables):
         arch = self.module.arch
         entry = arch.entry_row(0)
         rule = entry.registers.get(arch.ra) if entry is not None else None
-        if rule is None or rule.kind != RuleKind.OFFSET or self._section.fixed_ra_offset == rule.offset:
+        if rule is None or rule.kind != RuleKind.OFFSET or section.fixed_ra_offset == rule.offset:
             return False
         self.problems.append("%s: header refused: its fixed RA offset is %d, but on %s a call leaves the "
-                             "return address at CFA%+d" % (SECTION, self._section.fixed_ra_offset,
+                             "return address at CFA%+d" % (SECTION, section.fixed_ra_offset,
                                                           arch.name, rule.offset))
         return True
 

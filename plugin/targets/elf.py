@@ -24,6 +24,7 @@ from elftools.elf.enums import ENUM_E_MACHINE
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
 from plugin.formats.elf import PT_LOAD, ProgramHeader, header_link_address
+from plugin.modules import on_disk
 from plugin.modules.model import Module, Segment
 from plugin.target import Mapping, ModuleRef, Target
 
@@ -151,15 +152,8 @@ def _machine_number(elf):
 
 def _function_symbols(elf, bias):
     entries = []
-    for name in (".symtab", ".dynsym"):
-        sec = elf.get_section_by_name(name)
-        if sec is None:
-            continue
-        for sym in sec.iter_symbols():
-            if sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
-                start = bias + sym["st_value"]
-                entries.append((start, start + sym["st_size"], sym.name))
-        if entries:
-            break
+    for sym in on_disk.function_symbols(elf):
+        start = bias + sym["st_value"]
+        entries.append((start, start + sym["st_size"], sym.name))
     entries.sort()
     return [e[0] for e in entries], entries

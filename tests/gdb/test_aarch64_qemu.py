@@ -24,12 +24,11 @@ through it with any source, and GDB's bt uses its own sigtramp unwinder for
 that frame. From `realign` it goes down to main and main's return address.
 """
 
+from gdb_actions import SIGNAL, native_frames
 from gdbrun import run_gdb
-from sframe_demo import demo_copy
+from sframe_demo import SFRAME_WALKS, demo_copy
 from qemu_user import aarch64_static, qemu_user
 from support import pcs
-
-SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
 
 
 def run_under_qemu(binary, actions, args=("2",)):
@@ -38,20 +37,15 @@ def run_under_qemu(binary, actions, args=("2",)):
                        remote=address, timeout=300)
 
 
-
 def test_demo_under_qemu_sframe_walks_match_gdb(tmp_path):
     demo = demo_copy(tmp_path, 'aarch64', stripped=False, objcopy="aarch64-linux-gnu-objcopy")
     results, transcript = run_under_qemu(demo, [
         ("arch", "py", "gdb.selected_frame().architecture().name()"),
         ("modules", "json", "unwind modules -json"),
         ("enabled", "frames", None),
-        ("from_stop", "json", "unwind backtrace -json -sources sframe"),
-        ("select", "cmd", "frame function realign"),
-        ("from_realign", "json", "unwind backtrace -json -sources sframe"),
         ("tables", "json", "unwind tables -json realign"),
-        ("select0", "cmd", "frame 0"),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
+        *SFRAME_WALKS,
+        *native_frames(),
     ])
     assert results["arch"] == "aarch64"
     native = results["native"]
@@ -91,14 +85,12 @@ def test_demo_under_qemu_sframe_walks_match_gdb(tmp_path):
 def test_stripped_demo_under_qemu(tmp_path):
     plain = demo_copy(tmp_path, 'aarch64', stripped=False, objcopy="aarch64-linux-gnu-objcopy")
     stripped = demo_copy(tmp_path, 'aarch64', stripped=True, objcopy="aarch64-linux-gnu-objcopy")
-    right, _ = run_under_qemu(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
-                                      ("frames", "frames", None)])
+    right, _ = run_under_qemu(plain, native_frames("frames"))
     right = right["frames"]
     results, transcript = run_under_qemu(stripped, [
         ("enabled", "frames", None),
         ("ours", "json", "unwind backtrace -json -sources sframe"),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("alone", "frames", None),
+        *native_frames("alone"),
     ])
     alone, enabled = results["alone"], results["enabled"]
     realign = [f["name"] for f in right].index("realign")
@@ -135,8 +127,7 @@ def test_signed_return_addresses_are_stripped_live(tmp_path):
         ("cfi", "json", "unwind backtrace -json -sources cfi"),
         ("explain", "json", "unwind explain -json -sources sframe all"),
         ("tables", "json", "unwind tables -json 0x%x" % (symbols["ret_in_middle"] - 4)),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("alone", "frames", None),
+        *native_frames("alone"),
     ], args=())
     assert pcs(results["enabled"]) == expected, transcript
     assert pcs(results["sframe"]["frames"]) == expected

@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 
+from gdb_actions import DECLINES, DISABLE, SIGNAL, claim_all, claimed, claimed_then_native, native_frames
 from gdbrun import run_gdb
 from support import ROOT, build, need_tool, pcs_sps
 from test_transcripts import inline_program
 
-CLAIMED = "gdb._unwind_plugin_state.unwinder.claimed"
 NOEH = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
 
 
@@ -21,15 +21,15 @@ def test_default_auto_leaves_dwarf_frames_to_gdb():
     results, _ = run_gdb(binary, [
         ("show", "cmd", "show unwind claim"),
         ("bt", "cmd", "bt"),
-        ("claimed", "py", CLAIMED),
-        ("why", "py", "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"),
+        claimed(),
+        ("why", "py", DECLINES),
         ("ours", "json", "unwind backtrace -json"),
-        ("all", "cmd", "set unwind claim all"),
+        claim_all(),
         ("bt_all", "cmd", "bt"),
-        ("claimed_all", "py", CLAIMED),
+        claimed("claimed_all"),
         ("none", "cmd", "set unwind claim none"),
         ("bt_none", "cmd", "bt"),
-        ("claimed_none", "py", CLAIMED),
+        claimed("claimed_none"),
         ("bad", "cmd", "set unwind claim sometimes"),
     ], args=["qsort"], breakpoint="getpid")
     assert "auto" in results["show"]
@@ -50,11 +50,11 @@ def test_auto_claims_frames_gdb_has_no_table_for():
     results, _ = run_gdb(binary, [
         ("on", "cmd", "set unwind fallback on"),
         ("frames", "frames", None),
-        ("claimed", "py", CLAIMED),
+        claimed(),
         ("none", "cmd", "set unwind claim none"),
-        ("before", "py", CLAIMED),
+        claimed("before"),
         ("frames_none", "frames", None),
-        ("after", "py", CLAIMED),
+        claimed("after"),
     ], args=["plain"])
     assert results["claimed"] >= 3
     assert [f["name"] for f in results["frames"][:5]] == ["stop_here", "level3", "level2", "level1", "main"]
@@ -70,8 +70,7 @@ def test_frame_0_in_inlined_code(claim):
         ("enabled", "frames", None),
         ("ours", "json", "unwind backtrace -json"),
         ("explain", "json", "unwind explain -json all"),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
+        *native_frames(),
     ], breakpoint="*outer")
     import gdb_kinds
     assert results["all"][0]["type"] == gdb_kinds.INLINE_FRAME, transcript
@@ -128,10 +127,7 @@ def test_two_inferiors_keep_their_own_modules():
         ("switch1", "cmd", "inferior 1"),
         ("mods1b", "json", "unwind modules -json"),
         ("ours1", "json", "unwind backtrace -json"),
-        ("all", "cmd", "set unwind claim all"),
-        ("enabled1", "frames", None),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("native1", "frames", None),
+        *claimed_then_native("enabled1", native="native1"),
     ], args=["plain"])
 
     def names(key):
@@ -154,13 +150,9 @@ def test_vdso_is_left_to_gdb_which_loads_it_as_an_objfile():
     steps = [("stop", "cmd", "break __vdso_clock_gettime"), ("go", "cmd", "continue"),
              ("objfiles", "py", "[o.filename for o in gdb.objfiles()]"),
              ("auto", "frames", None),
-             ("why", "py", "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"),
-             ("claimed_auto", "py", CLAIMED),
-             ("all", "cmd", "set unwind claim all"),
-             ("claim_all", "frames", None),
-             ("claimed_all", "py", CLAIMED),
-             ("disable", "cmd", "disable unwinder global unwind-plugin"),
-             ("native", "frames", None)]
+             ("why", "py", DECLINES),
+             claimed("claimed_auto"),
+             *claimed_then_native("claim_all", count="claimed_all")]
     results, transcript = run_gdb(binary, steps, args=["vdso"], breakpoint="read_clock")
     assert any(name.startswith("system-supplied DSO at") for name in results["objfiles"])
     native = results["native"]
@@ -179,9 +171,8 @@ def test_auto_remembers_the_frame_a_signal_interrupted():
     results, _ = run_gdb(binary, [
         ("frames", "frames", None),
         ("after", "py", "sorted(gdb._unwind_plugin_state.after_signal)"),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
-    ], args=["signal"], setup=["handle SIGUSR1 nostop noprint pass"])
+        *native_frames(),
+    ], args=["signal"], setup=SIGNAL)
     native = results["native"]
     assert pcs_sps(results["frames"]) == pcs_sps(native)
     trampoline = [f["name"] for f in native].index("__restore_rt")
@@ -197,10 +188,7 @@ def test_run_twice_rereads_the_modules():
         ("rerun", "cmd", "run plain"),
         ("second", "json", "unwind modules -json"),
         ("ours", "json", "unwind backtrace -json"),
-        ("all", "cmd", "set unwind claim all"),
-        ("enabled", "frames", None),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
+        *claimed_then_native(),
     ], args=["plain"], setup=["set disable-randomization off"])
 
     def base(key):
@@ -230,14 +218,13 @@ def test_remote_target_without_proc_finds_modules_from_gdbs_objfiles():
         results, transcript = run_gdb(binary, [
             ("connection", "py", "gdb.selected_inferior().connection.type"),
             ("auto", "frames", None),
-            ("claimed_auto", "py", CLAIMED),
-            ("all", "cmd", "set unwind claim all"),
+            claimed("claimed_auto"),
+            claim_all(),
             ("enabled", "frames", None),
-            ("claimed_all", "py", CLAIMED),
+            claimed("claimed_all"),
             ("modules", "json", "unwind modules -json"),
             ("ours", "json", "unwind backtrace -json"),
-            ("disable", "cmd", "disable unwinder global unwind-plugin"),
-            ("native", "frames", None),
+            *native_frames(),
         ], remote="127.0.0.1:%d" % port)
     finally:
         proc.kill()
@@ -271,12 +258,12 @@ def test_claim_all_gives_every_register_gdb_gives(mode, flags):
     binary = build("chain.c", flags)
     args = {"recurse": ["recurse", "6"], "alloca": ["alloca", "40"], "realign": ["realign", "24"]}.get(mode, [mode])
     results, transcript = run_gdb(binary, [
-        ("all", "cmd", "set unwind claim all"),
+        claim_all(),
         ("claimed", "py", REGISTERS),
-        ("count", "py", CLAIMED),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        claimed("count"),
+        ("disable", "cmd", DISABLE),
         ("native", "py", REGISTERS),
     ], args=args)
-    native, claimed = results["native"], results["claimed"]
+    native, from_plugin = results["native"], results["claimed"]
     assert len(native) >= 3 and results["count"] >= len(native) - 1, transcript
-    assert claimed == native
+    assert from_plugin == native

@@ -16,6 +16,7 @@ flight (the frames above it are thrower's landing pad, catcher, main), and
 
 import pytest
 
+from gdb_actions import DECLINES, DISABLE, claim_all, native_frames
 from gdbrun import run_gdb
 from qemu_arm import BUILDS, SYSROOT, arm_program, qemu_arm
 from support import HELPERS, build, need_tool
@@ -31,8 +32,7 @@ def _run(binary, mode, breakpoint="stop_here", sysroot=None):
             ("enabled", "frames", None),
             ("ours", "json", "unwind backtrace -json -sources exidx"),
             ("explain", "json", "unwind explain -json -sources exidx all"),
-            ("disable", "cmd", "disable unwinder global unwind-plugin"),
-            ("native", "frames", None),
+            *native_frames(),
         ], breakpoint=breakpoint, setup=setup, gdb_program="gdb-multiarch", remote=address, timeout=300)
 
 
@@ -115,10 +115,9 @@ def test_call_sites_gdb_unwinds_by_ehabi_are_left_to_it(name):
     binary = _without_debug_frame(name)
     levels = (1, 2, 3)
     actions = [("auto%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
-    actions += [("declines", "py", "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"),
-                ("all", "cmd", "set unwind claim all")]
+    actions += [("declines", "py", DECLINES), claim_all()]
     actions += [("all%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
-    actions += [("disable", "cmd", "disable unwinder global unwind-plugin")]
+    actions += [("disable", "cmd", DISABLE)]
     actions += [("gdb%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
     with qemu_arm(binary, ["plain"]) as address:
         results, transcript = run_gdb(binary, actions, gdb_program="gdb-multiarch", remote=address,
@@ -140,8 +139,7 @@ def test_cfi_walks_on_from_a_leaf_first_instruction(name):
     with qemu_arm(binary, ["plain"]) as address:
         results, transcript = run_gdb(binary, [
             ("ours", "json", "unwind explain -json -sources cfi all"),
-            ("disable", "cmd", "disable unwinder global unwind-plugin"),
-            ("native", "frames", None),
+            *native_frames(),
         ], gdb_program="gdb-multiarch", remote=address, timeout=300)
     native = results["native"]
     frames = results["ours"]["frames"]
@@ -204,7 +202,7 @@ def test_gdb_prints_the_same_in_debian_armhf_libraries():
     levels = range(8)
     actions = [("auto_bt", "cmd", "bt")]
     actions += [("auto%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
-    actions += [("disable", "cmd", "disable unwinder global unwind-plugin"), ("gdb_bt", "cmd", "bt")]
+    actions += [("disable", "cmd", DISABLE), ("gdb_bt", "cmd", "bt")]
     actions += [("gdb%d" % n, "cmd", "frame %d\ninfo frame" % n) for n in levels]
     with qemu_arm(binary, ["throw"], sysroot=SYSROOT) as address:
         results, transcript = run_gdb(binary, actions, breakpoint="__gxx_personality_v0",

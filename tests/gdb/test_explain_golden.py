@@ -12,13 +12,14 @@ import subprocess
 
 import pytest
 
+from gdb_actions import SIGNAL
 from support import ROOT, build, need_tool
 
 GOLDEN = ROOT / "tests" / "gdb" / "golden"
 CASES = {
     # name: (source, flags, breakpoint, program arguments, gdb commands before run)
     "demo": ("../../examples/demo.c", ["-O2", "-fomit-frame-pointer"], "report", [],
-             ["handle SIGUSR1 nostop noprint pass"]),
+             SIGNAL),
     "chain-O0": ("chain.c", ["-O0"], "level3", ["plain"], []),
     "chain-O2": ("chain.c", ["-O2"], "level3", ["plain"], []),
 }

@@ -16,6 +16,7 @@ import pytest
 
 from fallback_scenarios import (BUILDS, JIT_BUILDS, OUTERMOST_FUNCTIONS, SCENARIOS, expected_method, is_subsequence,
                                 jit_frame, stripped)
+from gdb_actions import claimed, native_frames
 from gdbrun import run_gdb
 from support import build
 
@@ -30,8 +31,7 @@ def test_fallbacks_recover_every_frame_gdb_recovers_on_a_stripped_binary(scenari
     binary = stripped(flags_name)
     results, transcript = run_gdb(binary, [
         ("ours", "json", FALLBACKS_EXPLAINED),
-        ("off", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
+        *native_frames(),
     ], args=SCENARIOS[scenario], setup=NATIVE_SETUP)
     ours = results["ours"]
     frames = ours["frames"]
@@ -93,9 +93,9 @@ def test_jit_code_in_an_anonymous_mapping(flags_name):
                        "gdb._unwind_plugin_state.target.mappings()]"),
         ("native_bt", "cmd", "bt"),
         ("on", "cmd", "set unwind fallback on"),
-        ("claimed_before", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+        claimed("claimed_before"),
         ("fallback_bt", "cmd", "bt"),
-        ("claimed_after", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+        claimed("claimed_after"),
         ("with_fallback", "frames", None),
     ])
     for walk in ("ours", "fallbacks"):
@@ -136,10 +136,10 @@ def test_sources_fallback_and_scan_window_settings():
         ("words_now", "cmd", "show unwind scan-words"),
         ("wide", "cmd", "set unwind scan-words 1024"),
         ("bt_off", "frames", None),
-        ("claimed_off", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+        claimed("claimed_off"),
         ("fallback_on", "cmd", "set unwind fallback on"),
         ("bt_on", "frames", None),
-        ("claimed_on", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+        claimed("claimed_on"),
     ], args=["plain"], setup=NATIVE_SETUP)
     sources = results["show_sources"]
     assert sources.index("cfi") < sources.index("frame-pointer") < sources.index("scan")

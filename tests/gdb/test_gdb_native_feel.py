@@ -18,6 +18,15 @@ def _session(binary):
     return child
 
 
+def _sender(child):
+    """send(line): type one line, wait for the prompt, return what GDB printed."""
+    def send(line):
+        child.sendline(line)
+        child.expect(PROMPT)
+        return child.before
+    return send
+
+
 def _table(output):
     """The lines a command printed, colour escapes removed (GDB's echo and bracketed-paste codes dropped)."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in output.replace("\r", "").split("\n")[1:]]
@@ -32,12 +41,7 @@ def _levels(output):
 def test_styles_completion_settings_and_help():
     binary = build("chain.c", ["-O0"])
     child = _session(binary)
-
-    def send(line):
-        child.sendline(line)
-        child.expect(PROMPT)
-        return child.before
-
+    send = _sender(child)
     try:
         send("set pagination off")
         send("set style enabled on")
@@ -119,12 +123,7 @@ def test_long_listings_page_like_gdb_own():
     with GDB's "Quit" (no Python traceback), and `c` prints the rest down to the stop line."""
     binary = build("chain.c", ["-O0"])
     child = _session(binary)
-
-    def send(line):
-        child.sendline(line)
-        child.expect(PROMPT)
-        return child.before
-
+    send = _sender(child)
     try:
         send("source %s/gdb_unwinder/gdbinit.py" % ROOT)
         send("set style enabled off")

@@ -9,27 +9,14 @@ leaves .eh_frame/.debug_frame frames to GDB's own DWARF unwinder), and
 
 import pytest
 
+from chain_scenarios import BUILDS, GDB_SCENARIOS
+from gdb_actions import DISABLE, SIGNAL, claim_all, claimed, native_frames
 from gdbrun import run_gdb
 from support import assert_cfi_walk_matches, build, corrupted_return_row, pcs
 
 FLAGS = {
-    "O0": ["-O0"],
-    "O2": ["-O2"],
-    "O2-nofp": ["-O2", "-fomit-frame-pointer"],
+    **BUILDS,
     "O2-debug-frame": ["-O2", "-fno-asynchronous-unwind-tables"],   # the program's CFI only in .debug_frame
-}
-
-# (mode, argv, breakpoint, extra setup commands, extra commands after the stop)
-SCENARIOS = {
-    "plain": (["plain"], "stop_here", [], []),
-    "alloca": (["alloca", "40"], "stop_here", [], []),
-    "realign": (["realign", "24"], "stop_here", [], []),        # DRAP: DW_CFA_def_cfa_expression
-    "signal": (["signal"], "stop_here", ["handle SIGUSR1 nostop noprint pass"], []),
-    "qsort-callback": (["qsort"], "stop_here", [], []),
-    "libc-breakpoint": (["qsort"], "getpid", [], []),             # stopped inside libc, under a callback
-    "plt": (["qsort"], "sort_some", [], ["break *'qsort@plt'", "continue"]),
-    "thread": (["thread"], "stop_here", [], []),
-    "vdso": (["vdso"], "read_clock", [], ["break __vdso_clock_gettime", "continue"]),
 }
 
 CLAIM_ALL = ["set unwind claim all"]     # prove the plugin's own unwinding inside GDB's bt
@@ -37,17 +24,16 @@ CLAIM_ALL = ["set unwind claim all"]     # prove the plugin's own unwinding insi
 STEPS = [
     ("enabled", "frames", None),
     ("ours", "json", "unwind backtrace -json -sources cfi"),
-    ("claimed", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+    claimed(),
     ("compare", "json", "unwind compare -json -sources cfi"),
-    ("disable", "cmd", "disable unwinder global unwind-plugin"),
-    ("native", "frames", None),
+    *native_frames(),
 ]
 
 
 @pytest.mark.parametrize("flags", sorted(FLAGS))
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("scenario", sorted(GDB_SCENARIOS))
 def test_bt_unchanged_and_plugin_walk_matches_gdb(scenario, flags):
-    argv, breakpoint, setup, after = SCENARIOS[scenario]
+    argv, breakpoint, setup, after = GDB_SCENARIOS[scenario]
     binary = build("chain.c", FLAGS[flags])
     actions = [("after%d" % i, "cmd", c) for i, c in enumerate(after)] + STEPS
     results, transcript = run_gdb(binary, actions, args=argv, breakpoint=breakpoint,
@@ -70,7 +56,7 @@ def test_signal_frame_is_unwound_through_restore_rt():
     binary = build("chain.c", FLAGS["O2"])
     results, _ = run_gdb(binary, [("ours", "json", "unwind backtrace -json -sources cfi"),
                                   ("explain", "json", "unwind explain -json all")],
-                         args=["signal"], setup=["handle SIGUSR1 nostop noprint pass"])
+                         args=["signal"], setup=SIGNAL)
     frames = results["ours"]["frames"]
     names = [f["function"] for f in frames]
     assert "__restore_rt" in names, names
@@ -118,12 +104,12 @@ def test_compare_reports_a_corrupted_return_address():
 def test_unwinder_is_listed_and_can_be_disabled():
     binary = build("chain.c", FLAGS["O2"])
     results, _ = run_gdb(binary, [
-        ("all", "cmd", "set unwind claim all"),
+        claim_all(),
         ("info", "cmd", "info unwinder"),
-        ("off", "cmd", "disable unwinder global unwind-plugin"),
-        ("before", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+        ("off", "cmd", DISABLE),
+        claimed("before"),
         ("bt", "cmd", "bt"),
-        ("after", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
+        claimed("after"),
         ("info2", "cmd", "info unwinder"),
     ], args=["plain"])
     assert "unwind-plugin" in results["info"]

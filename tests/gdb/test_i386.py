@@ -21,10 +21,10 @@ past-main` on), compared by (pc, sp).
 
 import pytest
 
+from gdb_actions import SIGNAL, claimed_then_native
 from gdbrun import run_gdb
 from i386_programs import BUILDS, STRIP, pc_sp, program, stops
 
-SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
 STOPS = stops(SIGNAL)
 PAST_MAIN = ["set backtrace past-main on"]
 
@@ -38,11 +38,7 @@ def test_cfi_walk_equals_gdb(flags_name, stop):
         ("ours", "json", "unwind backtrace -json -sources cfi"),
         ("auto_bt", "cmd", "bt full"),
         ("auto_frame", "cmd", "frame 1\ninfo frame\nframe 0"),
-        ("all", "cmd", "set unwind claim all"),
-        ("claimed", "frames", None),
-        ("count", "py", "gdb._unwind_plugin_state.unwinder.claimed"),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
+        *claimed_then_native("claimed", count="count"),
         ("native_bt", "cmd", "bt full"),
         ("native_frame", "cmd", "frame 1\ninfo frame\nframe 0"),
     ], args=args, breakpoint=breakpoint, setup=PAST_MAIN + setup)

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from gdb_actions import claim_all
 from gdbrun import run_gdb
 from support import build
 from test_transcripts import inline_program, local_program
@@ -38,10 +39,13 @@ class _Types:
         self.INLINE_FRAME, self.TAILCALL_FRAME = values
 
 
-ACTIONS = [
+# GDB's frame chain (virtual frames included), its frame type numbers and the plugin's whole walk.
+LEVELS = [
     ("gdb", "frames", ALL_FRAMES),
     ("types", "py", "[gdb.INLINE_FRAME, gdb.TAILCALL_FRAME]"),
     ("full", "json", "unwind backtrace -json"),
+]
+ACTIONS = LEVELS + [
     ("one", "json", "unwind backtrace -json 1"),
     ("three", "json", "unwind backtrace -json 3"),
     ("three_text", "cmd", "unwind backtrace 3"),
@@ -105,10 +109,7 @@ def test_libc_inline_frames_levels_match_gdb():
     program = shutil.which("sort")
     if program is None:
         pytest.fail("sort is not installed: run tests/setup.sh")
-    results, _ = run_gdb(program, [("gdb", "frames", ALL_FRAMES),
-                                   ("types", "py", "[gdb.INLINE_FRAME, gdb.TAILCALL_FRAME]"),
-                                   ("full", "json", "unwind backtrace -json"),
-                                   ("five", "json", "unwind backtrace -json 5")],
+    results, _ = run_gdb(program, LEVELS + [("five", "json", "unwind backtrace -json 5")],
                          args=["/etc/services"], breakpoint="write")
     gdb = _gdb_levels(results["gdb"], _Types(results["types"]))
     ours = _levels(results["full"]["frames"])
@@ -147,7 +148,7 @@ def test_explain_says_what_a_claimed_frame_loses():
     binary = build("chain.c", ["-O0"])
     results, _ = run_gdb(binary, [
         ("auto", "cmd", "unwind explain 2"),
-        ("all", "cmd", "set unwind claim all"),
+        claim_all(),
         ("bt", "cmd", "bt"),
         ("info", "cmd", "info frame 1"),
         ("claimed", "cmd", "unwind explain 2"),

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from gdb_actions import SIGNAL, claim_all, claimed
 from gdbrun import run_gdb
 from support import build
 from test_transcripts import FIXED_SEEDS, FLAGS
@@ -36,7 +37,6 @@ DEFINE = "\n".join([
     "end",
 ])
 HITS = "gdb._unwind_plugin_state.inferior().plans.hits"
-CLAIMED = "gdb._unwind_plugin_state.unwinder.claimed"
 SCENARIOS = {"recurse": ["recurse", "300"], "alloca": ["alloca", "40"], "realign": ["realign", "24"],
              "signal": ["signal"], "qsort": ["qsort"]}
 
@@ -44,16 +44,16 @@ SCENARIOS = {"recurse": ["recurse", "300"], "alloca": ["alloca", "40"], "realign
 def _compare(program, args, breakpoint, setup=()):
     results, _ = run_gdb(program, [
         ("define", "cmd", DEFINE),
-        ("all", "cmd", "set unwind claim all"),
+        claim_all(),
         ("off", "py", "with_plans(False)"),
         ("engine", "py", "stack_registers()"),
-        ("claimed", "py", CLAIMED),
+        claimed(),
         ("on", "py", "with_plans(True)"),
         ("first", "py", "stack_registers()"),
         ("again", "py", "with_plans(True)"),
         ("second", "py", "stack_registers()"),
         ("hits", "py", HITS),
-    ], args=args, breakpoint=breakpoint, setup=list(setup) + ["handle SIGUSR1 nostop noprint pass", "set backtrace past-main on"])
+    ], args=args, breakpoint=breakpoint, setup=list(setup) + SIGNAL + ["set backtrace past-main on"])
     assert results["claimed"] > 3, results["claimed"]           # the plugin unwound these frames
     assert len(results["engine"]) > 4
     assert results["first"] == results["engine"]
@@ -85,12 +85,12 @@ def test_stack_write_drops_the_page_cache():
     binary = build("chain.c", ["-O0"])
     slot = "int(gdb.newest_frame().older().older().read_register('sp')) - 8"    # frame 1's return address
     results, _ = run_gdb(binary, [
-        ("all", "cmd", "set unwind claim all"),
+        claim_all(),
         ("before", "frames", None),
         ("slot", "py", slot),
         ("write", "cmd", "python gdb.execute('set {long}%d = 0' % (" + slot + "))"),
         ("after", "frames", None),
-        ("claimed", "py", CLAIMED),
+        claimed(),
     ], args=["plain"], breakpoint="stop_here")
     assert len(results["before"]) >= 4 and results["claimed"] >= 2
     assert [f["pc"] for f in results["after"]][:2] == [f["pc"] for f in results["before"]][:2]

@@ -16,6 +16,7 @@ import functools
 
 import pytest
 
+from gdb_actions import DISABLE
 from gdbrun import run_gdb
 from runtime_stops import PROGRAMS, STOPS, truth_length
 from support import HELPERS
@@ -42,7 +43,7 @@ def _session(name, extra_actions=()):
                 ("ours", "json", "unwind backtrace -json"),
                 *extra_actions,
                 ("compare", "json", "unwind compare -json"),
-                ("disable", "cmd", "disable unwinder global unwind-plugin"),
+                ("disable", "cmd", DISABLE),
                 ("bt_without", "cmd", "bt"),
                 ("past_main", "cmd", "set backtrace past-main on"),
                 ("native", "frames", None),

@@ -18,6 +18,7 @@ past runtime.main: the walk must stop there with that reason, not guess.
 
 import pytest
 
+from gdb_actions import DISABLE
 from gdbrun import run_gdb
 from qemu_user import qemu_user
 from runtime_stops import build_go, truth_length
@@ -31,7 +32,7 @@ QEMU_OPTIONS = ("-cpu", "max,sve=off", "-E", "GOMAXPROCS=1", "-E", "GODEBUG=asyn
 
 def _at_stop(i):
     return [("fp%d" % i, "json", "unwind backtrace -json -sources frame-pointer"),
-            ("off%d" % i, "cmd", "disable unwinder global unwind-plugin"),
+            ("off%d" % i, "cmd", DISABLE),
             ("native%d" % i, "frames", None),
             ("names%d" % i, "py", NAMES % i),
             ("on%d" % i, "cmd", "enable unwinder global unwind-plugin")]

@@ -19,24 +19,18 @@ by cfi).
 
 import pytest
 
+from gdb_actions import SIGNAL, native_frames
 from gdbrun import run_gdb
-from sframe_demo import STRIP_CFI, demo_copy
+from sframe_demo import SFRAME_WALKS, STRIP_CFI, demo_copy
 from support import build, pcs
-
-SIGNAL = ["handle SIGUSR1 nostop noprint pass"]
-
 
 
 def test_demo_sframe_only_walks_match_gdb(tmp_path):
     demo = demo_copy(tmp_path, 'x86_64', stripped=False)
     results, transcript = run_gdb(demo, [
-        ("from_stop", "json", "unwind backtrace -json -sources sframe"),
         ("both", "json", "unwind backtrace -json -sources sframe,cfi"),
-        ("select", "cmd", "frame function realign"),
-        ("from_realign", "json", "unwind backtrace -json -sources sframe"),
-        ("select0", "cmd", "frame 0"),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
+        *SFRAME_WALKS,
+        *native_frames(),
     ], args=["2"], setup=SIGNAL)
     native = results["native"]
     names = [f["name"] for f in native]
@@ -99,15 +93,13 @@ def test_demo_explain_shows_the_flex_drap_rule(tmp_path):
 def test_stripped_demo_gdb_loses_the_chain_and_sframe_recovers_it(tmp_path):
     plain = demo_copy(tmp_path, 'x86_64', stripped=False)
     stripped = demo_copy(tmp_path, 'x86_64', stripped=True)
-    right, _ = run_gdb(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
-                               ("frames", "frames", None)], args=["2"], setup=SIGNAL)
+    right, _ = run_gdb(plain, native_frames("frames"), args=["2"], setup=SIGNAL)
     right = right["frames"]
     results, transcript = run_gdb(stripped, [
         ("enabled", "frames", None),
         ("ours", "json", "unwind backtrace -json"),
         ("compare", "json", "unwind compare -json"),
-        ("disable", "cmd", "disable unwinder global unwind-plugin"),
-        ("alone", "frames", None),
+        *native_frames("alone"),
     ], args=["2"], setup=SIGNAL)
     alone, enabled = results["alone"], results["enabled"]
     realign = [f["name"] for f in right].index("realign")
@@ -134,8 +126,7 @@ def test_v1_fixture_without_cfi_gives_the_right_bt(mode):
     flags = ["-O2", "-fomit-frame-pointer", "-Wa,--gsframe"]
     plain = build("chain.c", flags)
     stripped = build("chain.c", flags, post=[["objcopy", *STRIP_CFI, "{out}"]])
-    right, _ = run_gdb(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
-                               ("frames", "frames", None)], args=mode)
+    right, _ = run_gdb(plain, native_frames("frames"), args=mode)
     right = right["frames"]
     results, transcript = run_gdb(stripped, [("enabled", "frames", None),
                                              ("ours", "json", "unwind backtrace -json -sources sframe")],
@@ -149,9 +140,8 @@ def test_v1_fixture_without_cfi_gives_the_right_bt(mode):
 
 def test_v1_deep_recursion_by_sframe_alone():
     binary = build("chain.c", ["-O0", "-Wa,--gsframe"])
-    results, _ = run_gdb(binary, [("ours", "json", "unwind backtrace -json -sources sframe"),
-                                  ("disable", "cmd", "disable unwinder global unwind-plugin"),
-                                  ("native", "frames", None)], args=["recurse", "10000"])
+    results, _ = run_gdb(binary, [("ours", "json", "unwind backtrace -json -sources sframe"), *native_frames()],
+                         args=["recurse", "10000"])
     ours, native = results["ours"]["frames"], results["native"]
     assert len(native) > 10000
     # Down to main by SFrame, then main's return address in libc, which has none.

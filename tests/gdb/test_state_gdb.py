@@ -8,6 +8,7 @@ with the plugin's unwinder disabled. At every stop the plugin's walk
 
 import pytest
 
+from gdb_actions import claim_all, native_frames
 from gdbrun import run_gdb
 from support import build, pcs_sps
 
@@ -20,11 +21,10 @@ def native_and_plugin(binary, args, prelude, setup=(), breakpoint=None):
     actions = list(prelude) + [
         ("walk", "json", WALK),
         ("with_plugin", "frames", None),
-        ("claim_all", "cmd", "set unwind claim all"),
+        claim_all("claim_all"),
         ("flush_all", "cmd", "maintenance flush register-cache"),
         ("with_plugin_all", "frames", None),
-        ("off", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
+        *native_frames(),
     ]
     setup = ["set backtrace past-main on"] + list(setup)
     results, transcript = run_gdb(binary, actions, args=args, setup=setup, breakpoint=breakpoint)
@@ -141,8 +141,7 @@ def test_a_trap_handler_is_looked_up_at_its_exact_pc(stack):
         ("show", "cmd", "show unwind trap-handler-names"),
         ("walk", "json", WALK),
         ("with_plugin", "frames", None),
-        ("off", "cmd", "disable unwinder global unwind-plugin"),
-        ("native", "frames", None),
+        *native_frames(),
     ], breakpoint="*planted_leaf", setup=["set backtrace past-main on"])
     assert results["show"].strip() == "Functions looked up as trap handlers: planted_trampoline."
     walk = results["walk"]["frames"]

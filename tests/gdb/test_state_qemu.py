@@ -3,6 +3,7 @@ gdb-multiarch (issue 19 item 2): frame 0 at pc 0, its caller from the link
 register. Oracle: GDB's own frames (the plugin's unwinder disabled) and the
 fixture's labels. Set-up as in tests/gdb/test_aarch64_qemu.py."""
 
+from gdb_actions import native_frames
 from gdbrun import run_gdb
 from qemu_user import aarch64_static, qemu_user
 
@@ -17,8 +18,7 @@ def test_null_call_on_aarch64_takes_the_caller_from_the_link_register(tmp_path):
         results, transcript = run_gdb(exe, [
             ("walk", "json", "unwind backtrace -json"),
             ("explain", "json", "unwind explain -json 1"),
-            ("off", "cmd", "disable unwinder global unwind-plugin"),
-            ("native", "frames", None),
+            *native_frames(),
         ], breakpoint=None, gdb_program="gdb-multiarch", remote=address, timeout=300)
     frames = results["walk"]["frames"]
     expected = [0, symbols["ret_in_call_null"], symbols["ret_in_start"]]

@@ -11,6 +11,7 @@ raise."""
 
 import pytest
 
+from gdb_actions import DISABLE, SIGNAL
 from gdbrun import run_gdb
 from support import HELPERS, build
 
@@ -28,10 +29,10 @@ def test_every_step_walks_like_gdb(segment):
     function, steps = SEGMENTS[segment]
     binary = build("stepping.c", ["-O1", "-Wl,-z,lazy"])
     results, transcript = run_gdb(binary, [
-        ("off", "cmd", "disable unwinder global unwind-plugin"),
+        ("off", "cmd", DISABLE),
         ("load", "py", "exec(open(%r).read(), globals()) or 1" % str(HELPERS / "stepping_probe.py")),
         ("trace", "py", "trace(%d)" % steps),
-    ], breakpoint=function, setup=["set backtrace past-main on", "handle SIGUSR1 nostop noprint pass"])
+    ], breakpoint=function, setup=["set backtrace past-main on", *SIGNAL])
     records = results["trace"]
     assert isinstance(records, list) and len(records) == steps, (records, transcript[-3000:])
     disagree = []
@@ -56,7 +57,7 @@ def test_every_step_in_a_debian_program_walks_like_gdb():
         ("ignore", "cmd", "ignore 1 200"),
         ("continue", "cmd", "continue"),
         ("delete", "cmd", "delete"),
-        ("off", "cmd", "disable unwinder global unwind-plugin"),
+        ("off", "cmd", DISABLE),
         ("load", "py", "exec(open(%r).read(), globals()) or 1" % str(HELPERS / "stepping_probe.py")),
         ("trace", "py", "trace(300)"),
     ], args=["-l", "/usr/bin"], breakpoint="free", setup=["set backtrace past-main on"])

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from gdb_actions import DECLINES
 from gdbrun import run_gdb
 from support import build
 from termination_cases import (CASES, CORRUPT_FLAGS, DEEP_FRAMES, DEEP_FULL, DEFAULT_SESSION_SECONDS,
@@ -86,7 +87,7 @@ def test_unwinder_with_fallback_on_keeps_gdb_bt_sane_on_damage():
         results, transcript = run_gdb(binary, [
             ("on", "cmd", "set unwind fallback on"),
             ("bt", "cmd", "bt"),
-            ("declines", "py", "[d[2] for d in gdb._unwind_plugin_state.unwinder.declines]"),
+            ("declines", "py", DECLINES),
             ("again", "cmd", "print 1+1"),
         ], args=[mode], timeout=DEFAULT_SESSION_SECONDS)
         assert "stop_here" in results["bt"], (mode, transcript)

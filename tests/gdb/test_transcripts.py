@@ -20,6 +20,7 @@ import shutil
 
 import pytest
 
+from gdb_actions import SIGNAL
 from support import build
 from transcripts import first_difference, transcript
 
@@ -49,7 +50,7 @@ def _same(program, args, breakpoint, **kw):
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_fixture_transcripts_are_unchanged(scenario, flags):
     args, breakpoint = SCENARIOS[scenario]
-    setup = ["handle SIGUSR1 nostop noprint pass"] if scenario == "signal" else []
+    setup = SIGNAL if scenario == "signal" else []
     _same(build("chain.c", FLAGS[flags]), args, breakpoint, setup=setup)
 
 

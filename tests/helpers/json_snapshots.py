@@ -20,7 +20,7 @@ an older checkout with another test layout can be measured too.
 
 Scenarios: chain.c built -O0, -O2 and -O2 -fomit-frame-pointer, stopped
 where tests/gdb/test_gdb_unwinder.py and tests/lldb/test_lldb_commands.py
-stop it (their SCENARIOS tables, repeated below); at each stop
+stop it (chain_scenarios.py, beside this script); at each stop
 `unwind backtrace`, `explain all`, `tables` ($pc and main), `compare` and
 `modules`, with the default sources and with a couple of -sources lists.
 Offline: `python -m plugin tables FILE --json` on the builds and on a few
@@ -53,50 +53,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from chain_scenarios import BUILDS, GDB_SCENARIOS, LLDB_SCENARIOS
+
 HERE = Path(__file__).resolve().parent
 OWN_ROOT = HERE.parents[1]
 FIXTURES = OWN_ROOT / "tests" / "fixtures"
 LLDB = "lldb-16"
 SYSTEM_PYTHON = "/usr/bin/python3"
-
-BUILDS = {
-    "O0": ["-O0"],
-    "O2": ["-O2"],
-    "O2-nofp": ["-O2", "-fomit-frame-pointer"],
-}
-
-# tests/gdb/test_gdb_unwinder.py SCENARIOS: (argv, breakpoint, setup, commands after the stop)
-GDB_SCENARIOS = {
-    "plain": (["plain"], "stop_here", [], []),
-    "alloca": (["alloca", "40"], "stop_here", [], []),
-    "realign": (["realign", "24"], "stop_here", [], []),
-    "signal": (["signal"], "stop_here", ["handle SIGUSR1 nostop noprint pass"], []),
-    "qsort-callback": (["qsort"], "stop_here", [], []),
-    "libc-breakpoint": (["qsort"], "getpid", [], []),
-    "plt": (["qsort"], "sort_some", [], ["break *'qsort@plt'", "continue"]),
-    "thread": (["thread"], "stop_here", [], []),
-    "vdso": (["vdso"], "read_clock", [], ["break __vdso_clock_gettime", "continue"]),
-}
-
-_PLT_BREAK = ("command('breakpoint set --address 0x%x' % next(s.GetStartAddress().GetLoadAddress(target) "
-              "for s in target.GetModuleAtIndex(0).symbols "
-              "if s.GetName() == 'qsort' and s.GetType() == lldb.eSymbolTypeTrampoline))")
-_SIGNAL_SETUP = ["process handle SIGUSR1 -s false -p true -n false"]
-
-# tests/lldb/test_lldb_commands.py SCENARIOS: (argv, breakpoint, setup, driver actions after the stop)
-LLDB_SCENARIOS = {
-    "plain": (["plain"], "stop_here", [], []),
-    "alloca": (["alloca", "40"], "stop_here", [], []),
-    "realign": (["realign", "24"], "stop_here", [], []),
-    "signal": (["signal"], "stop_here", _SIGNAL_SETUP, []),
-    "qsort": (["qsort"], "stop_here", [], []),
-    "libc-breakpoint": (["qsort"], "getpid", [], []),
-    "plt": (["qsort"], "sort_some", [], [("plt", "py", _PLT_BREAK), ("go", "cmd", "continue")]),
-    "recurse": (["recurse", "1000"], "stop_here", [], []),
-    "thread": (["thread"], "stop_here", [], []),
-    "vdso": (["vdso"], "read_clock", [], [("vdso", "cmd", "breakpoint set --name __vdso_clock_gettime"),
-                                          ("go", "cmd", "continue")]),
-}
 
 # (file name, command) at every stop; GDB spells options -json/-sources, LLDB --json/--sources.
 GDB_COMMANDS = [

@@ -23,3 +23,13 @@ def demo_copy(tmp_path, arch, stripped, objcopy="objcopy"):
     if stripped:
         subprocess.run([need_tool(objcopy), *STRIP_CFI, str(path)], check=True)
     return path
+
+
+# GDB actions on a demo stopped in stop_here: the plugin's walk by SFrame alone from there
+# (`from_stop`) and from the selected `realign` frame (`from_realign`); frame 0 selected again after.
+SFRAME_WALKS = [
+    ("from_stop", "json", "unwind backtrace -json -sources sframe"),
+    ("select", "cmd", "frame function realign"),
+    ("from_realign", "json", "unwind backtrace -json -sources sframe"),
+    ("select0", "cmd", "frame 0"),
+]

@@ -26,37 +26,9 @@ import sys
 
 import pytest
 
+from chain_scenarios import BUILDS, LLDB_SCENARIOS, LLDB_SIGNAL
 from lldbrun import batch_json, batch_outputs, lldb_argv, lldb_env, physical, run_batch, run_lldb, version
 from support import ROOT, assert_cfi_walk_matches, build, corrupted_return_row, pcs, system_library
-
-FLAGS = {
-    "O0": ["-O0"],
-    "O2": ["-O2"],
-    "O2-nofp": ["-O2", "-fomit-frame-pointer"],
-}
-
-# LLDB stops at SIGUSR1 by default; the handler must run for stop_here to be reached.
-SIGNAL_SETUP = ["process handle SIGUSR1 -s false -p true -n false"]
-
-# The PLT stub of qsort in the executable (LLDB calls it a trampoline symbol "qsort").
-_PLT_BREAK = ("command('breakpoint set --address 0x%x' % next(s.GetStartAddress().GetLoadAddress(target) "
-              "for s in target.GetModuleAtIndex(0).symbols "
-              "if s.GetName() == 'qsort' and s.GetType() == lldb.eSymbolTypeTrampoline))")
-
-# (argv, breakpoint, setup commands before the launch, actions after the first stop)
-SCENARIOS = {
-    "plain": (["plain"], "stop_here", [], []),
-    "alloca": (["alloca", "40"], "stop_here", [], []),
-    "realign": (["realign", "24"], "stop_here", [], []),          # DRAP: DW_CFA_def_cfa_expression
-    "signal": (["signal"], "stop_here", SIGNAL_SETUP, []),
-    "qsort": (["qsort"], "stop_here", [], []),                      # libc frames, inlined msort_with_tmp
-    "libc-breakpoint": (["qsort"], "getpid", [], []),               # stopped inside libc, under a callback
-    "plt": (["qsort"], "sort_some", [], [("plt", "py", _PLT_BREAK), ("go", "cmd", "continue")]),
-    "recurse": (["recurse", "1000"], "stop_here", [], []),
-    "thread": (["thread"], "stop_here", [], []),
-    "vdso": (["vdso"], "read_clock", [], [("vdso", "cmd", "breakpoint set --name __vdso_clock_gettime"),
-                                          ("go", "cmd", "continue")]),
-}
 
 STEPS = [
     ("ours", "json", "unwind backtrace --json --sources cfi"),
@@ -87,11 +59,11 @@ def backtrace_pcs(text):
     return pcs
 
 
-@pytest.mark.parametrize("flags", sorted(FLAGS))
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("flags", sorted(BUILDS))
+@pytest.mark.parametrize("scenario", sorted(LLDB_SCENARIOS))
 def test_backtrace_matches_lldb(scenario, flags):
-    argv, breakpoint, setup, after = SCENARIOS[scenario]
-    binary = build("chain.c", FLAGS[flags])
+    argv, breakpoint, setup, after = LLDB_SCENARIOS[scenario]
+    binary = build("chain.c", BUILDS[flags])
     results, transcript = run_lldb(binary, after + STEPS, args=argv, breakpoint=breakpoint, setup=setup)
     for name, _, _ in after:
         assert results[name]["ok"], (name, results[name])
@@ -123,7 +95,7 @@ def test_backtrace_matches_lldb(scenario, flags):
 
 def test_signal_frame_explained_and_selected_frames():
     """Through __restore_rt, from the innermost frame and from a selected one (-O2)."""
-    binary = build("chain.c", FLAGS["O2"])
+    binary = build("chain.c", BUILDS["O2"])
     steps = [
         ("ours", "json", "unwind backtrace --json --sources cfi"),
         ("explain", "json", "unwind explain --json --sources cfi all"),
@@ -138,7 +110,7 @@ def test_signal_frame_explained_and_selected_frames():
         ("explain_text", "cmd", "unwind explain 1"),
         ("modules", "json", "unwind modules --json"),
     ]
-    results, _ = run_lldb(binary, steps, args=["signal"], setup=SIGNAL_SETUP)
+    results, _ = run_lldb(binary, steps, args=["signal"], setup=LLDB_SIGNAL)
     assert results["select"]["ok"], results["select"]
     frames = results["ours"]["frames"]
     names = [f["function"] for f in frames]
@@ -183,7 +155,7 @@ def test_compare_reports_a_corrupted_return_address():
     refuses 0x1234 as well, because it is not in executable memory: the
     plugin was right, and the two agree again.
     """
-    binary = build("chain.c", FLAGS["O0"])
+    binary = build("chain.c", BUILDS["O0"])
     steps = [
         ("ok", "json", "unwind compare --json --sources cfi"),
         ("poke", "py", "command('memory write --size 8 0x%x 0x1234' % "
@@ -246,7 +218,7 @@ PARSED_BY_LLDB = {
 
 
 def test_bad_arguments_are_lldb_errors():
-    binary = build("chain.c", FLAGS["O2"])
+    binary = build("chain.c", BUILDS["O2"])
     steps = [("bad%d" % i, "cmd", line) for i, (line, _) in enumerate(BAD_LIVE)]
     steps.append(("still_works", "json", "unwind backtrace --json -c 2"))
     results, _ = run_lldb(binary, steps, args=["plain"])
@@ -293,7 +265,7 @@ def test_static_tables_match_offline(flags):
     O2-sframe adds a .sframe section, so both table sources are read through
     SBTarget.ReadMemory on file addresses.
     """
-    binary = build("chain.c", FLAGS[flags] if flags in FLAGS else ["-O2", "-Wa,--gsframe"])
+    binary = build("chain.c", BUILDS[flags] if flags in BUILDS else ["-O2", "-Wa,--gsframe"])
     whole = _offline(binary)
     entries = next(s for s in whole["sources"] if s["kind"] == "cfi")["entries"]
     assert len(entries) > 10
@@ -345,7 +317,7 @@ def test_batch_session():
     Batch mode stops at the first failing command and exits 1, so the bad
     command comes last.
     """
-    binary = build("chain.c", FLAGS["O2"])
+    binary = build("chain.c", BUILDS["O2"])
     commands = [
         "command script import %s/lldb_commands" % ROOT,
         "help unwind",

@@ -44,7 +44,7 @@ def test_amd64_header_without_a_fixed_ra_offset_is_refused_with_a_reason():
 def test_engine_rejects_a_caller_identical_to_its_callee(monkeypatch):
     # With the header check off, a fixed-RA-0 FRE holding only the CFA word
     # leaves rip "same": the caller would be the callee's own pc.
-    monkeypatch.setattr(sframe_strategy.SFrameTables, "_breaks_abi", lambda self: False)
+    monkeypatch.setattr(sframe_strategy.SFrameTables, "_breaks_abi", lambda self, section: False)
     section = build_sframe(3, AMD64, [fde(TEXT, 0x40, [fre(0, [16])])], fixed_ra=0, address=SFRAME)
     words, registers = stack_and_registers()
     target = process(X86, section, words)
