@@ -18,11 +18,12 @@ Each start carries the sentence the evidence gives for it.
 """
 
 import bisect
-from typing import Iterator, List, NamedTuple, Optional, Tuple
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
 
 from plugin import analysis as code_analysis
 from plugin.analysis.ops import Flow
-from plugin.model.vocabulary import Vocabulary
+from plugin.model.vocabulary import Found, Vocabulary
 from plugin.strategies.scan import read_stack_words
 
 CODE_CACHE_KEY = "analysis: code"          # module.cache: the module's CodeAnalysis
@@ -43,20 +44,19 @@ class StartBy(Vocabulary):
     PROLOGUE = ("prologue", "the nearest frame-record prologue before the pc")
 
 
-class Start(NamedTuple):
-    address: int
-    by: StartBy
-    why: str                         # the sentence the evidence gives: which start, found how
-    name: Optional[str]
-    slot: Optional[int]              # CALL: where its return address was found (None: the link register)
-    return_address: Optional[int]    # CALL: that return address
+@dataclass(frozen=True)
+class Start(Found):
+    """A function's first instruction (by: a StartBy)."""
+    name: Optional[str] = None
+    slot: Optional[int] = None              # CALL: where its return address was found (None: the link register)
+    return_address: Optional[int] = None    # CALL: that return address
 
 
 def starts(frame, ctx, pc) -> Iterator[Start]:
     found = ctx.symbol(pc)
     if found is not None and 0 <= pc - found[1] < MAX_FUNCTION:
         yield Start(found[1], StartBy.SYMBOL, "the function starts at 0x%x: the symbol %s" % (found[1], found[0]),
-                    found[0], None, None)
+                    found[0])
         return
     from_table = start_from_table(ctx, pc)
     if from_table is not None:
@@ -110,7 +110,7 @@ def start_from_table(ctx, pc) -> Optional[Start]:
     pad = ("after %d bytes of alignment padding (%s)" % (address - end, ", ".join("`%s`" % t for t in padding))
            if padding else "no padding between them")
     why = "the function starts at 0x%x: %s ends at 0x%x just below the pc, %s" % (address, what, end, pad)
-    return Start(address, StartBy.TABLE, why, None, None, None)
+    return Start(address, StartBy.TABLE, why)
 
 
 def _entry_below(ranges: List[Tuple[int, int, str]], pc) -> Optional[Tuple[int, str]]:
@@ -207,4 +207,4 @@ def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
         return
     for start in ctx.arch.entries_in(code, low)[:MAX_PROLOGUE_STARTS]:
         yield Start(start, StartBy.PROLOGUE, "the function starts at 0x%x: the nearest frame-record prologue "
-                                             "before the pc" % start, None, None, None)
+                                             "before the pc" % start)
