@@ -32,8 +32,8 @@ def compare(limit=32):
             covered = module is not None and CfiTables.of(module, ctx.target).lookup(lookup) is not None
             if not covered:
                 found = modelled_answer(mine, ctx)
-                model = None if found is None else [found[0].registers.get(arch.pc), found[0].registers.get(arch.sp)]
+                model = None if found is None else [found.registers.get(arch.pc), found.registers.get(arch.sp)]
                 out.append({"level": frame.level(), "pc": frame.pc(), "gdb": [older.pc(), int(older.read_register("sp"))],
-                            "model": model, "why": None if found is None else found[1]})
+                            "model": model, "why": None if found is None else found.evidence.found_by})
         frame = older
     return out
