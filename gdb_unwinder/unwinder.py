@@ -16,6 +16,7 @@ from gdb.unwinder import Unwinder
 
 from plugin.arch import reader
 from plugin.engine import step_frame
+from plugin.heuristic import yields_to_debugger
 from plugin.model.evidence import Frame
 from plugin.plans import replay
 
@@ -210,6 +211,10 @@ class PluginUnwinder(Unwinder):
                 # again, looked up at its exact pc.
                 inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
                 self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
+                return None
+            yielded = yields_to_debugger(outcome, frame, ctx)
+            if yielded is not None:     # a guess where GDB's own heuristic gives another plausible caller
+                self.declines.append((level, pc, yielded))
                 return None
             if state.use_plans:
                 plans.remember(lookup, exact, outcome, attempts)

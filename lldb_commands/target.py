@@ -188,6 +188,12 @@ class LldbTarget(Target):
     def _module_name(self):
         return self.sbmodule.GetFileSpec().GetFilename() if self.static else "the target"
 
+    @property
+    def mappings_known(self):
+        """False where the process gives no memory regions (qemu-user's gdbstub): then readable
+        memory outside the modules is all that can be checked (plugin.engine)."""
+        return self.static or bool(self.mappings())
+
     def mappings(self):
         if self._mappings is None:
             self._mappings = self._regions()
@@ -225,12 +231,20 @@ class LldbTarget(Target):
         where = self.address(address)
         context = (self.sbmodule if self.static else self.sbtarget).ResolveSymbolContextForAddress(where, scope)
         for owner in (context.GetFunction(), context.GetSymbol()):
-            if owner.IsValid():
+            if owner.IsValid() and not _unnamed(owner):
                 start = self.number(owner.GetStartAddress())
                 name = owner.GetDisplayName() or owner.GetName()
                 if name and start is not None:
                     return name, start
         return None
+
+
+def _unnamed(owner):
+    """Is owner a symbol LLDB made up for code no symbol covers (___lldb_unnamed_symbol; in a
+    stripped static program one spans all its code)? A guess, not a function's start. LLDB's
+    other synthetic symbols, its PLT stubs (trampolines), keep their real names."""
+    return (isinstance(owner, lldb.SBSymbol) and owner.IsSynthetic()
+            and owner.GetType() != lldb.eSymbolTypeTrampoline)
 
 
 def _read_core(sbtarget, process, address, size, why):

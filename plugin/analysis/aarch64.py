@@ -17,6 +17,7 @@ CALLEE_SAVED = tuple(range(19, 30)) + tuple(range(72, 80))
 CALL_CLOBBERED = tuple(range(0, 19))
 POINTER_SIZE = 8
 DIRECT_CALL_SIZES = (4,)                # the length of a direct call: `bl`
+PADDING = ("nop", "udf #0")         # what compilers and linkers fill the gaps between functions with
 
 REGISTERS = {"sp": (31, True, 8), "wsp": (31, False, 4)}   # name -> (DWARF number, full, size)
 for _n in range(31):
@@ -36,6 +37,11 @@ _NO_WRITE = frozenset(("cmp", "cmn", "tst", "ccmp", "ccmn", "fcmp", "fcmpe", "fc
 _STOPS = frozenset(("brk", "udf", "hlt"))
 _BRANCHES = ("cbz", "cbnz", "tbz", "tbnz")
 _ATOMICS = ("swp", "cas", "ldadd", "ldclr", "ldeor", "ldset", "ldsmax", "ldsmin", "ldumax", "ldumin")
+
+
+def is_padding(text: str) -> bool:
+    """Is the instruction (capstone's text) alignment padding between functions?"""
+    return text in PADDING
 
 
 def _split(op_str):

@@ -19,6 +19,7 @@ CALL_CLOBBERED = (0, 1, 2, 4, 5, 8, 9, 10, 11)
 POINTER_SIZE = 8
 DIRECT_CALL_SIZES = (5,)                # the length of a direct call: `call rel32`
 BOUND = 1000                        # pseudo-register: the immediate of the last `cmp reg, imm`
+PADDING = ("nop", "int3", "xchg ax, ax")    # what compilers and linkers fill the gaps between functions with
 
 _FULL = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp"] + ["r%d" % n for n in range(8, 16)]
 REGISTERS = {}                      # name -> (DWARF number, is the full 64-bit register)
@@ -56,6 +57,14 @@ _IMPLICIT = {                       # mnemonic -> registers it writes besides it
     "loop": (2,), "loope": (2,), "loopne": (2,), "rdrand": (), "rdseed": (),
 }
 _STOPS = frozenset(("hlt", "ud2", "ud1", "ud0", "ud1l"))
+
+
+def is_padding(text: str) -> bool:
+    """Is the instruction (capstone's text) alignment padding between functions?"""
+    for prefix in _PREFIXES:
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    return text.startswith(PADDING)
 
 
 def _number(text):

@@ -28,6 +28,10 @@ for instead of branching on the architecture's name:
   sigreturn_at(read, pc)       the kernel's signal trampoline (a sigreturn
                                system call) starting at pc, with the layout of
                                the registers the kernel saved on the stack
+  debugger_prologue_row(read, start, pc)
+                               the row the debugger's own prologue heuristic
+                               gives where no table covers a frame (GDB's amd64
+                               prologue unwinder), as a model: plugin/heuristic.py
 
 The base class knows no instructions (every answer is "not known"); x86.py
 (shared by x86_64 and i386) and aarch64.py hold the encodings. `read` is a
@@ -96,6 +100,12 @@ class SigReturn(NamedTuple):
     text: str                   # the instructions, as a person reads them
     context: int                # offset from sp of the saved register block
     saved: dict                 # DWARF number -> offset in the block
+
+
+class PrologueModel(NamedTuple):
+    """The debugger's heuristic answer for a frame: its row and the sentence saying why."""
+    row: object                 # plugin.model.rules.Row
+    why: str
 
 
 def reader(read_memory: Callable[[int, int], bytes]) -> Read:
@@ -196,6 +206,12 @@ class Arch:
     def entries_in(self, code: bytes, base: int) -> list:
         """Addresses in code (read at base) where a frame-record prologue opens a function, last first."""
         return []
+
+    def debugger_prologue_row(self, read: Read, start: Optional[int], pc: int) -> Optional["PrologueModel"]:
+        """What the debugger's own prologue heuristic answers for a frame at pc whose function
+        starts at `start` (None: the debugger knows no function there), or None where it is
+        not modelled. The base models none."""
+        return None
 
     def sigreturn_at(self, read: Read, pc: int) -> Optional[SigReturn]:
         """The signal trampoline whose code starts at pc, or None."""

@@ -19,10 +19,12 @@ exact pc of the prologue's and epilogue's instructions the record is not
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 from typing import Callable, Optional
 
-from plugin.arch import Edge, FrameEdge, Read, SigReturn, Slots
-from plugin.arch.x86 import RETURNS, X86
+from plugin.arch import Edge, FrameEdge, PrologueModel, Read, SigReturn, Slots
+from plugin.arch.x86 import ENDBR64, PUSH_BP, RETURNS, X86
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 _NAMES = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
           "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"]
@@ -39,6 +41,23 @@ GO_SAVE_BP = re.compile(rb"\x48\x89\x6c\x24.|\x48\x89\xac\x24.{4}", re.S)      #
 # mov D(%rsp),%rbp; add $X,%rsp (the epilogue's add is where pc is; ret follows)
 GO_RESTORE_BP = (b"\x48\x8b\x6c\x24", b"\x48\x8b\xac\x24")
 GO_ADD_RSP = re.compile(rb"\x48\x83\xc4(?P<x8>.)\xc3|\x48\x81\xc4(?P<x32>.{4})\xc3", re.S)
+
+
+# GDB 13's amd64 prologue unwinder (amd64-tdep.c: amd64_analyze_prologue, amd64_frame_cache),
+# the heuristic it falls back on where no table covers a frame. From the function's start (its
+# symbol; none known: no analysis) it recognises only an optional endbr64, `push %rbp` and then
+# `mov %rsp,%rbp`, comparing each with the frame's pc; any other first instruction means "no
+# prologue". A function that starts with the stack-realigning `lea 8(%rsp),%reg` takes another
+# path there (saved_sp_reg), not modelled: GDB_STACK_ALIGN. Its `mov %rsp,%rbp` encodings are
+# the arch's mov_bp_sp.
+GDB_STACK_ALIGN = re.compile(rb"[\x48\x4c]\x8d[\x44\x4c\x54\x5c\x64\x6c\x74\x7c]\x24\x08")
+
+
+class GdbPrologue(Enum):
+    """How far GDB's analysis got at pc: (CFA register, CFA offset, rbp saved at CFA-16)."""
+    NONE = ("rsp", 8, False)            # at the start, or no prologue: the return address at [rsp]
+    PUSH = ("rsp", 16, True)            # after `push %rbp` alone
+    FRAME = ("rbp", 16, True)           # after `push %rbp; mov %rsp,%rbp`
 
 
 def _number(match, short, long, signed=False):
@@ -72,6 +91,32 @@ class X86_64(X86):
         if edge is not None:
             return edge
         return self._go_epilogue(read, pc) or self._go_prologue(read, pc, start)
+
+    def debugger_prologue_row(self, read: Read, start: Optional[int], pc: int) -> Optional[PrologueModel]:
+        """GDB 13's amd64 prologue unwinder's answer (GdbPrologue), or None where it takes a path not modelled."""
+        reached, where = GdbPrologue.NONE, "no function is known at pc: GDB analyses no prologue"
+        if start is not None:
+            code = read(start, 8)
+            if code is None or GDB_STACK_ALIGN.match(code):
+                return None
+            at = 4 if code.startswith(ENDBR64) else 0
+            where = "the function at 0x%x (from symbols) has no `push %%rbp` prologue" % start
+            if pc > start + at and code[at] == PUSH_BP:
+                framed = code[at + 1:at + 4] in self.mov_bp_sp
+                reached, where = GdbPrologue.PUSH, "pc is past `push %%rbp` at 0x%x%s" % (
+                    start + at, " and at the `mov %rsp,%rbp` after it" if framed else ", which `mov %rsp,%rbp` "
+                    "does not follow")
+                if framed and pc > start + at + 1:
+                    reached, where = GdbPrologue.FRAME, "pc is past `push %%rbp; mov %%rsp,%%rbp` at 0x%x" % (start + at)
+            elif pc <= start + at:
+                where = "pc is at the function's start 0x%x" % start
+        register, offset, saves_fp = reached.value
+        registers = {self.ra: Rule(RuleKind.OFFSET, offset=-8)}
+        if saves_fp:
+            registers[self.fp] = Rule(RuleKind.OFFSET, offset=-16)
+        row = Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=self.number_of(register), offset=offset),
+                  registers=registers)
+        return PrologueModel(row, "GDB's amd64 prologue unwinder: %s, so CFA=%s+%d" % (where, register, offset))
 
     def _go_prologue(self, read: Read, pc: int, start: Optional[int]) -> Optional[Edge]:
         if start is None or not start < pc <= start + 64:

@@ -5,6 +5,7 @@ keep the words scripts already match, and each word says what it means
 in one place.
 """
 
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -22,3 +23,13 @@ class Vocabulary(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class Found:
+    """An address found in one of several ways: `by` a Vocabulary member naming the way,
+    `why` the sentence evidence gives for it. Records of what a strategy recognised
+    (a function's start, a signal trampoline) extend it with their own fields."""
+    address: int
+    by: Vocabulary
+    why: str

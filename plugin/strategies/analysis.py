@@ -10,16 +10,9 @@ at CFA + offset; where the analysis cannot decide (paths disagree, the
 stack pointer moved by an unknown amount, the pc is not reached) the source
 answers `undecided` and the next source is tried.
 
-The function's start is found, in this order:
-  symbol   the function symbol holding the pc;
-  call     the call that reached it: a direct call (`call rel32`, `bl`)
-           just before a return address on the stack (or, on aarch64, in
-           the link register) whose target lies at or below the pc. The
-           row from that start must then place the return address exactly
-           where that call's return address was found, or it is not used;
-  prologue the nearest frame-record prologue before the pc (`push rbp;
-           mov rbp, rsp`, `stp x29, x30, [sp, #-N]!`), for functions no
-           call reached (a signal handler, a thread's start routine).
+The function's start is found by its symbol, a neighbouring function's
+table entry, the call that reached it, or a prologue before it
+(plugin.strategies.function_start); the evidence says which, and why.
 A caller frame is read at the state before the call it made (its return
 address follows that call), the innermost or an interrupted frame at its
 exact pc. An innermost pc that is not code at all (a call through a null
@@ -32,7 +25,7 @@ Like every fallback it answers only where no table covers the frame, and
 GDB's `bt` uses it only with `set unwind fallback on`.
 """
 
-from typing import Iterator, NamedTuple, Optional
+from typing import Optional
 
 from plugin import analysis as code_analysis
 from plugin.analysis import unwind_row
@@ -42,35 +35,13 @@ from plugin.arch import reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.model.rules import RuleKind
-from plugin.model.vocabulary import Vocabulary
-from plugin.strategies import sigframe
+from plugin.strategies import function_start, sigframe
 from plugin.strategies.frame_pointer import stack_edge
+from plugin.strategies.function_start import Start, StartBy
 from plugin.strategies.row_step import step_with_row
-from plugin.strategies.scan import read_stack_words
 
 SOURCE = "analysis"
-CACHE_KEY = "analysis: code"         # module.cache: the module's CodeAnalysis
 WINDOW_PAST_PC = 4096                # bytes of a function after the pc the analysis follows
-MAX_FUNCTION = 1 << 16               # a start further below the pc than this is not believed
-CALLER_WORDS = 256                   # stack words searched for the call that reached the function
-MAX_CALL_STARTS = 4                  # starts from calls tried before giving up
-PROLOGUE_WINDOW = 4096               # how far below the pc a prologue is looked for
-MAX_PROLOGUE_STARTS = 2              # prologues tried, the nearest first
-
-
-class StartBy(Vocabulary):
-    """How the analysis found a function's first instruction."""
-    SYMBOL = ("symbol", "the function symbol holding the pc")
-    CALL = ("call", "the target of the direct call that reached the function")
-    PROLOGUE = ("prologue", "the nearest frame-record prologue before the pc")
-
-
-class Start(NamedTuple):
-    address: int
-    by: StartBy
-    name: Optional[str]
-    slot: Optional[int]              # CALL: where its return address was found (None: the link register)
-    return_address: Optional[int]    # CALL: that return address
 
 
 def step(frame, ctx) -> Outcome:
@@ -88,98 +59,16 @@ def step(frame, ctx) -> Outcome:
     if not ctx.is_code(pc):
         return Outcome.not_applicable(SOURCE, "0x%x is not code" % pc, FailureKind.NO_ENTRY)
     reasons = []
-    for start in _starts(frame, ctx, pc):
+    for start in function_start.starts(frame, ctx, pc):
         outcome, why = _from_start(frame, ctx, start)
         if outcome is not None:
             return outcome
         reasons.append(why)
     if not reasons:
-        return Outcome.not_applicable(SOURCE, "the start of the function at 0x%x is unknown: no symbol, and no "
-                                              "direct call on the stack reaches it" % pc, FailureKind.NO_ENTRY)
+        return Outcome.not_applicable(SOURCE, "the start of the function at 0x%x is unknown: no symbol, no "
+                                              "neighbouring table entry, no direct call on the stack "
+                                              "reaches it, no prologue before it" % pc, FailureKind.NO_ENTRY)
     return Outcome.failed(SOURCE, "; ".join(reasons), FailureKind.UNDECIDED)
-
-
-# -- finding the function's start ---------------------------------------------------
-
-def _starts(frame, ctx, pc) -> Iterator[Start]:
-    found = ctx.symbol(pc)
-    if found is not None and 0 <= pc - found[1] < MAX_FUNCTION:
-        yield Start(found[1], StartBy.SYMBOL, found[0], None, None)
-        return
-    yield from _starts_from_calls(frame, ctx, pc)
-    yield from _starts_from_prologues(ctx, pc)
-
-
-def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
-    """Functions entered by no call (a signal handler, a thread's start): the nearest prologues
-    before the pc, within PROLOGUE_WINDOW bytes. The row from such a start is checked like every
-    other (its return address must follow a call or be a signal trampoline)."""
-    low = max(pc + 1 - PROLOGUE_WINDOW, 0)
-    module = ctx.modules.find(pc)
-    if module is not None:
-        segment_start = next((s.start for s in module.segments if s.start <= pc < s.end), None)
-        if segment_start is not None:
-            low = max(low, segment_start)
-    try:
-        code = bytes(ctx.read_memory(low, pc + 1 - low))
-    except Exception:           # unreadable code: no prologue can be found
-        return
-    for start in ctx.arch.entries_in(code, low)[:MAX_PROLOGUE_STARTS]:
-        yield Start(start, StartBy.PROLOGUE, None, None, None)
-
-
-def _starts_from_calls(frame, ctx, pc) -> Iterator[Start]:
-    arch = ctx.arch
-    facts = code_analysis.FACTS[arch.name]
-    candidates = []
-    if facts.RA_REGISTER is not None and frame.exact_pc and arch.ra in frame.registers:
-        candidates.append((None, frame.registers[arch.ra]))
-    sp = frame.registers.get(arch.sp)
-    if sp is not None:
-        candidates += read_stack_words(ctx, sp, CALLER_WORDS)[0]
-    seen, tried = set(), 0
-    for slot, value in candidates:
-        address = arch.strip_pointer_auth(value)
-        if address in seen or not ctx.is_code(address):
-            continue
-        seen.add(address)
-        target = _direct_call_target(ctx, address)
-        if target is None or not 0 <= pc - target < MAX_FUNCTION:
-            continue
-        tried += 1
-        found = ctx.symbol(target)
-        yield Start(target, StartBy.CALL, found[0] if found and found[1] == target else None, slot, address)
-        if tried >= MAX_CALL_STARTS:
-            return
-
-
-def _direct_call_target(ctx, return_address) -> Optional[int]:
-    """The target of the direct call instruction that ends at return_address, or None."""
-    code = _code(ctx, return_address)
-    for size in code.facts.DIRECT_CALL_SIZES:
-        insn = code.decode_at(return_address - size)
-        if insn is not None and insn.end == return_address and insn.flow == Flow.CALL and insn.target is not None:
-            return insn.target
-    return None
-
-
-def _code(ctx, address) -> code_analysis.CodeAnalysis:
-    """The module's CodeAnalysis (kept with the module), or a fresh one for code outside every module."""
-    module = ctx.modules.find(address)
-    if module is None:
-        return code_analysis.CodeAnalysis(ctx.arch, ctx.read_memory, symbol=_symbol_name(ctx))
-    code = module.cache.get(CACHE_KEY)
-    if code is None:
-        code = module.cache[CACHE_KEY] = code_analysis.CodeAnalysis(ctx.arch, ctx.read_memory,
-                                                                    symbol=_symbol_name(ctx))
-    return code
-
-
-def _symbol_name(ctx):
-    def name(address):
-        found = ctx.symbol(address)
-        return found[0] if found and found[1] == address else None
-    return name
 
 
 def _end(ctx, start, pc) -> int:
@@ -200,7 +89,7 @@ def _from_start(frame, ctx, start: Start):
     arch = ctx.arch
     facts = code_analysis.FACTS[arch.name]
     pc = ctx.lookup_pc(frame)
-    code = _code(ctx, start.address)
+    code = function_start.code_of(ctx, start.address)
     result = code.function_covering(start.address, pc, _end(ctx, start.address, pc))
     where = "from 0x%x (%s)" % (start.address, start.by.value)
     address = frame.pc if frame.exact_pc else _call_before(result, frame.pc)
@@ -266,10 +155,7 @@ def _evidence(frame, ctx, start, result, address, row, facts) -> StepEvidence:
                             section="code", section_address=start.address,
                             entry={"start": start.address, "function": start.name, "start_by": start.by.value,
                                    "instructions": len(result.states)})
-    if start.by == StartBy.CALL:
-        where = "the link register" if start.slot is None else "[0x%x]" % start.slot
-        evidence.notes.append("the function starts at 0x%x: the target of the call before the return "
-                              "address 0x%x in %s" % (start.address, start.return_address, where))
+    evidence.notes.append(start.why)
     setters = unwind_row.setters(result, address, row, facts)
     cfa_insn = setters.get("cfa")
     evidence.notes.append("CFA=%s: %s" % (row.cfa.text(arch), "set by 0x%x `%s`" % (cfa_insn.address, cfa_insn.text)

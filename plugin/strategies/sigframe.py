@@ -23,13 +23,14 @@ read from the saved context at sp + the arch's offset, the interrupted
 frame then looked up at its exact pc.
 """
 
-from typing import NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 from plugin.arch import SigReturn, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
-from plugin.model.vocabulary import Vocabulary
+from plugin.model.vocabulary import Found, Vocabulary
 from plugin.strategies.evaluate import UnwindError, evaluate_row
 
 # vDSO symbols of sigreturn trampolines (aarch64, i386, x86_64 vDSO conventions).
@@ -45,11 +46,10 @@ class RecognisedBy(Vocabulary):
     SYMBOL = ("symbol", "a vDSO symbol names it")
 
 
-class Trampoline(NamedTuple):
-    address: int
-    by: RecognisedBy
-    why: str                         # a sentence naming the code, FDE or symbol
-    sigreturn: Optional[SigReturn]   # the kernel layout, when the code matched
+@dataclass(frozen=True)
+class Trampoline(Found):
+    """A signal trampoline (by: a RecognisedBy; why names the code, FDE or symbol)."""
+    sigreturn: Optional[SigReturn] = None   # the kernel layout, when the code matched
 
 
 def recognise(ctx, address: int) -> Optional[Trampoline]:

@@ -3,8 +3,9 @@
 Each row runs the program without tables (and some without symbols; one is
 Debian's own /usr/bin/sleep) under
 GDB (natively, or the aarch64 build under qemu-user with gdb-multiarch)
-and, natively, under LLDB; the truth is GDB's own backtrace of the twin
-that keeps its tables. Asserted for every row:
+and under LLDB (natively, or LLDB 22/19 attached to qemu-user's gdbstub);
+the truth is GDB's own backtrace of the twin that keeps its tables.
+Asserted for every row:
 
 - the plugin's walk (`unwind backtrace`, GDB and LLDB) and GDB's `bt` with
   `set unwind fallback on` give every frame of the truth, pc and stack

@@ -218,20 +218,55 @@ LLDB_SCRIPT = ("script import json; fr = list(lldb.thread.frames); print('%s' + 
                % (LLDB_FRAMES, FRAME_LIMIT))
 
 
+REMOTE_LLDB = (22, 19)        # LLDB versions for qemu-user's gdbstub, newest first (16 hangs there)
+REMOTE_LLDB_TIMEOUT = 120     # seconds a remote LLDB session may take
+
+
 def _lldb_remote(row, binary):
-    """LLDB attached with `gdb-remote` to qemu-user's gdbstub: its own frames and the plugin's walk."""
-    from lldbrun import physical, run_batch
+    """LLDB attached with `gdb-remote` to qemu-user's gdbstub: its own frames and the plugin's walk.
+
+    LLDB 19 and 22 (LLDB 16 hangs once the program takes a signal, and at a stop in
+    code without symbols). For a program without symbols LLDB's connection already
+    runs it to the `brk` in stop_here; otherwise a breakpoint on that instruction
+    stops it there (the same pc and registers; LLDB's batch mode would end at the
+    stop by a signal). A program that stops by SIGSEGV (the null row) ends the batch:
+    the commands then run as its on-crash commands (-k)."""
+    import lldbrun
+    from lldbrun import physical
     from qemu_user import qemu_user
-    # LLDB's batch mode ends at a stop by a signal (the `brk`), so it stops at a
-    # breakpoint on that instruction instead: the same pc, the same registers.
-    twin = _aarch64(row, False)
-    with qemu_user("qemu-aarch64", binary, [row.mode] if row.mode else [],
-                   options=("-cpu", "max,sve=off")) as address:
-        status, transcript = run_batch(binary, [
-            "gdb-remote %s" % address, "process handle SIGALRM --stop false --notify false --pass true",
-            "breakpoint set -a 0x%x" % _trap_address(twin), "continue",
-            LLDB_SCRIPT, "unwind backtrace --json"], timeout=120)
-    assert status == 0, transcript[-3000:]
+    version = next((v for v in REMOTE_LLDB if lldbrun.find_lldb(v) is not None), None)
+    if version is None:
+        raise AssertionError("no LLDB %s: run tests/setup.sh" % " or ".join(map(str, REMOTE_LLDB)))
+    after = [LLDB_SCRIPT, "unwind backtrace --json"]
+    if row.mode == "null":
+        stop, late = ["continue"], "-k"
+    else:
+        trap = _trap_address(_aarch64(row, False))
+        stop = ["script (lldb.thread.GetFrameAtIndex(0).GetPC() == 0x%x) or (lldb.debugger.HandleCommand("
+                "'breakpoint set -a 0x%x'), lldb.debugger.HandleCommand('continue'))" % (trap, trap)]
+        late = "-o"
+    previous = lldbrun.version()
+    lldbrun.use(version)
+    try:
+        argv = lldbrun.lldb_argv() + ["--no-lldbinit", "--batch"]
+        with qemu_user("qemu-aarch64", binary, [row.mode] if row.mode else [],
+                       options=("-cpu", "max,sve=off")) as address:
+            for line in ["command script import %s/lldb_commands" % ROOT, "gdb-remote %s" % address,
+                         "process handle SIGALRM --stop false --notify false --pass true", *stop]:
+                argv += ["-o", line]
+            for line in after:
+                argv += [late, line]
+            try:
+                proc = subprocess.run(argv + [str(binary)], env=lldbrun.lldb_env(), capture_output=True, text=True,
+                                      timeout=REMOTE_LLDB_TIMEOUT)
+            except subprocess.TimeoutExpired as exc:
+                raise AssertionError("LLDB %d on qemu-user's gdbstub did not finish in %d s: %s"
+                                     % (version, REMOTE_LLDB_TIMEOUT, (exc.stdout or b"")[-2000:])) from None
+    finally:
+        lldbrun.use(previous)
+    transcript = proc.stdout + proc.stderr
+    lldbrun.TRANSCRIPTS.append(transcript)
+    assert "Traceback" not in transcript and LLDB_FRAMES in transcript, transcript[-3000:]
     frames = json.loads(transcript.rsplit(LLDB_FRAMES, 1)[1].splitlines()[0])   # the last one: not the echo
     text = transcript.split("unwind backtrace --json", 1)[1]
     walk = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
@@ -248,12 +283,7 @@ def _trap_address(twin):
 
 def lldb_columns(row, binary) -> Dict[str, list]:
     if row.arch != "x86_64":
-        # LLDB 16 attached to qemu-user's gdbstub hangs once the program takes a
-        # signal (SIGALRM, even when told to pass it) and at the breakpoint in a
-        # program without symbols, and its batch mode ends at a SIGSEGV: only the
-        # plain and thread rows with symbols have LLDB columns there.
-        remote = row.mode in ("plain", "thread") and not row.stripped
-        return _lldb_remote(row, binary) if remote else {}
+        return _lldb_remote(row, binary)
     from lldbrun import physical, run_lldb
     args = [row.mode] if row.mode else []
     breakpoint = _breakpoint(row)
