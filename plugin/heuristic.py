@@ -134,10 +134,10 @@ def _file_symbols(module):
         if module.path and module.format == "elf":
             from elftools.common.exceptions import ELFError
             from elftools.elf.elffile import ELFFile
-            from plugin.targets.elf import _function_symbols as function_symbols   # .symtab, else .dynsym
+            from plugin.targets.elf import function_table   # .symtab, else .dynsym
             try:
                 with open(module.path, "rb") as handle:
-                    table = function_symbols(ELFFile(handle), module.load_bias)
+                    table = function_table(ELFFile(handle), module.load_bias)
             except (OSError, ELFError, ValueError):
                 pass
         module.cache[SYMBOLS_CACHE_KEY] = table

@@ -126,7 +126,7 @@ class FileTarget(LaidOutFile):
     def symbol(self, address: int) -> tuple[str, int] | None:
         table = getattr(self, "_symbols", None)
         if table is None:
-            table = self._symbols = _function_symbols(self.elf, self.bias)
+            table = self._symbols = function_table(self.elf, self.bias)
         return symbol_in(table, address)
 
 
@@ -150,7 +150,8 @@ def _machine_number(elf):
     return machine if isinstance(machine, int) else ENUM_E_MACHINE.get(machine)
 
 
-def _function_symbols(elf, bias):
+def function_table(elf, bias: int) -> tuple:
+    """A file's function symbols at load bias `bias`: (sorted starts, [(start, end, name)])."""
     entries = []
     for sym in on_disk.function_symbols(elf):
         start = bias + sym["st_value"]
