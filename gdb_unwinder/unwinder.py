@@ -19,7 +19,7 @@ from plugin.engine import step_frame
 from plugin.model.evidence import Frame
 from plugin.plans import replay
 
-from .claim import Claim
+from .claim import NOT_COVERED, Claim
 
 NAME = "unwind-plugin"
 HANDED_CACHE_SIZE = 1 << 17      # claimed frames whose registers are remembered until the next resume
@@ -117,17 +117,33 @@ class PluginUnwinder(Unwinder):
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
         self._types = {}
         self.claimed = 0
-        self._covered = {}          # return address -> why GDB covers its frame under auto, or None
-        self._covered_key = None    # what those verdicts were made for
 
     def __call__(self, pending_frame):
-        if self.state.claim == Claim.NONE:
+        claim = self.state.claim
+        if claim == Claim.NONE:
             return None
         inferior = self.state.inferior()
         target = inferior.target
         target.inside_unwinder = True
         try:
-            return self._unwind(pending_frame, inferior)
+            pc_value = None
+            if claim == Claim.AUTO and not inferior.after_signal:
+                # The common case under auto, kept to one register read and one dict look-up:
+                # a caller frame whose return address GDB's DWARF unwinder covers.
+                callers = inferior.coverage.callers
+                level = pending_frame.level()
+                if level > 0 and callers.key == (target.generation, target.trap_handler_names,
+                                                 pending_frame.architecture()):
+                    pc_value = pending_frame.read_register(callers.pc_register)
+                    try:
+                        pc = int(pc_value) & target.arch.mask
+                    except gdb.error:       # optimized out: the slow path says why
+                        pc = None
+                    depth, reason = callers.verdicts.get(pc, NOT_COVERED)
+                    if level > depth:
+                        self.declines.append((level, pc, reason))
+                        return None
+            return self._unwind(pending_frame, inferior, pc_value)
         except Exception as exc:        # never break `bt`: decline and remember why
             try:
                 pc = int(pending_frame.read_register("pc"))
@@ -139,7 +155,7 @@ class PluginUnwinder(Unwinder):
         finally:
             target.inside_unwinder = False
 
-    def _unwind(self, pending_frame, inferior):
+    def _unwind(self, pending_frame, inferior, pc_value=None):
         state = self.state
         target = inferior.target
         gdb_arch = pending_frame.architecture()      # GDB hands back one object per gdbarch
@@ -149,14 +165,16 @@ class PluginUnwinder(Unwinder):
             target.descriptors = _descriptors(gdb_arch)
         arch = target.arch
         registers = PendingRegisters(pending_frame, arch, target.descriptors)
+        if pc_value is not None and not pc_value.is_optimized_out:
+            registers.raw[arch.pc] = pc_value       # read by the fast path already
         pc = registers.get(arch.pc)
         if pc is None:
             return None
         level = pending_frame.level()
         ctx = state.unwinder_context(inferior)
         if state.claim == Claim.AUTO and level > 0 and not inferior.after_signal:
-            reason = self._covered_caller(pc, ctx, pending_frame, inferior)
-            if reason is not None and level > inline_depth(pc, inferior.inline_depths):
+            depth, reason = self._covered_caller(pc, ctx, pending_frame, inferior)
+            if level > depth:
                 self.declines.append((level, pc, reason))
                 return None
         exact = is_innermost_physical(level, pc, ctx, inferior.inline_depths)
@@ -267,29 +285,30 @@ class PluginUnwinder(Unwinder):
         return info
 
     def _covered_caller(self, pc, ctx, pending_frame, inferior):
-        """Under auto, why GDB covers a caller frame at return address pc, or None; cached per pc
-        while the modules, the trap handler names and the architecture stay. It is the slow
-        path's verdict for a frame that is no innermost physical frame (level above the inline
-        depth at pc) and no frame a signal interrupted: not in a trap handler, GDB covers pc-1,
-        and pc-1 is in no signal trampoline."""
-        key = (ctx, ctx.target.generation, ctx.target.trap_handler_names, ctx.target.gdb_arch)
-        if key != self._covered_key:
-            self._covered_key = key
-            self._covered.clear()
-        try:
-            return self._covered[pc]
-        except KeyError:
-            pass
-        reason = None
+        """Under auto, (inline depth at pc, why GDB covers a caller frame at return address pc),
+        or NOT_COVERED; kept in the inferior's CallerVerdicts for __call__'s fast path. It is the
+        slow path's verdict for a frame that is no innermost physical frame (level above the
+        inline depth at pc) and no frame a signal interrupted: not in a trap handler, GDB covers
+        pc-1, and pc-1 is in no signal trampoline."""
+        target = ctx.target
+        callers = inferior.coverage.callers
+        key = (target.generation, target.trap_handler_names, target.gdb_arch)
+        if key != callers.key:
+            callers.reset(key, target.descriptors.get(ctx.arch.registers[ctx.arch.pc],
+                                                      ctx.arch.registers[ctx.arch.pc]))
+        verdict = callers.verdicts.get(pc)
+        if verdict is not None:
+            return verdict
+        verdict = NOT_COVERED
         if ctx.trap_handler(pc) is None:
             coverage = inferior.coverage
             reason = coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True)
-            if pc - 1 in coverage.signal_pcs:
-                reason = None
-        if len(self._covered) >= HANDED_CACHE_SIZE:
-            self._covered.clear()
-        self._covered[pc] = reason
-        return reason
+            if reason is not None and pc - 1 not in coverage.signal_pcs:
+                verdict = (inline_depth(pc, inferior.inline_depths), reason)
+        if len(callers.verdicts) >= HANDED_CACHE_SIZE:
+            callers.verdicts.clear()
+        callers.verdicts[pc] = verdict
+        return verdict
 
     def _note_interrupted(self, frame, ctx, inferior):
         outcome, _ = step_frame(frame, ctx)
