@@ -17,7 +17,7 @@ from gdb.unwinder import Unwinder
 from plugin.arch import reader
 from plugin.engine import step_frame
 from plugin.model.evidence import Frame
-from plugin.plans import replay
+from plugin.plans import replay, replay_fast
 
 from .claim import NOT_COVERED, Claim
 
@@ -109,6 +109,15 @@ class Handed:
         self.raw, self.known = raw, known
         self.values = {n: v for n, v in known.items() if v is not None} if complete else None
 
+    @classmethod
+    def complete(cls, raw, values, unknown):
+        """A complete record from its parts: unknown, the register numbers not handed (None)."""
+        handed = cls.__new__(cls)
+        handed.raw, handed.values = raw, values
+        handed.known = dict(unknown)
+        handed.known.update(values)
+        return handed
+
 
 class PluginUnwinder(Unwinder):
     def __init__(self, state):
@@ -116,6 +125,7 @@ class PluginUnwinder(Unwinder):
         self.state = state
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
         self._types = {}
+        self._numbered = (None, None)   # (gdb.Architecture, {DWARF number: its descriptor, or name})
         self.claimed = 0
 
     def __call__(self, pending_frame):
@@ -205,6 +215,11 @@ class PluginUnwinder(Unwinder):
             plans.clear(ctx)
         lookup = pc if exact else pc - 1
         plan = plans.get(lookup, exact) if state.use_plans else None
+        if plan is not None and plan.fast is not None and handed is not None and handed.values is not None \
+                and not trap:
+            info = self._claim_fast(pending_frame, inferior, plan, handed, ctx)
+            if info is not None:
+                return info
         replayed = None
         if plan is not None:
             values = handed.values if handed is not None else None
@@ -284,6 +299,39 @@ class PluginUnwinder(Unwinder):
         self.claimed += 1
         return info
 
+    def _claim_fast(self, pending_frame, inferior, plan, handed, ctx):
+        """The claim for a frame whose callee this plugin claimed (its registers are the complete
+        file handed then) and whose plan has a FastRow: replay_fast's registers handed to GDB,
+        a new gdb.Value only for those the row changed; None where replay_fast declines."""
+        replayed = replay_fast(plan, handed.values, ctx)
+        if replayed is None:
+            return None
+        inferior.plans.hits += 1
+        inferior.plans.fast_hits += 1
+        arch, caller = ctx.arch, replayed.registers
+        gdb_arch, registers = self._numbered
+        if gdb_arch is not inferior.target.gdb_arch:
+            descriptors = inferior.target.descriptors
+            registers = {n: descriptors.get(name, name) for n, name in _handed_registers(arch)}
+            self._numbered = (inferior.target.gdb_arch, registers)
+        info = pending_frame.create_unwind_info(FrameId(replayed.cfa, replayed.start))
+        values, given = handed.values, dict(handed.raw)    # unchanged registers: the callee's gdb.Values
+        for number in plan.fast.written:
+            value = caller.get(number)
+            if value is None:
+                given.pop(number, None)
+            elif value != values.get(number) or number not in given:
+                given[number] = self._value(pending_frame, arch.registers[number], value)
+        for number in plan.fast.undefined:
+            given.pop(number, None)
+        # add_saved_register for every entry, iterated in C: a claim hands the whole register file
+        any(map(info.add_saved_register, map(registers.__getitem__, given), given.values()))
+        if len(inferior.handed) >= HANDED_CACHE_SIZE:
+            inferior.handed.clear()
+        inferior.handed[(caller[arch.pc], caller.get(arch.sp))] = Handed.complete(given, caller, _unknown(arch))
+        self.claimed += 1
+        return info
+
     def _covered_caller(self, pc, ctx, pending_frame, inferior):
         """Under auto, (inline depth at pc, why GDB covers a caller frame at return address pc),
         or NOT_COVERED; kept in the inferior's CallerVerdicts for __call__'s fast path. It is the
@@ -340,6 +388,17 @@ def _handed_registers(arch):
     if pairs is None:
         pairs = _HANDED[arch.name] = tuple(arch.registers.items())
     return pairs
+
+
+_UNKNOWN = {}
+
+
+def _unknown(arch):
+    """{number: None} for every register a claim hands GDB: a Handed record's known before its values."""
+    unknown = _UNKNOWN.get(arch.name)
+    if unknown is None:
+        unknown = _UNKNOWN[arch.name] = dict.fromkeys(n for n, _ in _handed_registers(arch))
+    return unknown
 
 
 def _descriptors(gdb_arch):
