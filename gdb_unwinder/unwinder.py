@@ -126,9 +126,11 @@ class PluginUnwinder(Unwinder):
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
         self._types = {}
         self._numbered = (None, None)   # (gdb.Architecture, {DWARF number: its descriptor, or name})
+        self._last = None       # (level, inferior, Handed) of the claim made by the previous call, if any
         self.claimed = 0
 
     def __call__(self, pending_frame):
+        last, self._last = self._last, None
         claim = self.state.claim
         if claim == Claim.NONE:
             return None
@@ -136,6 +138,12 @@ class PluginUnwinder(Unwinder):
         target = inferior.target
         target.inside_unwinder = True
         try:
+            if last is not None and claim == Claim.ALL and last[1] is inferior:
+                # GDB asks for the frames of a walk in order: the frame above the one the
+                # previous call claimed has the registers that claim handed on.
+                info = self._claim_next(pending_frame, inferior, last)
+                if info is not None:
+                    return info
             pc_value = None
             if claim == Claim.AUTO and not inferior.after_signal:
                 # The common case under auto, kept to one register read and one dict look-up:
@@ -295,9 +303,44 @@ class PluginUnwinder(Unwinder):
         caller_key = (caller.get(arch.pc), caller.get(arch.sp))
         if len(inferior.handed) >= HANDED_CACHE_SIZE:
             inferior.handed.clear()
-        inferior.handed[caller_key] = Handed(raw_given, known_given, complete)
+        record = inferior.handed[caller_key] = Handed(raw_given, known_given, complete)
+        if complete:
+            self._last = (level, inferior, record)
         self.claimed += 1
         return info
+
+    def _claim_next(self, pending_frame, inferior, last):
+        """The fast claim of the caller of the frame the previous call claimed, its pc and
+        registers taken from that claim: one register read (sp) checks that GDB built this
+        frame from it. None where anything needs the slow path's judgement (an inline frame at
+        pc, a frame a signal interrupted, trap handlers, no plan with a FastRow)."""
+        level = pending_frame.level()
+        callee_level, _, handed = last
+        target, arch = inferior.target, inferior.target.arch
+        values = handed.values
+        pc, sp = values.get(arch.pc), values.get(arch.sp)
+        if (level != callee_level + 1 or pc is None or sp is None or inferior.handed.get((pc, sp)) is not handed
+                or inferior.after_signal or target.trap_handler_names or not self.state.use_plans
+                or pending_frame.architecture() is not target.gdb_arch
+                or level <= inline_depth(pc, inferior.inline_depths)):
+            return None
+        registers = self._registers(target, arch)
+        if int(pending_frame.read_register(registers[arch.sp])) & arch.mask != sp:
+            return None
+        ctx = self.state.unwinder_context(inferior)
+        plan = inferior.plans.get(pc - 1, False) if inferior.plans.owner is ctx else None
+        if plan is None or plan.fast is None:
+            return None
+        return self._claim_fast(pending_frame, inferior, plan, handed, ctx)
+
+    def _registers(self, target, arch):
+        """{DWARF number: gdb.RegisterDescriptor (or name)} of the registers a claim hands GDB."""
+        gdb_arch, registers = self._numbered
+        if gdb_arch is not target.gdb_arch:
+            descriptors = target.descriptors
+            registers = {n: descriptors.get(name, name) for n, name in _handed_registers(arch)}
+            self._numbered = (target.gdb_arch, registers)
+        return registers
 
     def _claim_fast(self, pending_frame, inferior, plan, handed, ctx):
         """The claim for a frame whose callee this plugin claimed (its registers are the complete
@@ -309,11 +352,7 @@ class PluginUnwinder(Unwinder):
         inferior.plans.hits += 1
         inferior.plans.fast_hits += 1
         arch, caller = ctx.arch, replayed.registers
-        gdb_arch, registers = self._numbered
-        if gdb_arch is not inferior.target.gdb_arch:
-            descriptors = inferior.target.descriptors
-            registers = {n: descriptors.get(name, name) for n, name in _handed_registers(arch)}
-            self._numbered = (inferior.target.gdb_arch, registers)
+        registers = self._registers(inferior.target, arch)
         info = pending_frame.create_unwind_info(FrameId(replayed.cfa, replayed.start))
         values, given = handed.values, dict(handed.raw)    # unchanged registers: the callee's gdb.Values
         for number in plan.fast.written:
@@ -328,7 +367,9 @@ class PluginUnwinder(Unwinder):
         any(map(info.add_saved_register, map(registers.__getitem__, given), given.values()))
         if len(inferior.handed) >= HANDED_CACHE_SIZE:
             inferior.handed.clear()
-        inferior.handed[(caller[arch.pc], caller.get(arch.sp))] = Handed.complete(given, caller, _unknown(arch))
+        record = inferior.handed[(caller[arch.pc], caller.get(arch.sp))] = Handed.complete(given, caller,
+                                                                                             _unknown(arch))
+        self._last = (pending_frame.level(), inferior, record)
         self.claimed += 1
         return info
 
