@@ -20,103 +20,10 @@ from plugin.model.evidence import Frame
 from plugin.plans import replay, replay_fast
 
 from .claim import NOT_COVERED, Claim
+from .registers import FrameId, Handed, PendingRegisters, handed_registers, unknown_registers
 
 NAME = "unwind-plugin"
 HANDED_CACHE_SIZE = 1 << 17      # claimed frames whose registers are remembered until the next resume
-
-
-class FrameId:
-    """GDB 13 has no gdb.unwinder.FrameId: any object whose sp and pc are gdb.Values."""
-
-    def __init__(self, sp, pc):
-        self.sp = gdb.Value(sp)
-        self.pc = gdb.Value(pc)
-
-
-class PendingRegisters:
-    """The pending frame's registers by DWARF number, read only when a rule needs one."""
-
-    def __init__(self, pending_frame, arch, descriptors=None):
-        self._frame = pending_frame
-        self._arch = arch
-        self._descriptors = descriptors or {}   # name -> gdb.RegisterDescriptor: a faster read than by name
-        self.known = {}         # DWARF number -> int, or None when unreadable
-        self.raw = {}           # DWARF number -> the gdb.Value read, to hand back unchanged
-
-    def get(self, number, default=None):
-        if number not in self.known:
-            value = None
-            raw = self.raw.get(number)
-            if raw is None:
-                name = self._arch.registers.get(number)
-                if name is not None:
-                    try:
-                        raw = self._frame.read_register(self._descriptors.get(name, name))
-                        if raw.is_optimized_out:
-                            raw = None
-                        else:
-                            self.raw[number] = raw
-                    except (gdb.error, ValueError):
-                        raw = None
-            if raw is not None:
-                try:
-                    value = int(raw) & self._arch.mask
-                except (gdb.error, ValueError):
-                    value = None
-            self.known[number] = value
-        value = self.known[number]
-        return default if value is None else value
-
-    def prefill(self, handed):
-        """Take the registers this plugin handed GDB for this very frame (its callee's claim):
-        they are what GDB would read back, so no read_register is needed. Registers not
-        handed are unavailable (None in handed.known), as GDB would report them."""
-        self.raw, self.known = handed.raw, handed.known     # shared: a later get adds the same int
-
-    def same_value(self, number, name):
-        """The pending frame's own gdb.Value of a register, for GDB's same-value rule; None if unavailable."""
-        raw = self.raw.get(number)
-        if raw is None and number not in self.known:
-            try:
-                raw = self._frame.read_register(self._descriptors.get(name, name))
-                if raw.is_optimized_out:
-                    raw = None
-            except (gdb.error, ValueError):
-                raw = None
-            if raw is None:
-                self.known[number] = None
-            else:
-                self.raw[number] = raw
-        return raw
-
-    def __contains__(self, number):
-        return self.get(number) is not None
-
-    def __getitem__(self, number):
-        value = self.get(number)
-        if value is None:
-            raise KeyError(number)
-        return value
-
-
-class Handed:
-    """What a claim handed GDB for its caller, as that caller's PendingRegisters will see it:
-    raw, DWARF number -> gdb.Value; known, number -> int, None where not handed (absent where
-    only the gdb.Value is known); values, the known ints as a plain dict when complete."""
-    __slots__ = ("raw", "known", "values")
-
-    def __init__(self, raw, known, complete):
-        self.raw, self.known = raw, known
-        self.values = {n: v for n, v in known.items() if v is not None} if complete else None
-
-    @classmethod
-    def complete(cls, raw, values, unknown):
-        """A complete record from its parts: unknown, the register numbers not handed (None)."""
-        handed = cls.__new__(cls)
-        handed.raw, handed.values = raw, values
-        handed.known = dict(unknown)
-        handed.known.update(values)
-        return handed
 
 
 class PluginUnwinder(Unwinder):
@@ -270,7 +177,7 @@ class PluginUnwinder(Unwinder):
             caller[link] = caller[arch.pc]
         raw_given, known_given = {}, {}     # the caller's registers, as Handed keeps them
         complete = True
-        for number, name in _handed_registers(arch):
+        for number, name in handed_registers(arch):
             if number in caller:
                 value = caller[number]
                 raw = raws.get(number)
@@ -338,7 +245,7 @@ class PluginUnwinder(Unwinder):
         gdb_arch, registers = self._numbered
         if gdb_arch is not target.gdb_arch:
             descriptors = target.descriptors
-            registers = {n: descriptors.get(name, name) for n, name in _handed_registers(arch)}
+            registers = {n: descriptors.get(name, name) for n, name in handed_registers(arch)}
             self._numbered = (target.gdb_arch, registers)
         return registers
 
@@ -368,7 +275,7 @@ class PluginUnwinder(Unwinder):
         if len(inferior.handed) >= HANDED_CACHE_SIZE:
             inferior.handed.clear()
         record = inferior.handed[(caller[arch.pc], caller.get(arch.sp))] = Handed.complete(given, caller,
-                                                                                             _unknown(arch))
+                                                                                             unknown_registers(arch))
         self._last = (pending_frame.level(), inferior, record)
         self.claimed += 1
         return info
@@ -416,30 +323,6 @@ class PluginUnwinder(Unwinder):
         if 0 <= value < limit:
             return gdb.Value(value)
         return gdb.Value(value).cast(kind)
-
-
-_HANDED = {}
-
-
-def _handed_registers(arch):
-    """(DWARF number, name) of every register a claim hands GDB (aarch64's RA column, x30,
-    too: the caller's x30 is the return address its call left there); computed once per
-    architecture."""
-    pairs = _HANDED.get(arch.name)
-    if pairs is None:
-        pairs = _HANDED[arch.name] = tuple(arch.registers.items())
-    return pairs
-
-
-_UNKNOWN = {}
-
-
-def _unknown(arch):
-    """{number: None} for every register a claim hands GDB: a Handed record's known before its values."""
-    unknown = _UNKNOWN.get(arch.name)
-    if unknown is None:
-        unknown = _UNKNOWN[arch.name] = dict.fromkeys(n for n, _ in _handed_registers(arch))
-    return unknown
 
 
 def _descriptors(gdb_arch):
