@@ -9,7 +9,8 @@ varied stack of interpreter and libc frames) and times,
 in CPU seconds, a full `bt` (output discarded) per GDB command: each timed
 walk is its own top-level command (in GDB 13, walks through a Python
 unwinder slow down when GDB's own unwinder walked earlier in the same
-command). Modes, interleaved round by round in one session:
+command). Modes, interleaved round by round in one session, each round
+starting with the next mode:
   native  the plugin's unwinder disabled (GDB's own unwinders only)
   auto    the default: declines what GDB's DWARF unwinder covers
   all     claims every frame it can
@@ -39,7 +40,7 @@ from support import ROOT, build  # noqa: E402
 MODES = ("native", "auto", "all", "none", "floor")
 
 SETUP = r'''
-import gdb, json, time
+import gc, gdb, json, time
 from gdb.unwinder import Unwinder, register_unwinder
 TIMES = {mode: [] for mode in %(modes)r + ("first-bt", "first-explain")}
 STATE = gdb._unwind_plugin_state
@@ -80,6 +81,7 @@ def profile(mode):
     PROFILES[mode] = text.getvalue()
 PROFILES = {}
 def walk(mode):
+    gc.collect()        # no walk pays for the garbage of the one before it
     start = time.process_time()
     gdb.execute("bt", to_string=True)
     TIMES[mode].append(time.process_time() - start)
@@ -113,7 +115,9 @@ def gdb_commands(binary, depth, rounds, out, python=False, root=ROOT, profile=No
     else:
         commands += ["break stop_here", "run recurse %d" % depth]
     for r in range(rounds):
-        for mode in MODES:
+        # Each round starts with another mode: no mode always follows `all` (whose claims leave
+        # the most Python objects behind) or always runs first.
+        for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
             commands += ["python use(%r)" % mode, "python walk(%r)" % mode]
         commands += ["python cold('first-bt')", "python cold('first-explain')"]
     if profile:
