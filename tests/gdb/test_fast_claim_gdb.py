@@ -61,3 +61,35 @@ def test_fast_claims_equal_the_engine_on_python3():
     results = _compare(program, ["-c", "\"import os; f = lambda n: list(map(f, [n - 1])) if n else os.getpid(); f(40)\""],
                        "getpid", setup=FIXED_SEEDS + ["set breakpoint pending on"])
     assert results["fast"] >= 150, results
+
+
+WALK = "\n".join([
+    "python",
+    "def walk_declines():",
+    "    unwinder = gdb._unwind_plugin_state.unwinder",
+    "    gdb.invalidate_cached_frames()",
+    "    unwinder.declines.clear()",
+    "    claimed = unwinder.claimed",
+    "    frames, frame = [], gdb.newest_frame()",
+    "    while frame is not None:",
+    "        frames.append([frame.level(), frame.pc(), int(frame.read_register('sp'))])",
+    "        frame = frame.older()",
+    "    return [frames, [list(d) for d in unwinder.declines], unwinder.claimed - claimed]",
+    "end",
+])
+
+
+@pytest.mark.parametrize("scenario", [["signal"], ["qsort"], ["thread"]])
+def test_auto_declines_from_the_pc_alone_as_the_slow_path_does(scenario):
+    """Under auto, the first walk decides each return address in the slow path; the second
+    declines from the pc alone (CallerVerdicts): the same frames, the same declines and reasons."""
+    results, _ = run_gdb(build("chain.c", ["-O2"]), [
+        ("define", "cmd", WALK),
+        ("first", "py", "walk_declines()"),
+        ("second", "py", "walk_declines()"),
+    ], args=scenario, breakpoint="stop_here", setup=["handle SIGUSR1 nostop noprint pass",
+                                                     "set backtrace past-main on"])
+    frames, declines, claimed = results["first"]
+    assert len(frames) > 3 and len(declines) > 3
+    assert results["second"] == [frames, declines, claimed]
+    assert any("GDB's DWARF unwinder covers" in reason for _, _, reason in declines)
