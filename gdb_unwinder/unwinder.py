@@ -45,7 +45,7 @@ class PluginUnwinder(Unwinder):
         target = inferior.target
         target.inside_unwinder = True
         try:
-            if last is not None and claim == Claim.ALL and last[1] is inferior:
+            if last is not None and last[1] is inferior:
                 # GDB asks for the frames of a walk in order: the frame above the one the
                 # previous call claimed has the registers that claim handed on.
                 info = self._claim_next(pending_frame, inferior, last)
@@ -220,7 +220,8 @@ class PluginUnwinder(Unwinder):
         """The fast claim of the caller of the frame the previous call claimed, its pc and
         registers taken from that claim: one register read (sp) checks that GDB built this
         frame from it. None where anything needs the slow path's judgement (an inline frame at
-        pc, a frame a signal interrupted, trap handlers, no plan with a FastRow)."""
+        pc, a frame a signal interrupted, trap handlers, no plan with a FastRow, under auto a
+        return address GDB's own unwinders cover)."""
         level = pending_frame.level()
         callee_level, _, handed = last
         target, arch = inferior.target, inferior.target.arch
@@ -238,6 +239,9 @@ class PluginUnwinder(Unwinder):
         plan = inferior.plans.get(pc - 1, False) if inferior.plans.owner is ctx else None
         if plan is None or plan.fast is None:
             return None
+        if self.state.claim == Claim.AUTO and inferior.coverage.gdb_covers(pc - 1, ctx, pending_frame,
+                                                                             call_site=True) is not None:
+            return None     # auto leaves this frame to GDB (the slow path says why)
         return self._claim_fast(pending_frame, inferior, plan, handed, ctx)
 
     def _registers(self, target, arch):

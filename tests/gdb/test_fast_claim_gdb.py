@@ -12,7 +12,8 @@ import shutil
 import pytest
 
 from gdbrun import run_gdb
-from support import build
+from sframe_demo import STRIP_CFI
+from support import build, pcs
 from test_plans_gdb import DEFINE
 from test_transcripts import FIXED_SEEDS
 
@@ -20,10 +21,10 @@ PLANS = "gdb._unwind_plugin_state.inferior().plans"
 CLAIMED = "gdb._unwind_plugin_state.unwinder.claimed"
 
 
-def _compare(program, args, breakpoint, setup=()):
+def _compare(program, args, breakpoint, setup=(), claim="all"):
     results, _ = run_gdb(program, [
         ("define", "cmd", DEFINE),
-        ("all", "cmd", "set unwind claim all"),
+        ("all", "cmd", "set unwind claim %s" % claim),
         ("off", "py", "with_plans(False)"),
         ("engine", "py", "stack_registers()"),
         ("before", "py", CLAIMED),
@@ -93,3 +94,17 @@ def test_auto_declines_from_the_pc_alone_as_the_slow_path_does(scenario):
     assert len(frames) > 3 and len(declines) > 3
     assert results["second"] == [frames, declines, claimed]
     assert any("GDB's DWARF unwinder covers" in reason for _, _, reason in declines)
+
+
+def test_auto_fast_claims_sframe_only_code_as_the_engine_does():
+    """Under auto the plugin claims frames GDB has no table for (SFrame only, .eh_frame removed):
+    those claims take the fast path too, give the engine's registers, and GDB's bt equals GDB's
+    own on the binary that still has .eh_frame."""
+    flags = ["-O0", "-Wa,--gsframe"]
+    plain, stripped = build("chain.c", flags), build("chain.c", flags, post=[["objcopy", *STRIP_CFI, "{out}"]])
+    right, _ = run_gdb(plain, [("disable", "cmd", "disable unwinder global unwind-plugin"),
+                               ("frames", "frames", None)], args=["recurse", "200"])
+    results = _compare(stripped, ["recurse", "200"], "stop_here", claim="auto")
+    assert results["fast"] >= 190 * 2, results["fast"]
+    ours, _ = run_gdb(stripped, [("frames", "frames", None)], args=["recurse", "200"])
+    assert pcs(ours["frames"]) == pcs(right["frames"])
