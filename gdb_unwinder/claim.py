@@ -19,6 +19,7 @@ claims nothing. `unwind backtrace/explain/compare` ignore this setting.
 """
 
 import os
+import sys
 from enum import Enum
 from typing import Optional
 
@@ -55,10 +56,31 @@ def claimed_note(claim, callee_level, level):
     return CLAIMED_NOTE % (claim, callee_level, level)
 
 
+NOT_COVERED = (sys.maxsize, None)     # a caller verdict that never declines: no level is above it
+
+
+class CallerVerdicts:
+    """Under auto, per return address pc: (inline depth at pc, why GDB covers the caller frame
+    there), or NOT_COVERED; the unwinder declines a caller frame from this and its pc alone,
+    before anything else. Valid while the modules, the trap handler names and the gdb
+    architecture stay (key); pc_register reads that architecture's pc."""
+    __slots__ = ("key", "pc_register", "verdicts")
+
+    def __init__(self):
+        self.key = None
+        self.pc_register = None
+        self.verdicts = {}
+
+    def reset(self, key, pc_register):
+        self.key, self.pc_register = key, pc_register
+        self.verdicts.clear()
+
+
 class GdbCoverage:
     """Per inferior: the objfiles GDB loaded and whether the target strips pointer authentication."""
 
     def __init__(self):
+        self.callers = CallerVerdicts()
         self._loaded = None
         self._pauth = {}
         self._verdicts = {}     # lookup pc -> why GDB covers it, or None

@@ -51,6 +51,7 @@ class GdbTarget(Target):
         self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
         self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
         self._pages = PageCache(self._read_memory)
+        self.code_verdicts = {}          # planted.py's per-pc verdicts on code bytes and symbols
 
     scan_words = _shared_setting("scan_words", "`set unwind scan-words`")
     trap_handler_names = _shared_setting("trap_handler_names", "`set unwind trap-handler-names`")
@@ -62,11 +63,13 @@ class GdbTarget(Target):
         self._modules = None
         self._mappings = None
         self._pages.clear()
+        self.code_verdicts.clear()
 
     def forget_mappings(self):
         """The process ran or was changed: its mappings (stacks, JIT code) may differ."""
         self._mappings = None
         self._pages.clear()
+        self.code_verdicts.clear()
 
     def set_arch(self, gdb_arch_name):
         if gdb_arch_name != self._arch_name:

@@ -18,97 +18,13 @@ from plugin.arch import reader
 from plugin.engine import step_frame
 from plugin.heuristic import yields_to_debugger
 from plugin.model.evidence import Frame
-from plugin.plans import replay
+from plugin.plans import replay, replay_fast
 
-from .claim import Claim
+from .claim import NOT_COVERED, Claim
+from .registers import FrameId, Handed, PendingRegisters, handed_registers, unknown_registers
 
 NAME = "unwind-plugin"
 HANDED_CACHE_SIZE = 1 << 17      # claimed frames whose registers are remembered until the next resume
-
-
-class FrameId:
-    """GDB 13 has no gdb.unwinder.FrameId: any object whose sp and pc are gdb.Values."""
-
-    def __init__(self, sp, pc):
-        self.sp = gdb.Value(sp)
-        self.pc = gdb.Value(pc)
-
-
-class PendingRegisters:
-    """The pending frame's registers by DWARF number, read only when a rule needs one."""
-
-    def __init__(self, pending_frame, arch, descriptors=None):
-        self._frame = pending_frame
-        self._arch = arch
-        self._descriptors = descriptors or {}   # name -> gdb.RegisterDescriptor: a faster read than by name
-        self.known = {}         # DWARF number -> int, or None when unreadable
-        self.raw = {}           # DWARF number -> the gdb.Value read, to hand back unchanged
-
-    def get(self, number, default=None):
-        if number not in self.known:
-            value = None
-            raw = self.raw.get(number)
-            if raw is None:
-                name = self._arch.registers.get(number)
-                if name is not None:
-                    try:
-                        raw = self._frame.read_register(self._descriptors.get(name, name))
-                        if raw.is_optimized_out:
-                            raw = None
-                        else:
-                            self.raw[number] = raw
-                    except (gdb.error, ValueError):
-                        raw = None
-            if raw is not None:
-                try:
-                    value = int(raw) & self._arch.mask
-                except (gdb.error, ValueError):
-                    value = None
-            self.known[number] = value
-        value = self.known[number]
-        return default if value is None else value
-
-    def prefill(self, handed):
-        """Take the registers this plugin handed GDB for this very frame (its callee's claim):
-        they are what GDB would read back, so no read_register is needed. Registers not
-        handed are unavailable (None in handed.known), as GDB would report them."""
-        self.raw, self.known = handed.raw, handed.known     # shared: a later get adds the same int
-
-    def same_value(self, number, name):
-        """The pending frame's own gdb.Value of a register, for GDB's same-value rule; None if unavailable."""
-        raw = self.raw.get(number)
-        if raw is None and number not in self.known:
-            try:
-                raw = self._frame.read_register(self._descriptors.get(name, name))
-                if raw.is_optimized_out:
-                    raw = None
-            except (gdb.error, ValueError):
-                raw = None
-            if raw is None:
-                self.known[number] = None
-            else:
-                self.raw[number] = raw
-        return raw
-
-    def __contains__(self, number):
-        return self.get(number) is not None
-
-    def __getitem__(self, number):
-        value = self.get(number)
-        if value is None:
-            raise KeyError(number)
-        return value
-
-
-class Handed:
-    """What a claim handed GDB for its caller, as that caller's PendingRegisters will see it:
-    raw, DWARF number -> gdb.Value; known, number -> int, None where not handed (absent where
-    only the gdb.Value is known); values, the known ints as a plain dict when complete."""
-    __slots__ = ("raw", "known", "values")
-
-    def __init__(self, raw, known, complete):
-        self.raw, self.known = raw, known
-        self.values = {n: v for n, v in known.items() if v is not None} if complete else None
 
 
 class PluginUnwinder(Unwinder):
@@ -117,18 +33,43 @@ class PluginUnwinder(Unwinder):
         self.state = state
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
         self._types = {}
+        self._numbered = (None, None)   # (gdb.Architecture, {DWARF number: its descriptor, or name})
+        self._last = None       # (level, inferior, Handed) of the claim made by the previous call, if any
         self.claimed = 0
-        self._covered = {}          # return address -> why GDB covers its frame under auto, or None
-        self._covered_key = None    # what those verdicts were made for
 
     def __call__(self, pending_frame):
-        if self.state.claim == Claim.NONE:
+        last, self._last = self._last, None
+        claim = self.state.claim
+        if claim == Claim.NONE:
             return None
         inferior = self.state.inferior()
         target = inferior.target
         target.inside_unwinder = True
         try:
-            return self._unwind(pending_frame, inferior)
+            if last is not None and last[1] is inferior:
+                # GDB asks for the frames of a walk in order: the frame above the one the
+                # previous call claimed has the registers that claim handed on.
+                info = self._claim_next(pending_frame, inferior, last)
+                if info is not None:
+                    return info
+            pc_value = None
+            if claim == Claim.AUTO and not inferior.after_signal:
+                # The common case under auto, kept to one register read and one dict look-up:
+                # a caller frame whose return address GDB's DWARF unwinder covers.
+                callers = inferior.coverage.callers
+                level = pending_frame.level()
+                if level > 0 and callers.key == (target.generation, target.trap_handler_names,
+                                                 pending_frame.architecture()):
+                    pc_value = pending_frame.read_register(callers.pc_register)
+                    try:
+                        pc = int(pc_value) & target.arch.mask
+                    except gdb.error:       # optimized out: the slow path says why
+                        pc = None
+                    depth, reason = callers.verdicts.get(pc, NOT_COVERED)
+                    if level > depth:
+                        self.declines.append((level, pc, reason))
+                        return None
+            return self._unwind(pending_frame, inferior, pc_value)
         except Exception as exc:        # never break `bt`: decline and remember why
             try:
                 pc = int(pending_frame.read_register("pc"))
@@ -140,7 +81,7 @@ class PluginUnwinder(Unwinder):
         finally:
             target.inside_unwinder = False
 
-    def _unwind(self, pending_frame, inferior):
+    def _unwind(self, pending_frame, inferior, pc_value=None):
         state = self.state
         target = inferior.target
         gdb_arch = pending_frame.architecture()      # GDB hands back one object per gdbarch
@@ -150,14 +91,16 @@ class PluginUnwinder(Unwinder):
             target.descriptors = _descriptors(gdb_arch)
         arch = target.arch
         registers = PendingRegisters(pending_frame, arch, target.descriptors)
+        if pc_value is not None and not pc_value.is_optimized_out:
+            registers.raw[arch.pc] = pc_value       # read by the fast path already
         pc = registers.get(arch.pc)
         if pc is None:
             return None
         level = pending_frame.level()
         ctx = state.unwinder_context(inferior)
         if state.claim == Claim.AUTO and level > 0 and not inferior.after_signal:
-            reason = self._covered_caller(pc, ctx, pending_frame, inferior)
-            if reason is not None and level > inline_depth(pc, inferior.inline_depths):
+            depth, reason = self._covered_caller(pc, ctx, pending_frame, inferior)
+            if level > depth:
                 self.declines.append((level, pc, reason))
                 return None
         exact = is_innermost_physical(level, pc, ctx, inferior.inline_depths)
@@ -188,6 +131,11 @@ class PluginUnwinder(Unwinder):
             plans.clear(ctx)
         lookup = pc if exact else pc - 1
         plan = plans.get(lookup, exact) if state.use_plans else None
+        if plan is not None and plan.fast is not None and handed is not None and handed.values is not None \
+                and not trap:
+            info = self._claim_fast(pending_frame, inferior, plan, handed, ctx)
+            if info is not None:
+                return info
         replayed = None
         if plan is not None:
             values = handed.values if handed is not None else None
@@ -234,7 +182,7 @@ class PluginUnwinder(Unwinder):
             caller[link] = caller[arch.pc]
         raw_given, known_given = {}, {}     # the caller's registers, as Handed keeps them
         complete = True
-        for number, name in _handed_registers(arch):
+        for number, name in handed_registers(arch):
             if number in caller:
                 value = caller[number]
                 raw = raws.get(number)
@@ -267,34 +215,105 @@ class PluginUnwinder(Unwinder):
         caller_key = (caller.get(arch.pc), caller.get(arch.sp))
         if len(inferior.handed) >= HANDED_CACHE_SIZE:
             inferior.handed.clear()
-        inferior.handed[caller_key] = Handed(raw_given, known_given, complete)
+        record = inferior.handed[caller_key] = Handed(raw_given, known_given, complete)
+        if complete:
+            self._last = (level, inferior, record)
+        self.claimed += 1
+        return info
+
+    def _claim_next(self, pending_frame, inferior, last):
+        """The fast claim of the caller of the frame the previous call claimed, its pc and
+        registers taken from that claim: one register read (sp) checks that GDB built this
+        frame from it. None where anything needs the slow path's judgement (an inline frame at
+        pc, a frame a signal interrupted, trap handlers, no plan with a FastRow, under auto a
+        return address GDB's own unwinders cover)."""
+        level = pending_frame.level()
+        callee_level, _, handed = last
+        target, arch = inferior.target, inferior.target.arch
+        values = handed.values
+        pc, sp = values.get(arch.pc), values.get(arch.sp)
+        if (level != callee_level + 1 or pc is None or sp is None or inferior.handed.get((pc, sp)) is not handed
+                or inferior.after_signal or target.trap_handler_names or not self.state.use_plans
+                or pending_frame.architecture() is not target.gdb_arch
+                or level <= inline_depth(pc, inferior.inline_depths)):
+            return None
+        registers = self._registers(target, arch)
+        if int(pending_frame.read_register(registers[arch.sp])) & arch.mask != sp:
+            return None
+        ctx = self.state.unwinder_context(inferior)
+        plan = inferior.plans.get(pc - 1, False) if inferior.plans.owner is ctx else None
+        if plan is None or plan.fast is None:
+            return None
+        if self.state.claim == Claim.AUTO and inferior.coverage.gdb_covers(pc - 1, ctx, pending_frame,
+                                                                             call_site=True) is not None:
+            return None     # auto leaves this frame to GDB (the slow path says why)
+        return self._claim_fast(pending_frame, inferior, plan, handed, ctx)
+
+    def _registers(self, target, arch):
+        """{DWARF number: gdb.RegisterDescriptor (or name)} of the registers a claim hands GDB."""
+        gdb_arch, registers = self._numbered
+        if gdb_arch is not target.gdb_arch:
+            descriptors = target.descriptors
+            registers = {n: descriptors.get(name, name) for n, name in handed_registers(arch)}
+            self._numbered = (target.gdb_arch, registers)
+        return registers
+
+    def _claim_fast(self, pending_frame, inferior, plan, handed, ctx):
+        """The claim for a frame whose callee this plugin claimed (its registers are the complete
+        file handed then) and whose plan has a FastRow: replay_fast's registers handed to GDB,
+        a new gdb.Value only for those the row changed; None where replay_fast declines."""
+        replayed = replay_fast(plan, handed.values, ctx)
+        if replayed is None:
+            return None
+        inferior.plans.hits += 1
+        inferior.plans.fast_hits += 1
+        arch, caller = ctx.arch, replayed.registers
+        registers = self._registers(inferior.target, arch)
+        info = pending_frame.create_unwind_info(FrameId(replayed.cfa, replayed.start))
+        values, given = handed.values, dict(handed.raw)    # unchanged registers: the callee's gdb.Values
+        for number in plan.fast.written:
+            value = caller.get(number)
+            if value is None:
+                given.pop(number, None)
+            elif value != values.get(number) or number not in given:
+                given[number] = self._value(pending_frame, arch.registers[number], value)
+        for number in plan.fast.undefined:
+            given.pop(number, None)
+        # add_saved_register for every entry, iterated in C: a claim hands the whole register file
+        any(map(info.add_saved_register, map(registers.__getitem__, given), given.values()))
+        if len(inferior.handed) >= HANDED_CACHE_SIZE:
+            inferior.handed.clear()
+        record = inferior.handed[(caller[arch.pc], caller.get(arch.sp))] = Handed.complete(given, caller,
+                                                                                             unknown_registers(arch))
+        self._last = (pending_frame.level(), inferior, record)
         self.claimed += 1
         return info
 
     def _covered_caller(self, pc, ctx, pending_frame, inferior):
-        """Under auto, why GDB covers a caller frame at return address pc, or None; cached per pc
-        while the modules, the trap handler names and the architecture stay. It is the slow
-        path's verdict for a frame that is no innermost physical frame (level above the inline
-        depth at pc) and no frame a signal interrupted: not in a trap handler, GDB covers pc-1,
-        and pc-1 is in no signal trampoline."""
-        key = (ctx, ctx.target.generation, ctx.target.trap_handler_names, ctx.target.gdb_arch)
-        if key != self._covered_key:
-            self._covered_key = key
-            self._covered.clear()
-        try:
-            return self._covered[pc]
-        except KeyError:
-            pass
-        reason = None
+        """Under auto, (inline depth at pc, why GDB covers a caller frame at return address pc),
+        or NOT_COVERED; kept in the inferior's CallerVerdicts for __call__'s fast path. It is the
+        slow path's verdict for a frame that is no innermost physical frame (level above the
+        inline depth at pc) and no frame a signal interrupted: not in a trap handler, GDB covers
+        pc-1, and pc-1 is in no signal trampoline."""
+        target = ctx.target
+        callers = inferior.coverage.callers
+        key = (target.generation, target.trap_handler_names, target.gdb_arch)
+        if key != callers.key:
+            callers.reset(key, target.descriptors.get(ctx.arch.registers[ctx.arch.pc],
+                                                      ctx.arch.registers[ctx.arch.pc]))
+        verdict = callers.verdicts.get(pc)
+        if verdict is not None:
+            return verdict
+        verdict = NOT_COVERED
         if ctx.trap_handler(pc) is None:
             coverage = inferior.coverage
             reason = coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True)
-            if pc - 1 in coverage.signal_pcs:
-                reason = None
-        if len(self._covered) >= HANDED_CACHE_SIZE:
-            self._covered.clear()
-        self._covered[pc] = reason
-        return reason
+            if reason is not None and pc - 1 not in coverage.signal_pcs:
+                verdict = (inline_depth(pc, inferior.inline_depths), reason)
+        if len(callers.verdicts) >= HANDED_CACHE_SIZE:
+            callers.verdicts.clear()
+        callers.verdicts[pc] = verdict
+        return verdict
 
     def _note_interrupted(self, frame, ctx, inferior):
         outcome, _ = step_frame(frame, ctx)
@@ -313,19 +332,6 @@ class PluginUnwinder(Unwinder):
         if 0 <= value < limit:
             return gdb.Value(value)
         return gdb.Value(value).cast(kind)
-
-
-_HANDED = {}
-
-
-def _handed_registers(arch):
-    """(DWARF number, name) of every register a claim hands GDB (aarch64's RA column, x30,
-    too: the caller's x30 is the return address its call left there); computed once per
-    architecture."""
-    pairs = _HANDED.get(arch.name)
-    if pairs is None:
-        pairs = _HANDED[arch.name] = tuple(arch.registers.items())
-    return pairs
 
 
 def _descriptors(gdb_arch):

@@ -9,6 +9,13 @@ replay applies that row with the engine's own evaluator and runs the
 engine's own checks, so it gives what the engine gives, or declines and
 the engine runs in full.
 
+A plan whose row is plain (CFA = register + offset; every rule a load from
+CFA + offset, CFA + offset, another register, same or undefined; the return
+address in the pc column, unsigned) also carries it as a FastRow: the same
+rules as tuples, which replay_fast applies to a complete register file
+(the registers a previous claim handed on) with no evaluator, no Read
+records and no evidence, and the same checks as replay.
+
 Only rows that the engine accepted first time are planned: when a source
 before it failed or was rejected (which depends on registers and memory,
 not on the pc), the next frame at that pc may go differently. Plans are
@@ -19,14 +26,29 @@ any debugger; GDB's unwinder uses them, LLDB's provider may.
 from dataclasses import dataclass
 from typing import Optional
 
+from plugin.arch import Arch
 from plugin.errors import MemoryReadError
 from plugin.model.outcome import AttemptStatus
-from plugin.model.rules import Row
+from plugin.model.rules import CfaKind, Row, RuleKind
 from plugin.strategies.evaluate import UnwindError, evaluate_row
 from plugin.strategies.row_step import return_address
 
 PLANNED_SOURCES = ("cfi", "sframe")     # table sources whose step is exactly row_step.step_with_row
 PLAN_CACHE_SIZE = 1 << 14
+MAX_SPAN = 512          # bytes: a FastRow's saved registers are read in one piece up to this size
+
+
+@dataclass(frozen=True)
+class FastRow:
+    """A plain row as tuples of DWARF numbers (see the module doc)."""
+    cfa_register: int
+    cfa_offset: int
+    loads: tuple            # (number, offset): the caller's value is the word at CFA + offset
+    sums: tuple             # (number, offset): the caller's value is CFA + offset
+    copies: tuple           # (number, source): the caller's value is the callee's source register (same: itself)
+    undefined: tuple        # numbers with no value in the caller
+    written: tuple          # numbers whose caller value the row computes: sp, loads, sums, copies
+    span: tuple             # (lowest load offset, bytes up to the end of the highest load): one read
 
 
 @dataclass(frozen=True)
@@ -35,6 +57,43 @@ class Plan:
     row: Row
     start: int              # the entry's start: the frame id's function
     exact_pc: bool          # the frame's pc is not a return address (a CFA equal to sp is allowed)
+    fast: Optional[FastRow] = None
+
+
+def compile_row(row: Row, arch) -> Optional[FastRow]:
+    """row as a FastRow, or None where only evaluate_row applies it as the engine does: a CFA
+    expression or dereference, an expression rule, a signed return address, an architecture
+    whose return address is not the pc column or whose return_to rewrites it, a rule for a
+    register the architecture's register list does not name."""
+    cfa = row.cfa
+    if (cfa.kind != CfaKind.REGISTER or cfa.deref or row.ra_signed or arch.ra != arch.pc
+            or type(arch).return_to is not Arch.return_to):
+        return None
+    loads, sums, copies, undefined = [], [], [], []
+    for number, rule in row.registers.items():
+        if number not in arch.registers:
+            return None
+        kind = rule.kind
+        if kind == RuleKind.OFFSET:
+            loads.append((number, rule.offset))
+        elif kind == RuleKind.VAL_OFFSET:
+            sums.append((number, rule.offset))
+        elif kind == RuleKind.REGISTER:
+            copies.append((number, rule.register))
+        elif kind == RuleKind.SAME:
+            copies.append((number, number))     # the callee's own value (sp's too, not the CFA)
+        elif kind == RuleKind.UNDEFINED:
+            undefined.append(number)
+        else:
+            return None
+    ra = row.registers.get(arch.pc)
+    if ra is None or ra.kind in (RuleKind.UNDEFINED, RuleKind.SAME):
+        return None     # outermost, or a return address only the engine explains
+    written = tuple(dict.fromkeys([arch.sp] + [n for n, _ in loads + sums + copies]))
+    offsets = [offset for _, offset in loads]
+    span = (min(offsets), max(offsets) + arch.address_size - min(offsets)) if offsets else (0, 0)
+    return FastRow(cfa.register, cfa.offset, tuple(loads), tuple(sums), tuple(copies), tuple(undefined),
+                   written, span)
 
 
 @dataclass
@@ -52,6 +111,7 @@ class PlanCache:
         self.owner = owner      # what the plans were made for (the debugger's unwinder context)
         self._plans = {}
         self.hits = 0
+        self.fast_hits = 0      # of those, replays of a FastRow (replay_fast)
 
     def clear(self, owner=None):
         self._plans.clear()
@@ -70,7 +130,8 @@ class PlanCache:
         if len(self._plans) >= PLAN_CACHE_SIZE:
             self._plans.clear()
         start = evidence.entry.get("start", lookup_pc)
-        self._plans[(lookup_pc, exact_pc)] = Plan(outcome.source, evidence.rule, start, exact_pc)
+        fast = compile_row(evidence.rule, evidence.arch) if evidence.arch is not None else None
+        self._plans[(lookup_pc, exact_pc)] = Plan(outcome.source, evidence.rule, start, exact_pc, fast)
 
 
 def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
@@ -91,5 +152,66 @@ def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
     if sp is None or cfa < sp or (cfa == sp and not plan.exact_pc):
         return None
     if ra != 0 and not ctx.is_code(ra):
+        return None
+    return Replay(caller, cfa, plan.start)
+
+
+def replay_each(fast: FastRow, caller: dict, cfa: int, ctx):
+    """The loads one word at a time (the span crossed an unreadable page)."""
+    arch = ctx.arch
+    try:
+        for number, offset in fast.loads:
+            caller[number] = int.from_bytes(ctx.read_memory((cfa + offset) & arch.mask, arch.address_size),
+                                            arch.byteorder)
+    except MemoryReadError:
+        return None
+    return caller
+
+
+def replay_fast(plan: Plan, values: dict, ctx) -> Optional[Replay]:
+    """What replay gives, for a plan with a FastRow and a complete register file `values`
+    (DWARF number -> int, every register the callee has): the caller's whole register file
+    (callee values kept where no rule changes them, as GDB's unspecified rule and the ABI's
+    callee-saved rule both give; undefined ones left out), its sp the CFA unless a rule says
+    otherwise and its pc the return address; None where replay would decline."""
+    fast = plan.fast
+    arch = ctx.arch
+    mask = arch.mask
+    base = values.get(fast.cfa_register)
+    sp = values.get(arch.sp)
+    if base is None or sp is None:
+        return None
+    cfa = (base + fast.cfa_offset) & mask
+    if cfa < sp or (cfa == sp and not plan.exact_pc):
+        return None
+    caller = dict(values)
+    caller[arch.sp] = cfa
+    read, size, order = ctx.read_memory, arch.address_size, arch.byteorder
+    low, length = fast.span
+    try:
+        if length <= MAX_SPAN and 0 <= cfa + low and cfa + low + length <= mask:
+            # The saved registers lie together below the CFA: one read for them all.
+            data = read(cfa + low, length)
+            for number, offset in fast.loads:
+                at = offset - low
+                caller[number] = int.from_bytes(data[at:at + size], order)
+        else:
+            for number, offset in fast.loads:
+                caller[number] = int.from_bytes(read((cfa + offset) & mask, size), order)
+    except MemoryReadError:
+        if replay_each(fast, caller, cfa, ctx) is None:
+            return None
+    for number, offset in fast.sums:
+        caller[number] = (cfa + offset) & mask
+    for number, source in fast.copies:
+        value = values.get(source)
+        if value is None:
+            caller.pop(number, None)
+        else:
+            caller[number] = value
+    for number in fast.undefined:
+        caller.pop(number, None)
+    ra = caller.get(arch.pc)
+    if ra is None or (ra != 0 and not ctx.is_code(ra)):
         return None
     return Replay(caller, cfa, plan.start)

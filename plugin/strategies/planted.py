@@ -95,14 +95,45 @@ def describe(ctx, pc: int) -> Optional[str]:
 def outermost(frame, ctx) -> Optional[str]:
     """Why frame is its stack's outermost one, when its pc is a planted return address (checked
     only where the bytes before it are not a call, so ordinary frames cost one small read), else None."""
+    return _remembered(ctx, "outermost", frame, _outermost)
+
+
+def stack_switch(frame, ctx) -> Optional[str]:
+    """Why frame's caller is on another stack (a runtime switched stacks at this call), or None."""
+    return _remembered(ctx, "switch", frame, _stack_switch)
+
+
+VERDICTS_SIZE = 65536
+
+
+def _remembered(ctx, kind, frame, decide):
+    """decide(frame, ctx), kept per (kind, pc, exact pc) where the target keeps code_verdicts (a
+    dict it drops at every stop and module change: the verdict rests on code bytes and
+    symbols only), so a deep recursion reads the bytes before its return address once. Not
+    inside GDB's unwinder, where fewer symbols can be looked up."""
+    target = getattr(ctx, "target", None)
+    verdicts = getattr(target, "code_verdicts", None)
+    if verdicts is None or getattr(target, "inside_unwinder", False):
+        return decide(frame, ctx)
+    key = (kind, frame.pc, frame.exact_pc)
+    try:
+        return verdicts[key]
+    except KeyError:
+        pass
+    if len(verdicts) >= VERDICTS_SIZE:
+        verdicts.clear()
+    verdict = verdicts[key] = decide(frame, ctx)
+    return verdict
+
+
+def _outermost(frame, ctx):
     if frame.exact_pc or ctx.arch.call_before(reader(ctx.read_memory), frame.pc) is not None:
         return None
     planter = planted_at(ctx, frame.pc)
     return None if planter is None else planter.why % _planted_name(planter, ctx)
 
 
-def stack_switch(frame, ctx) -> Optional[str]:
-    """Why frame's caller is on another stack (a runtime switched stacks at this call), or None."""
+def _stack_switch(frame, ctx):
     found = None if frame.exact_pc else ctx.symbol(ctx.lookup_pc(frame))
     if found is None:
         return None

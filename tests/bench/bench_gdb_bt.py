@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE.parent / "helpers"))
 from support import ROOT, build  # noqa: E402
 
 INSIDE_GDB = r'''
-import gdb, json, statistics, time
+import gc, gdb, json, statistics, time
 gdb.execute("source %(root)s/gdb_unwinder/gdbinit.py")
 gdb.execute("set unwind claim all")     # the default (auto) leaves these .eh_frame frames to GDB
 gdb.execute("file %(binary)s")
@@ -31,19 +31,21 @@ gdb.execute("run recurse %(depth)d", to_string=True)
 state = gdb._unwind_plugin_state
 def timed_bt():
     gdb.invalidate_cached_frames()
+    gc.collect()
     start = time.perf_counter()
     gdb.execute("bt", to_string=True)
     return time.perf_counter() - start
-on, off, reads, claimed = [], [], 0, 0
+on, off, reads, claimed, fast = [], [], 0, 0, 0
 for _ in range(%(rounds)d):
     state.unwinder.enabled = True
-    r0, c0 = state.target.reads, state.unwinder.claimed
+    r0, c0, f0 = state.target.reads, state.unwinder.claimed, state.inferior().plans.fast_hits
     on.append(timed_bt())
     reads += state.target.reads - r0
     claimed += state.unwinder.claimed - c0
+    fast += state.inferior().plans.fast_hits - f0
     state.unwinder.enabled = False
     off.append(timed_bt())
-json.dump({"on": on, "off": off, "reads": reads, "claimed": claimed}, open("%(out)s", "w"))
+json.dump({"on": on, "off": off, "reads": reads, "claimed": claimed, "fast": fast}, open("%(out)s", "w"))
 gdb.execute("kill")
 '''
 
@@ -73,6 +75,8 @@ def main():
     print("ratio on/off       : %.2fx" % (median_on / median_off))
     print("frames claimed     : %d per bt" % frames)
     print("memory reads       : %.2f per frame" % (data["reads"] / max(data["claimed"], 1)))
+    print("fast claims        : %.1f%% of claimed frames (a FastRow replayed on the handed registers)"
+          % (100.0 * data["fast"] / max(data["claimed"], 1)))
 
 
 if __name__ == "__main__":

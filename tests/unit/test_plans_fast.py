@@ -1,0 +1,113 @@
+"""A plan's FastRow (plugin/plans.py) gives what the engine's replay gives, as GDB's unwinder hands it.
+
+The GDB unwinder replays a FastRow on the complete register file a previous
+claim handed on. Whatever it gives must be what the slow path gives from
+the engine's own evaluator (evaluate_row through plans.replay): the caller's
+registers where the row or the ABI gives them, the callee's value where the
+row says nothing (GDB's rule for an unspecified register), nothing where a
+rule leaves no value; and a decline exactly where replay declines. Rows,
+registers, stack bytes (with an unreadable hole) and code checks are drawn
+at random from fixed seeds.
+"""
+
+import random
+from types import SimpleNamespace
+
+from plugin import arch as arches
+from plugin.errors import MemoryReadError
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
+from plugin.plans import Plan, compile_row, replay, replay_fast
+
+X86 = arches.by_name("x86_64")
+STACK, STACK_END = 0x7ff000, 0x803000
+HOLE, HOLE_END = 0x800ff0, 0x801010       # unreadable: crosses a page boundary
+PLAIN_KINDS = (RuleKind.OFFSET, RuleKind.OFFSET, RuleKind.VAL_OFFSET, RuleKind.REGISTER, RuleKind.SAME,
+               RuleKind.UNDEFINED)
+
+
+def _context(rng):
+    stack = rng.randbytes(STACK_END - STACK)
+
+    def read_memory(address, size):
+        if address < STACK or address + size > STACK_END or (address < HOLE_END and address + size > HOLE):
+            raise MemoryReadError(address, size, "unreadable")
+        return stack[address - STACK:address - STACK + size]
+    code = rng.random() < 0.9
+    return SimpleNamespace(arch=X86, read_memory=read_memory,
+                           is_code=lambda address: code or address % 7 != 0)
+
+
+def _rule(rng, kind):
+    if kind in (RuleKind.OFFSET, RuleKind.VAL_OFFSET):
+        return Rule(kind, offset=rng.choice((-8, -16, -24, -48, -56, 8, -8 * rng.randrange(1, 200))))
+    if kind == RuleKind.REGISTER:
+        return Rule(kind, register=rng.choice(sorted(X86.registers)))
+    return Rule(kind)
+
+
+def _row(rng):
+    registers = {}
+    for number in rng.sample(sorted(X86.registers), rng.randrange(0, 8)):
+        registers[number] = _rule(rng, rng.choice(PLAIN_KINDS))
+    registers[X86.pc] = _rule(rng, rng.choice((RuleKind.OFFSET, RuleKind.OFFSET, RuleKind.VAL_OFFSET,
+                                                RuleKind.REGISTER)))
+    cfa = CfaRule(CfaKind.REGISTER, register=rng.choice((X86.sp, X86.sp, 6, 3)), offset=rng.choice((8, 16, 64, 0)))
+    return Row(0x1000, cfa, registers)
+
+
+def _values(rng):
+    values = {}
+    for number in X86.registers:
+        if rng.random() < 0.9 or number == X86.sp:
+            values[number] = rng.randrange(STACK, STACK_END) if rng.random() < 0.6 else rng.randrange(1 << 64)
+    return values
+
+
+def _handed(expected, row, values):
+    """What the slow path hands GDB from the engine's replay: the caller's value, nothing for a
+    ruled register without one, else the callee's value (GDB's rule for unspecified registers)."""
+    handed = {}
+    for number in X86.registers:
+        if number in expected.registers:
+            handed[number] = expected.registers[number]
+        elif number not in row.registers and values.get(number) is not None:
+            handed[number] = values[number]
+    return handed
+
+
+def test_fast_replay_equals_the_engines_replay_on_random_rows():
+    outcomes = {"claimed": 0, "declined": 0}
+    for seed in range(3000):
+        rng = random.Random(seed)
+        ctx, row, values = _context(rng), _row(rng), _values(rng)
+        fast = compile_row(row, X86)
+        assert fast is not None, row.text(X86)
+        plan = Plan("cfi", row, 0x1000, rng.random() < 0.2, fast)
+        expected, got = replay(plan, values, ctx), replay_fast(plan, dict(values), ctx)
+        if expected is None:
+            assert got is None, (seed, row.text(X86))
+            outcomes["declined"] += 1
+            continue
+        assert got is not None, (seed, row.text(X86))
+        assert got.cfa == expected.cfa and got.start == plan.start
+        assert got.registers == _handed(expected, row, values), (seed, row.text(X86))
+        outcomes["claimed"] += 1
+    assert outcomes["claimed"] > 600 and outcomes["declined"] > 600, outcomes
+
+
+def test_rows_only_the_evaluator_applies_have_no_fast_form():
+    plain = {X86.pc: Rule(RuleKind.OFFSET, offset=-8)}
+    sp_plus_8 = CfaRule(CfaKind.REGISTER, register=X86.sp, offset=8)
+    assert compile_row(Row(0, sp_plus_8, dict(plain)), X86) is not None
+    for row in (Row(0, CfaRule(CfaKind.EXPRESSION, expression=b"\x77\x08"), dict(plain)),
+                Row(0, CfaRule(CfaKind.REGISTER, register=X86.sp, offset=8, deref=True), dict(plain)),
+                Row(0, sp_plus_8, {X86.pc: Rule(RuleKind.EXPRESSION, expression=b"\x77\x08")}),
+                Row(0, sp_plus_8, {**plain, 3: Rule(RuleKind.VAL_EXPRESSION, expression=b"\x77\x08")}),
+                Row(0, sp_plus_8, {X86.pc: Rule(RuleKind.UNDEFINED)}),     # outermost: the engine says so
+                Row(0, sp_plus_8, {}),
+                Row(0, sp_plus_8, {**plain, 40: Rule(RuleKind.OFFSET, offset=-16)}),   # not a handed register
+                Row(0, sp_plus_8, dict(plain), ra_signed=True)):
+        assert compile_row(row, X86) is None, row.to_json(X86)
+    aarch64 = arches.by_name("aarch64")     # the return address is x30, not the pc column
+    assert compile_row(Row(0, CfaRule(CfaKind.REGISTER, register=aarch64.sp, offset=16),
+                           {30: Rule(RuleKind.OFFSET, offset=-8)}), aarch64) is None
