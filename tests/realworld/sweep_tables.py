@@ -2,7 +2,7 @@
 against readelf --debug-dump=frames-interp and llvm-dwarfdump-16 --eh-frame.
 
     python3 tests/realworld/sweep_tables.py [--jobs 2] [--timeout 120] [--memory-mb 1024]
-                                            [--limit N] [--progress] PATH...
+                                            [--limit N] [--progress] [--results FILE] PATH...
 
 PATH is a directory (searched recursively) or a file. Per x86_64 ELF file
 (others are counted and skipped) it runs the offline command with --json
@@ -18,9 +18,14 @@ compares, per CFI section:
 Prints totals, the differences (first few per file), files the offline
 command failed on (exit 2, timeout, memory), and the slowest files with
 their time against readelf's. Exit status 1 when anything differs or failed.
+
+--results FILE makes a long sweep resumable: each file's result is appended
+to FILE (one JSON line) as soon as it is done, files already in FILE are not
+run again, and the totals are those of every file in FILE under the PATHs.
 """
 
 import argparse
+import io
 import json
 import os
 import re
@@ -37,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 LLVM_DWARFDUMP = "llvm-dwarfdump-16"
 SHOWN_PER_FILE = 3
+KEPT_PER_FILE = 50        # differences kept per file (all are counted)
 # readelf's names where ours differ: the return-address column is "ra"; the
 # plugin names DWARF 17-32 (xmm0-15) by number, which unwinding never needs.
 X86_64_NAMES = {"rip": "ra", **{"r%d" % n: "xmm%d" % (n - 17) for n in range(17, 33)}}
@@ -162,15 +168,40 @@ def _cfa_text(text):
 
 # --- ours ------------------------------------------------------------------------------------
 
+def our_sources(data):
+    """(source head, None) at each source and (source head, entry) for each of
+    its entries in our --json output (bytes), read a line at a time: the
+    command writes each source's head and each entry on a line of its own, so
+    a whole file's tree (gigabytes for libLLVM) is never built. Output in any
+    other layout is parsed whole."""
+    if not data.startswith(b'{"sources": [\n'):
+        for source in json.loads(data)["sources"]:
+            yield source, None
+            for entry in source["entries"]:
+                yield source, entry
+        return
+    decode = json.JSONDecoder().raw_decode
+    head = None
+    lines = io.BytesIO(data)
+    next(lines)                             # '{"sources": ['
+    for line in lines:
+        text = line.decode()
+        if text.startswith('{"kind"'):
+            head = json.loads(text.split(', "entries": [', 1)[0] + "}")
+            yield head, None
+        elif text.startswith('{"'):
+            yield head, decode(text)[0]
+
+
 def our_tables(data):
     """({section: {(start, end): [(address, cfa, {column: rule})]}}, {(start, end) of
-    FDEs with a noted row}) from our --json."""
+    FDEs with a noted row}) from our --json output (bytes)."""
     out, noted = {}, set()
-    for source in data["sources"]:
+    for source, entry in our_sources(data):
         if source["kind"] != "cfi":
             continue
         fdes = out.setdefault(source["section"], {})
-        for entry in source["entries"]:
+        if entry is not None:
             rows = [(r["address"], _our_cfa(r["cfa"]),
                      {X86_64_NAMES.get(n, n): _our_rule(rule) for n, rule in r["registers"].items()})
                     for r in entry["rows"] if r["address"] < entry["end"]]    # an empty FDE's row covers nothing
@@ -208,7 +239,8 @@ def compare_file(path, args):
         return result
     _, llvm_out, llvm_s, _ = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], args.timeout)
     result["llvm_seconds"] = llvm_s
-    ours, noted = our_tables(json.loads(out))
+    ours, noted = our_tables(out)
+    out = None
     theirs = readelf_tables(readelf_out.decode(errors="replace"))
     diffs = result["differences"]
     for section in (".eh_frame", ".debug_frame"):
@@ -248,6 +280,19 @@ def _guarded(compare, path, args):
                 "peak_kb": 0, "fdes": 0, "rows": 0, "differences": [], "readelf_seconds": 0}
 
 
+def _load_results(name, files):
+    """{path: result} of the files among `files` already in the results file `name`."""
+    wanted, done = set(files), {}
+    if name and os.path.exists(name):
+        with open(name) as log:
+            for line in log:
+                if line.strip():
+                    result = json.loads(line)
+                    if result["path"] in wanted and not str(result["rc"]).startswith("sweep error"):
+                        done[result["path"]] = result
+    return done
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", metavar="PATH")
@@ -257,6 +302,8 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, help="only the first N ELF files")
     parser.add_argument("--slowest", type=int, default=10)
     parser.add_argument("--progress", action="store_true", help="a line per file on stderr as it is done")
+    parser.add_argument("--results", metavar="FILE",
+                        help="append each file's result to FILE as it is done; skip files already there")
     args = parser.parse_args(argv)
     files, skipped = [], 0
     for path, x86_64 in elf_files(args.paths):
@@ -267,19 +314,28 @@ def main(argv=None):
         if args.limit and len(files) >= args.limit:
             break
     started = time.monotonic()
-    results = []
+    done = _load_results(args.results, files)
+    results = list(done.values())
+    todo = [path for path in files if path not in done]
     with ThreadPoolExecutor(args.jobs) as pool:
-        for n, result in enumerate(pool.map(lambda p: _guarded(compare_file, p, args), files), 1):
+        for n, result in enumerate(pool.map(lambda p: _guarded(compare_file, p, args), todo), len(done) + 1):
+            result["difference_count"] = len(result["differences"])
+            del result["differences"][KEPT_PER_FILE:]
             results.append(result)
+            if args.results:
+                with open(args.results, "a") as log:
+                    log.write(json.dumps(result) + "\n")
             if args.progress:
                 sys.stderr.write("%d/%d rc=%s %.2fs fdes=%d diffs=%d %s\n" % (
                     n, len(files), result["rc"], result["seconds"], result["fdes"],
-                    len(result["differences"]), result["path"]))
+                    result["difference_count"], result["path"]))
                 sys.stderr.flush()
     failed = [r for r in results if r["rc"] not in (0, 1)]
     some_bad = [r for r in results if r["rc"] == 1]
     differing = [r for r in results if r["differences"]]
-    print("files: %d x86_64 ELF (%d other ELF skipped), wall %.0f s" % (len(files), skipped, time.monotonic() - started))
+    print("files: %d x86_64 ELF (%d other ELF skipped), wall %.0f s%s" % (
+        len(files), skipped, time.monotonic() - started,
+        " (this run; %d results were read from %s)" % (len(done), args.results) if done else ""))
     print("FDEs: %d, rows (merged): %d" % (sum(r["fdes"] for r in results), sum(r["rows"] for r in results)))
     print("CPU time: ours %.1f s, readelf %.1f s, llvm-dwarfdump %.1f s (sums over files)" % (
         sum(r["seconds"] for r in results), sum(r["readelf_seconds"] for r in results),
@@ -291,7 +347,7 @@ def main(argv=None):
         print("  FAILED %s: %s" % (r["path"], r["rc"]))
     print("files with differences: %d" % len(differing))
     for r in differing:
-        print("  %s: %d differences" % (r["path"], len(r["differences"])))
+        print("  %s: %d differences" % (r["path"], r["difference_count"]))
         for line in r["differences"][:SHOWN_PER_FILE]:
             print("    " + line)
     print("peak RSS of ours: %.0f MB (%s)" % (max((r["peak_kb"], r["path"]) for r in results)[0] / 1024,
