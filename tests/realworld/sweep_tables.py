@@ -2,7 +2,8 @@
 against readelf --debug-dump=frames-interp and llvm-dwarfdump-16 --eh-frame.
 
     python3 tests/realworld/sweep_tables.py [--jobs 2] [--timeout 120] [--memory-mb 1024]
-                                            [--limit N] [--progress] [--results FILE] PATH...
+                                            [--limit N] [--progress] [--results FILE]
+                                            [--worker-mb MB] PATH...
 
 PATH is a directory (searched recursively) or a file. Per x86_64 ELF file
 (others are counted and skipped) it runs the offline command with --json
@@ -37,6 +38,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from sweep_worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
@@ -229,8 +232,11 @@ def _our_rule(rule):
 
 def compare_file(path, args):
     """A result dict for one file."""
-    cmd = [PYTHON, "-m", "plugin", "tables", path, "--json"]
-    rc, out, ours_s, peak = run_limited(cmd, args.timeout, args.memory_mb)
+    if args.worker_mb and os.path.getsize(path) <= args.worker_mb << 20:
+        rc, out, ours_s, peak = _worker(args).run(path, args.timeout)
+    else:
+        cmd = [PYTHON, "-m", "plugin", "tables", path, "--json"]
+        rc, out, ours_s, peak = run_limited(cmd, args.timeout, args.memory_mb)
     result = {"path": path, "rc": rc, "seconds": ours_s, "peak_kb": peak, "fdes": 0, "rows": 0,
               "differences": []}
     _, readelf_out, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], args.timeout)
@@ -257,6 +263,16 @@ def compare_file(path, args):
     _diff(diffs, "llvm-dwarfdump", ".eh_frame", mine, theirs_llvm,
           lambda rows: _merged([(a, re.sub(r"\+0$", "", c), {}) for a, c, _ in rows]))
     return result
+
+
+_WORKERS = threading.local()
+
+
+def _worker(args):
+    """This thread's sweep_worker.Worker."""
+    if not hasattr(_WORKERS, "worker"):
+        _WORKERS.worker = Worker(PYTHON, args.memory_mb)
+    return _WORKERS.worker
 
 
 def _diff(diffs, tool, section, mine, other, view):
@@ -302,6 +318,9 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, help="only the first N ELF files")
     parser.add_argument("--slowest", type=int, default=10)
     parser.add_argument("--progress", action="store_true", help="a line per file on stderr as it is done")
+    parser.add_argument("--worker-mb", type=int, default=4, metavar="MB",
+                        help="files up to MB are run in a long-lived worker process (sweep_worker.py), "
+                             "larger ones each in a process of its own; 0: every file in its own")
     parser.add_argument("--results", metavar="FILE",
                         help="append each file's result to FILE as it is done; skip files already there")
     args = parser.parse_args(argv)
