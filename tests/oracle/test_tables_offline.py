@@ -282,3 +282,14 @@ def test_x32_is_refused_in_one_line(flags):
     rc, out, err, seconds, _ = measured("tables", path)
     assert_one_line_exit_2(rc, out, err, "32-bit ELF for x86_64 (the x32 ABI) is not supported")
     assert out == "" and seconds < LIMIT_SECONDS
+
+
+# --- a separate debug-info file: .eh_frame and .eh_frame_hdr are SHT_NOBITS ---------------
+
+def test_separate_debug_file_has_no_eh_frame_and_no_problem():
+    path = build("chain.c", ["-O2"], name="chain-debuginfo", post=[["objcopy", "--only-keep-debug", "{out}"]])
+    headers = run([need_tool("readelf"), "-S", "-W", str(path)]).stdout
+    assert re.search(r"\.eh_frame\s+NOBITS", headers) and re.search(r"\.eh_frame_hdr\s+NOBITS", headers), headers
+    rc, out, err, _, _ = measured("tables", path)
+    assert (rc, err) == (0, ""), (out, err)
+    assert "problem" not in out and out.strip() == "no unwind tables found", out

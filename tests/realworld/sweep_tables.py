@@ -166,7 +166,8 @@ def llvm_tables(text):
             continue
         fde = LLVM_FDE.match(line)
         if fde:
-            current = out.setdefault((int(fde.group(1), 16), int(fde.group(2), 16)), [])
+            key = (int(fde.group(1), 16), int(fde.group(2), 16))
+            current = [] if key in out else out.setdefault(key, [])     # of equal ranges the first counts
             continue
         row = LLVM_ROW.match(line)
         if row and current is not None:
@@ -348,6 +349,8 @@ def main(argv=None):
                              "larger ones each in a process of its own; 0: every file in its own")
     parser.add_argument("--results", metavar="FILE",
                         help="append each file's result to FILE as it is done; skip files already there")
+    parser.add_argument("--summary", action="store_true",
+                        help="with --results: only print the totals of the files already in FILE")
     args = parser.parse_args(argv)
     files, skipped = [], 0
     for path, x86_64 in elf_files(args.paths):
@@ -360,7 +363,7 @@ def main(argv=None):
     started = time.monotonic()
     done = _load_results(args.results, files)
     results = list(done.values())
-    todo = [path for path in files if path not in done]
+    todo = [] if args.summary else [path for path in files if path not in done]
     with ThreadPoolExecutor(args.jobs) as pool:
         for n, result in enumerate(pool.map(lambda p: _guarded(compare_file, p, args), todo), len(done) + 1):
             result["difference_count"] = len(result["differences"])
@@ -378,8 +381,8 @@ def main(argv=None):
     failed = [r for r in results if r["rc"] not in (0, 1, "x32")]
     some_bad = [r for r in results if r["rc"] == 1]
     differing = [r for r in results if r["differences"]]
-    print("files: %d x86_64 ELF (%d other ELF skipped), wall %.0f s%s" % (
-        len(files), skipped, time.monotonic() - started,
+    print("files: %d x86_64 ELF%s (%d other ELF skipped), wall %.0f s%s" % (
+        len(files), " (%d done)" % len(results) if len(results) < len(files) else "", skipped, time.monotonic() - started,
         " (this run; %d results were read from %s)" % (len(done), args.results) if done else ""))
     print("FDEs: %d, rows (merged): %d" % (sum(r["fdes"] for r in results), sum(r["rows"] for r in results)))
     print("CPU time: ours %.1f s, readelf %.1f s, llvm-dwarfdump %.1f s (sums over files)" % (
