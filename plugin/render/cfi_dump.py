@@ -86,7 +86,7 @@ class RowRenderer:
         # instructions.register_cfa, _offset_rule), which is cheap to hash;
         # the entry holds those objects, so no id in a key can be reused.
         regs = row.registers
-        key = (id(row.cfa), tuple(regs), tuple(map(id, regs.values())), row.ra_signed, row.note)
+        key = (id(row.cfa), row.ra_signed, row.note, *regs, *map(id, regs.values()))
         hit = self._text.get(key)
         if hit is None:
             if len(self._text) >= ROW_CACHE:
@@ -165,7 +165,9 @@ def _text_entry(fde, module_name, arch, problems, render, same_program):
         rows, error = cfi.execute_contained(fde, arch)
         shared = ([r.address - fde.start for r in rows], [render.text(r) for r in rows], error,
                   rows[-1].end - fde.start if rows else 0)
-        if error is None and not any(r.note for r in rows) and not cfi.uses_set_loc(fde):
+        # DW_CFA_set_loc is opcode 0x01: a program without that byte has none.
+        if error is None and not any(r.note for r in rows) and (
+                b"\x01" not in fde.instructions or not cfi.uses_set_loc(fde)):
             if len(same_program) >= ROW_CACHE:
                 same_program.clear()
             same_program[key] = shared
