@@ -132,7 +132,7 @@ def fde_converter(module_name, arch, address, problems, want=Want.BOTH):
     """A function from an FDE to its entry dict: rows up to a bad instruction,
     which is noted in the entry ("error", "unknown_from") and in problems."""
     render = RowRenderer(arch)
-    same_program = {} if want == Want.TEXT and address is None else None
+    same_program = _SAME_PROGRAM if want == Want.TEXT and address is None else None
 
     def convert(fde):
         if same_program is not None:
@@ -153,13 +153,22 @@ def fde_converter(module_name, arch, address, problems, want=Want.BOTH):
     return convert
 
 
+# Text mode: the row texts of FDE programs, shared by every section and file
+# a process dumps (`tables FILE...` over a whole system meets the same
+# programs in many files).
+_SAME_PROGRAM = {}
+
+
 def _text_entry(fde, module_name, arch, problems, render, same_program):
-    """The text-mode entry of fde. FDEs of one CIE with the same instruction
-    bytes and the same length have the same rows at the same distances from
-    their start (most functions share a few prologue shapes), so their row
-    texts are made once; programs whose rows depend on more than that
-    (DW_CFA_set_loc, a note or an error naming an offset) are not shared."""
-    key = (fde.cie.offset, fde.instructions, fde.end - fde.start)
+    """The text-mode entry of fde. FDEs whose CIEs say the same (initial
+    instructions, alignment factors, address size, augmentation) with the
+    same instruction bytes and the same length have the same rows at the same
+    distances from their start (most functions share a few prologue shapes),
+    so their row texts are made once; programs whose rows depend on more than
+    that (DW_CFA_set_loc, a note or an error naming an offset) are not shared."""
+    cie = fde.cie
+    key = (arch.name, cie.augmentation, cie.code_align, cie.data_align, cie.address_size, cie.instructions,
+           fde.instructions, fde.end - fde.start)
     shared = same_program.get(key)
     if shared is None:
         rows, error = cfi.execute_contained(fde, arch)
