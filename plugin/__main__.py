@@ -120,7 +120,10 @@ def _forget_tables_not_in_file(target, modules):
     such files may keep with no section behind it."""
     elf = getattr(target, "elf", None)
     for name in (".eh_frame_hdr", ".eh_frame") if elf is not None else ():
-        section = elf.get_section_by_name(name)
+        try:
+            section = elf.get_section_by_name(name)
+        except unusable_input():        # unreadable section headers: the program headers decide
+            section = None
         for module in modules.all():
             location = module.tables.get(name)
             if location is not None and (location.size == 0 or section is not None
