@@ -30,22 +30,17 @@ import io
 import json
 import os
 import re
-import resource
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sweep_worker import Worker
+from sweep_worker import Worker, run_limited
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 LLVM_DWARFDUMP = "llvm-dwarfdump-16"
-TIME = "/usr/bin/time"           # GNU time (package "time")
 SHOWN_PER_FILE = 3
 KEPT_PER_FILE = 50        # differences kept per file (all are counted)
 # readelf's names where ours differ: the return-address column is "ra"; the
@@ -72,30 +67,6 @@ def elf_files(paths):
                 if head[:4] == b"\x7fELF":
                     seen.add((st.st_dev, st.st_ino))
                     yield path, head[18] | head[19] << 8 == 62
-
-
-def run_limited(cmd, timeout, memory_mb=None):
-    """(exit status or 'timeout', stdout bytes, CPU seconds (user+sys), peak RSS KB) of cmd.
-
-    Measured by /usr/bin/time, a small process that forks cmd: a child forked
-    straight from this (large) process would start with, and report, this
-    process's own peak RSS. Killed with its process group on timeout."""
-    def limit():
-        if memory_mb:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as usage:
-        proc = subprocess.Popen([TIME, "-f", "%U %S %M", "-o", usage.name, *cmd], stdout=out,
-                                stderr=subprocess.DEVNULL, preexec_fn=limit, cwd=ROOT, start_new_session=True)
-        timer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
-        timer.start()
-        proc.wait()
-        timed_out = not timer.is_alive()
-        timer.cancel()
-        out.seek(0)
-        data = out.read()
-        measured = (usage.read().splitlines() or ["0 0 0"])[-1].split()
-    rc = "timeout" if timed_out else proc.returncode
-    return rc, data, float(measured[0]) + float(measured[1]), int(measured[2])
 
 
 # --- the tools' output -------------------------------------------------------------------

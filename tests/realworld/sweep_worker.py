@@ -1,4 +1,7 @@
-"""A long-lived process for the sweep (sweep_tables.py) that runs
+"""How the sweep (sweep_tables.py) runs commands: run_limited (one command,
+measured, under limits) and Worker.
+
+The worker is a long-lived process that runs
 `python -m plugin tables FILE --json` inside itself, one file after another,
 so that thousands of small files do not each pay the start-up of Python and
 the plugin (0.12 s CPU, most of a small file's time).
@@ -13,7 +16,9 @@ MemoryError the worker exits so the next file gets a fresh process.
 
 import gc
 import json
+import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +27,31 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESTART_AFTER = 200             # files per worker process, so no state piles up
+TIME = "/usr/bin/time"           # GNU time (package "time")
+
+
+def run_limited(cmd, timeout, memory_mb=None):
+    """(exit status or 'timeout', stdout bytes, CPU seconds (user+sys), peak RSS KB) of cmd.
+
+    Measured by /usr/bin/time, a small process that forks cmd: a child forked
+    straight from this (large) process would start with, and report, this
+    process's own peak RSS. Killed with its process group on timeout."""
+    def limit():
+        if memory_mb:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as usage:
+        proc = subprocess.Popen([TIME, "-f", "%U %S %M", "-o", usage.name, *cmd], stdout=out,
+                                stderr=subprocess.DEVNULL, preexec_fn=limit, cwd=ROOT, start_new_session=True)
+        timer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
+        timer.start()
+        proc.wait()
+        timed_out = not timer.is_alive()
+        timer.cancel()
+        out.seek(0)
+        data = out.read()
+        measured = (usage.read().splitlines() or ["0 0 0"])[-1].split()
+    rc = "timeout" if timed_out else proc.returncode
+    return rc, data, float(measured[0]) + float(measured[1]), int(measured[2])
 
 
 class Worker:
