@@ -9,7 +9,7 @@ the plugin (0.12 s CPU, most of a small file's time).
 The sweep writes a line [FILE, OUTPUT] to the worker's stdin; the worker
 writes the command's JSON to the file OUTPUT and answers one line
 {"rc", "seconds" (CPU of this file), "peak_kb" (the worker's high-water mark
-so far: an upper bound for this file)}. The command's exit status is kept; an
+since its exec: an upper bound for this file)}. The command's exit status is kept; an
 exception that escapes the command is reported as a failure, and after a
 MemoryError the worker exits so the next file gets a fresh process.
 """
@@ -99,6 +99,19 @@ class Worker:
             return answer["rc"], out.read(), answer["seconds"], answer["peak_kb"]
 
 
+def _peak_kb():
+    """This process's peak RSS since its exec (VmHWM): ru_maxrss would also count
+    the sweep's own pages, which the worker shared between fork and exec."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def _cpu():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -122,8 +135,7 @@ def serve():
             finally:
                 sys.stdout = answers
         gc.collect()
-        answers.write(json.dumps({"rc": rc, "seconds": _cpu() - before,
-                                  "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}) + "\n")
+        answers.write(json.dumps({"rc": rc, "seconds": _cpu() - before, "peak_kb": _peak_kb()}) + "\n")
         answers.flush()
         if rc == "memory":
             return
