@@ -106,9 +106,29 @@ def tables_of(path, args):
     modules = ModuleMap(target)
     if target.header_address is None and not getattr(target, "relocatable", False):
         modules.add(target.section_module())
+    _forget_tables_not_in_file(target, modules)
     write = tables.write_json if args.json else tables.write_text
     problems = write(target, modules, args.address, sys.stdout, args.sources)
     return 1 if len(problems) > problems.misses else 0
+
+
+def _forget_tables_not_in_file(target, modules):
+    """A separate debug-info file keeps the section headers of .eh_frame_hdr
+    and .eh_frame but not their bytes (SHT_NOBITS): those tables are in the
+    program it was split from, so they are not looked for here (rather than
+    each reported as unreadable); nor is a PT_GNU_EH_FRAME of size 0, which
+    such files may keep with no section behind it."""
+    elf = getattr(target, "elf", None)
+    for name in (".eh_frame_hdr", ".eh_frame") if elf is not None else ():
+        try:
+            section = elf.get_section_by_name(name)
+        except unusable_input():        # unreadable section headers: the program headers decide
+            section = None
+        for module in modules.all():
+            location = module.tables.get(name)
+            if location is not None and (location.size == 0 or section is not None
+                                         and section["sh_type"] == "SHT_NOBITS"):
+                del module.tables[name]
 
 
 def unusable_input() -> tuple:

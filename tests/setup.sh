@@ -13,12 +13,13 @@ all_packages=("${demo_packages[@]}" g++ make file bzip2 lldb-16 python3-lldb-16 
               gcc-aarch64-linux-gnu
               coreutils perl bash git sqlite3 tar gzip xz-utils make apt libc6-dbg gdbserver
               libipt2 libz3-4 libcurl4 libedit2 libxml2 libzstd1 libffi8 libpython3.11
-              golang-go rustc)
+              golang-go rustc time)
 # ^ gcc-12-multilib, not gcc-multilib: the latter conflicts with the Arm cross compilers
 #   (gcc -m32 for the i386 tests needs only the former).
 #   coreutils..gdbserver: programs tests/gdb/ runs (libc6-dbg: glibc's inline info, also for
 #   tests/lldb/test_lldb_native_frames.py); libipt2..libpython3.11: what the unpacked LLDB 19
-#   and 22 (below) need at run time; golang-go, rustc: the runtime matrix (tests/gdb/test_runtimes.py)
+#   and 22 (below) need at run time; golang-go, rustc: the runtime matrix (tests/gdb/test_runtimes.py);
+#   time: /usr/bin/time measures the sweep's and benchmarks' children (tests/realworld/sweep_tables.py)
 if [ "${1:-all}" = demo ]; then packages=("${demo_packages[@]}"); else packages=("${all_packages[@]}"); fi
 
 SUDO=""

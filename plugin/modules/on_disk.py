@@ -79,7 +79,7 @@ def eh_frame_location(module: Module) -> TableLocation | None:
     addresses; for a module whose `.eh_frame_hdr` does not lead to it. None if
     the file has no such section (or is not on disk)."""
     info = sections(module.path).get(".eh_frame")
-    if info is None:
+    if info is None or info.type == "SHT_NOBITS":       # a separate debug file: no bytes here
         return None
     return TableLocation(".eh_frame", info.address + module.load_bias, info.size,
                          "section headers of %s (no .eh_frame_hdr)" % module.path)

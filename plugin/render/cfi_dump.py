@@ -86,7 +86,7 @@ class RowRenderer:
         # instructions.register_cfa, _offset_rule), which is cheap to hash;
         # the entry holds those objects, so no id in a key can be reused.
         regs = row.registers
-        key = (id(row.cfa), tuple(regs), tuple(map(id, regs.values())), row.ra_signed, row.note)
+        key = (id(row.cfa), row.ra_signed, row.note, *regs, *map(id, regs.values()))
         hit = self._text.get(key)
         if hit is None:
             if len(self._text) >= ROW_CACHE:
@@ -132,7 +132,7 @@ def fde_converter(module_name, arch, address, problems, want=Want.BOTH):
     """A function from an FDE to its entry dict: rows up to a bad instruction,
     which is noted in the entry ("error", "unknown_from") and in problems."""
     render = RowRenderer(arch)
-    same_program = {} if want == Want.TEXT and address is None else None
+    same_program = _SAME_PROGRAM if want == Want.TEXT and address is None else None
 
     def convert(fde):
         if same_program is not None:
@@ -153,19 +153,30 @@ def fde_converter(module_name, arch, address, problems, want=Want.BOTH):
     return convert
 
 
+# Text mode: the row texts of FDE programs, shared by every section and file
+# a process dumps (`tables FILE...` over a whole system meets the same
+# programs in many files).
+_SAME_PROGRAM = {}
+
+
 def _text_entry(fde, module_name, arch, problems, render, same_program):
-    """The text-mode entry of fde. FDEs of one CIE with the same instruction
-    bytes and the same length have the same rows at the same distances from
-    their start (most functions share a few prologue shapes), so their row
-    texts are made once; programs whose rows depend on more than that
-    (DW_CFA_set_loc, a note or an error naming an offset) are not shared."""
-    key = (fde.cie.offset, fde.instructions, fde.end - fde.start)
+    """The text-mode entry of fde. FDEs whose CIEs say the same (initial
+    instructions, alignment factors, address size, augmentation) with the
+    same instruction bytes and the same length have the same rows at the same
+    distances from their start (most functions share a few prologue shapes),
+    so their row texts are made once; programs whose rows depend on more than
+    that (DW_CFA_set_loc, a note or an error naming an offset) are not shared."""
+    cie = fde.cie
+    key = (arch.name, cie.augmentation, cie.code_align, cie.data_align, cie.address_size, cie.instructions,
+           fde.instructions, fde.end - fde.start)
     shared = same_program.get(key)
     if shared is None:
         rows, error = cfi.execute_contained(fde, arch)
         shared = ([r.address - fde.start for r in rows], [render.text(r) for r in rows], error,
                   rows[-1].end - fde.start if rows else 0)
-        if error is None and not any(r.note for r in rows) and not cfi.uses_set_loc(fde):
+        # DW_CFA_set_loc is opcode 0x01: a program without that byte has none.
+        if error is None and not any(r.note for r in rows) and (
+                b"\x01" not in fde.instructions or not cfi.uses_set_loc(fde)):
             if len(same_program) >= ROW_CACHE:
                 same_program.clear()
             same_program[key] = shared

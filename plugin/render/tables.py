@@ -176,7 +176,9 @@ def _source_lines(source, style=plain):
             continue
         where = entry.get("relative_to")
         at = (lambda a: style(Styled.ADDRESS, "%s+0x%x" % (where, a) if where else "0x%x" % a))
-        head = "  [%s, %s)" % (at(entry["start"]), at(entry["end"]))
+        fast = style is plain and not where     # the offline text mode: millions of rows
+        head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"]) if fast else \
+            "  [%s, %s)" % (at(entry["start"]), at(entry["end"]))
         if "fde_offset" in entry:
             head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
             if entry.get("augmentation"):
@@ -186,8 +188,11 @@ def _source_lines(source, style=plain):
             yield "    not used for unwinding: %s" % entry["refused"]
         addresses = entry["row_addresses"] if "row_addresses" in entry else [r["address"] for r in entry["rows"]]
         if addresses:               # one string for all the rows: a dump has millions of them
-            yield "\n".join(["    %s: %s" % (at(address), row_text)
-                             for address, row_text in zip(addresses, entry["rows_text"])])
+            if fast:
+                yield "\n".join(["    0x%x: %s" % pair for pair in zip(addresses, entry["rows_text"])])
+            else:
+                yield "\n".join(["    %s: %s" % (at(address), row_text)
+                                 for address, row_text in zip(addresses, entry["rows_text"])])
         if entry.get("error"):
             yield "    %s: unknown from here to %s: %s" % (at(entry["unknown_from"]), at(entry["end"]),
                                                           entry["error"])

@@ -91,6 +91,9 @@ class FileTarget(LaidOutFile):
         self.arch = arches.BY_ELF_MACHINE.get(_machine_number(elf))
         if self.arch is None:
             raise ValueError("unsupported ELF machine %s" % elf["e_machine"])
+        if elf.elfclass != 8 * self.arch.address_size:      # x32: 32-bit ELF, x86-64 code
+            raise ValueError("%d-bit ELF for %s (%s) is not supported" % (
+                elf.elfclass, self.arch.name, "the x32 ABI" if self.arch.name == "x86_64" else "an ILP32 ABI"))
         loads = [ProgramHeader(PT_LOAD, s["p_flags"], s["p_offset"], s["p_vaddr"], s["p_filesz"],
                                s["p_memsz"]) for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
         pieces = []

@@ -270,3 +270,26 @@ def test_huge_sframe_fde_count_in_a_huge_zero_fill_stays_bounded():
     problems = json.loads(out)["problems"]
     assert any(".sframe" in p for p in problems), problems
     assert [s["section"] for s in json.loads(out)["sources"]] == [".eh_frame"]    # the CFI is still listed
+
+
+# --- x32: 32-bit ELF for x86-64 -------------------------------------------------------------
+
+@pytest.mark.parametrize("flags", [["-mx32"], ["-mx32", "-c"]], ids=["executable", "object"])
+def test_x32_is_refused_in_one_line(flags):
+    path = build("chain.c", ["-O2", *flags], name="chain-x32" + "".join(flags))
+    header = run([need_tool("readelf"), "-h", str(path)]).stdout
+    assert re.search(r"Class:\s+ELF32", header) and re.search(r"Machine:\s+Advanced Micro Devices X86-64", header)
+    rc, out, err, seconds, _ = measured("tables", path)
+    assert_one_line_exit_2(rc, out, err, "32-bit ELF for x86_64 (the x32 ABI) is not supported")
+    assert out == "" and seconds < LIMIT_SECONDS
+
+
+# --- a separate debug-info file: .eh_frame and .eh_frame_hdr are SHT_NOBITS ---------------
+
+def test_separate_debug_file_has_no_eh_frame_and_no_problem():
+    path = build("chain.c", ["-O2"], name="chain-debuginfo", post=[["objcopy", "--only-keep-debug", "{out}"]])
+    headers = run([need_tool("readelf"), "-S", "-W", str(path)]).stdout
+    assert re.search(r"\.eh_frame\s+NOBITS", headers) and re.search(r"\.eh_frame_hdr\s+NOBITS", headers), headers
+    rc, out, err, _, _ = measured("tables", path)
+    assert (rc, err) == (0, ""), (out, err)
+    assert "problem" not in out and out.strip() == "no unwind tables found", out

@@ -2,7 +2,8 @@
 against readelf --debug-dump=frames-interp and llvm-dwarfdump-16 --eh-frame.
 
     python3 tests/realworld/sweep_tables.py [--jobs 2] [--timeout 120] [--memory-mb 1024]
-                                            [--limit N] [--progress] PATH...
+                                            [--limit N] [--progress] [--results FILE]
+                                            [--worker-mb MB] PATH...
 
 PATH is a directory (searched recursively) or a file. Per x86_64 ELF file
 (others are counted and skipped) it runs the offline command with --json
@@ -18,25 +19,30 @@ compares, per CFI section:
 Prints totals, the differences (first few per file), files the offline
 command failed on (exit 2, timeout, memory), and the slowest files with
 their time against readelf's. Exit status 1 when anything differs or failed.
+
+--results FILE makes a long sweep resumable: each file's result is appended
+to FILE (one JSON line) as soon as it is done, files already in FILE are not
+run again, and the totals are those of every file in FILE under the PATHs.
 """
 
 import argparse
+import io
 import json
 import os
 import re
-import resource
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sweep_worker import Worker, run_limited
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
 LLVM_DWARFDUMP = "llvm-dwarfdump-16"
 SHOWN_PER_FILE = 3
+KEPT_PER_FILE = 50        # differences kept per file (all are counted)
 # readelf's names where ours differ: the return-address column is "ra"; the
 # plugin names DWARF 17-32 (xmm0-15) by number, which unwinding never needs.
 X86_64_NAMES = {"rip": "ra", **{"r%d" % n: "xmm%d" % (n - 17) for n in range(17, 33)}}
@@ -63,39 +69,35 @@ def elf_files(paths):
                     yield path, head[18] | head[19] << 8 == 62
 
 
-def run_limited(cmd, timeout, memory_mb=None):
-    """(exit status or 'timeout', stdout bytes, CPU seconds (user+sys), peak RSS KB) of cmd,
-    measured for that child alone (wait4)."""
-    def limit():
-        if memory_mb:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, preexec_fn=limit, cwd=ROOT)
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        timed_out = not timer.is_alive()
-        timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        data = out.read()
-    rc = "timeout" if timed_out else proc.returncode
-    return rc, data, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-
-
 # --- the tools' output -------------------------------------------------------------------
 
+READELF_ENTRY = re.compile(r"([0-9a-f]{8,}) [0-9a-f]+ [0-9a-f]+ (CIE|FDE)( cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+))?")
+READELF_ROW = re.compile(r"([0-9a-f]{16}) (?![0-9a-f]{8} )(\S+)\s*(.*)$")     # not an entry's head
+READELF_REGISTER = re.compile(r"\br\d+ \((\w+)\)")
+LLVM_FDE = re.compile(r"[0-9a-f]{8,} [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=([0-9a-f]+)\.\.\.([0-9a-f]+)")
+LLVM_ROW = re.compile(r"\s+0x([0-9a-f]+): CFA=([^:]*)")
+SIMPLE_CFA = re.compile(r"[a-z0-9]+([+-]\d+)?")
+
+
 def readelf_tables(text):
-    """{section: {(start, end): [(address, cfa, {column: rule})]}} from frames-interp."""
+    """{section: {(start, end): [(address, cfa, {column: rule})]}} from frames-interp
+    (columns whose rule is "u", undefined, left out)."""
     out, section, cies, current, columns = {}, None, {}, None, []
     for line in text.splitlines():
-        head = re.match(r"Contents of the (\S+) section", line)
-        if head:
-            section, cies, current = head.group(1).rstrip(":"), {}, None
+        row = READELF_ROW.match(line)
+        if row:
+            if current is not None:
+                # A register rule is printed "r11 (r11)": number and name; keep the name.
+                rules = row.group(3)
+                values = (READELF_REGISTER.sub(r"\1", rules) if "(" in rules else rules).split()
+                current.append((int(row.group(1), 16), row.group(2),
+                                {c: v for c, v in zip(columns, values) if v != "u"}))
+            continue
+        if line.startswith("Contents of the "):
+            section, cies, current = line.split()[3].rstrip(":"), {}, None
             out.setdefault(section, {})
             continue
-        entry = re.match(r"([0-9a-f]{8,}) [0-9a-f]+ [0-9a-f]+ (CIE|FDE)( cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+))?",
-                         line)
+        entry = READELF_ENTRY.match(line)
         if entry:
             if entry.group(2) == "CIE":
                 current = cies.setdefault(int(entry.group(1), 16), [])
@@ -108,12 +110,6 @@ def readelf_tables(text):
             continue
         if line.strip().startswith("LOC"):
             columns = line.split()[2:]
-            continue
-        row = re.match(r"([0-9a-f]{16}) (\S+)\s*(.*)$", line)
-        if row and current is not None:
-            # A register rule is printed "r11 (r11)": number and name; keep the name.
-            values = re.sub(r"\br\d+ \((\w+)\)", r"\1", row.group(3)).split()
-            current.append((int(row.group(1), 16), row.group(2), dict(zip(columns, values))))
     return {name: {key: _readelf_rows(key, rows) for key, rows in fdes.items()} for name, fdes in out.items()}
 
 
@@ -123,8 +119,7 @@ def _readelf_rows(key, rows):
     if not rows:
         cie_rows = marker[2].get(marker[1]) or []
         rows = [(start, cfa, regs) for _, cfa, regs in cie_rows[:1]]
-    rows = [(a, cfa, {c: v for c, v in regs.items() if v != "u"}) for a, cfa, regs in rows if a < end]
-    return _merged(rows)
+    return _merged([row for row in rows if row[0] < end])
 
 
 def _merged(rows):
@@ -146,31 +141,57 @@ def llvm_tables(text):
             in_eh = False
         if not in_eh:
             continue
-        fde = re.match(r"[0-9a-f]{8,} [0-9a-f]+ [0-9a-f]+ FDE cie=[0-9a-f]+ pc=([0-9a-f]+)\.\.\.([0-9a-f]+)", line)
+        fde = LLVM_FDE.match(line)
         if fde:
-            current = out.setdefault((int(fde.group(1), 16), int(fde.group(2), 16)), [])
+            key = (int(fde.group(1), 16), int(fde.group(2), 16))
+            current = [] if key in out else out.setdefault(key, [])     # of equal ranges the first counts
             continue
-        row = re.match(r"\s+0x([0-9a-f]+): CFA=([^:]*)", line)
+        row = LLVM_ROW.match(line)
         if row and current is not None:
             current.append((int(row.group(1), 16), _cfa_text(row.group(2).lower().replace(" ", ""))))
     return {key: _merged([(a, c, {}) for a, c in rows if a < key[1]]) for key, rows in out.items()}
 
 
 def _cfa_text(text):
-    return text if re.fullmatch(r"[a-z0-9]+([+-]\d+)?", text) else "exp"
+    return text if SIMPLE_CFA.fullmatch(text) else "exp"
 
 
 # --- ours ------------------------------------------------------------------------------------
 
+def our_sources(data):
+    """(source head, None) at each source and (source head, entry) for each of
+    its entries in our --json output (bytes), read a line at a time: the
+    command writes each source's head and each entry on a line of its own, so
+    a whole file's tree (gigabytes for libLLVM) is never built. Output in any
+    other layout is parsed whole."""
+    if not data.startswith(b'{"sources": [\n'):
+        for source in json.loads(data)["sources"]:
+            yield source, None
+            for entry in source["entries"]:
+                yield source, entry
+        return
+    decode = json.JSONDecoder().raw_decode
+    head = None
+    lines = io.BytesIO(data)
+    next(lines)                             # '{"sources": ['
+    for line in lines:
+        text = line.decode()
+        if text.startswith('{"kind"'):
+            head = json.loads(text.split(', "entries": [', 1)[0] + "}")
+            yield head, None
+        elif text.startswith('{"'):
+            yield head, decode(text)[0]
+
+
 def our_tables(data):
     """({section: {(start, end): [(address, cfa, {column: rule})]}}, {(start, end) of
-    FDEs with a noted row}) from our --json."""
+    FDEs with a noted row}) from our --json output (bytes)."""
     out, noted = {}, set()
-    for source in data["sources"]:
+    for source, entry in our_sources(data):
         if source["kind"] != "cfi":
             continue
         fdes = out.setdefault(source["section"], {})
-        for entry in source["entries"]:
+        if entry is not None:
             rows = [(r["address"], _our_cfa(r["cfa"]),
                      {X86_64_NAMES.get(n, n): _our_rule(rule) for n, rule in r["registers"].items()})
                     for r in entry["rows"] if r["address"] < entry["end"]]    # an empty FDE's row covers nothing
@@ -187,28 +208,41 @@ def _our_cfa(cfa):
     return "%s%+d" % (cfa["register"], cfa["offset"])
 
 
+RULE_TEXT = {"undefined": "u", "same": "s", "expression": "exp", "val_expression": "vexp"}
+
+
 def _our_rule(rule):
     kind = rule["kind"]
-    return {"offset": "c%+d" % rule.get("offset", 0), "val_offset": "v%+d" % rule.get("offset", 0),
-            "undefined": "u", "same": "s", "expression": "exp", "val_expression": "vexp",
-            "register": rule.get("register", "r")}.get(kind, kind)
+    if kind == "offset":
+        return "c%+d" % rule.get("offset", 0)
+    if kind == "val_offset":
+        return "v%+d" % rule.get("offset", 0)
+    if kind == "register":
+        return rule.get("register", "r")
+    return RULE_TEXT.get(kind, kind)
 
 
 # --- comparing ---------------------------------------------------------------------------
 
 def compare_file(path, args):
     """A result dict for one file."""
-    cmd = [PYTHON, "-m", "plugin", "tables", path, "--json"]
-    rc, out, ours_s, peak = run_limited(cmd, args.timeout, args.memory_mb)
+    if args.worker_mb and os.path.getsize(path) <= args.worker_mb << 20:
+        rc, out, ours_s, peak = _worker(args).run(path, args.timeout)
+    else:
+        cmd = [PYTHON, "-m", "plugin", "tables", path, "--json"]
+        rc, out, ours_s, peak = run_limited(cmd, args.timeout, args.memory_mb)
     result = {"path": path, "rc": rc, "seconds": ours_s, "peak_kb": peak, "fdes": 0, "rows": 0,
               "differences": []}
     _, readelf_out, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], args.timeout)
     result["readelf_seconds"] = readelf_s
+    if rc == 2 and _is_x32(path):
+        result["rc"] = "x32"        # refused by the command in one line, as it should be
     if rc not in (0, 1):
         return result
     _, llvm_out, llvm_s, _ = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], args.timeout)
     result["llvm_seconds"] = llvm_s
-    ours, noted = our_tables(json.loads(out))
+    ours, noted = our_tables(out)
+    out = None
     theirs = readelf_tables(readelf_out.decode(errors="replace"))
     diffs = result["differences"]
     for section in (".eh_frame", ".debug_frame"):
@@ -225,6 +259,23 @@ def compare_file(path, args):
     _diff(diffs, "llvm-dwarfdump", ".eh_frame", mine, theirs_llvm,
           lambda rows: _merged([(a, re.sub(r"\+0$", "", c), {}) for a, c, _ in rows]))
     return result
+
+
+def _is_x32(path):
+    """A 32-bit ELF file for x86-64 (the x32 ABI), which the plugin does not read."""
+    with open(path, "rb") as handle:
+        head = handle.read(20)
+    return head[4] == 1 and head[18] | head[19] << 8 == 62
+
+
+_WORKERS = threading.local()
+
+
+def _worker(args):
+    """This thread's sweep_worker.Worker."""
+    if not hasattr(_WORKERS, "worker"):
+        _WORKERS.worker = Worker(PYTHON, args.memory_mb)
+    return _WORKERS.worker
 
 
 def _diff(diffs, tool, section, mine, other, view):
@@ -248,6 +299,19 @@ def _guarded(compare, path, args):
                 "peak_kb": 0, "fdes": 0, "rows": 0, "differences": [], "readelf_seconds": 0}
 
 
+def _load_results(name, files):
+    """{path: result} of the files among `files` already in the results file `name`."""
+    wanted, done = set(files), {}
+    if name and os.path.exists(name):
+        with open(name) as log:
+            for line in log:
+                if line.strip():
+                    result = json.loads(line)
+                    if result["path"] in wanted and not str(result["rc"]).startswith("sweep error"):
+                        done[result["path"]] = result
+    return done
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", metavar="PATH")
@@ -257,6 +321,13 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, help="only the first N ELF files")
     parser.add_argument("--slowest", type=int, default=10)
     parser.add_argument("--progress", action="store_true", help="a line per file on stderr as it is done")
+    parser.add_argument("--worker-mb", type=int, default=4, metavar="MB",
+                        help="files up to MB are run in a long-lived worker process (sweep_worker.py), "
+                             "larger ones each in a process of its own; 0: every file in its own")
+    parser.add_argument("--results", metavar="FILE",
+                        help="append each file's result to FILE as it is done; skip files already there")
+    parser.add_argument("--summary", action="store_true",
+                        help="with --results: only print the totals of the files already in FILE")
     args = parser.parse_args(argv)
     files, skipped = [], 0
     for path, x86_64 in elf_files(args.paths):
@@ -267,31 +338,42 @@ def main(argv=None):
         if args.limit and len(files) >= args.limit:
             break
     started = time.monotonic()
-    results = []
+    done = _load_results(args.results, files)
+    results = list(done.values())
+    todo = [] if args.summary else [path for path in files if path not in done]
     with ThreadPoolExecutor(args.jobs) as pool:
-        for n, result in enumerate(pool.map(lambda p: _guarded(compare_file, p, args), files), 1):
+        for n, result in enumerate(pool.map(lambda p: _guarded(compare_file, p, args), todo), len(done) + 1):
+            result["difference_count"] = len(result["differences"])
+            del result["differences"][KEPT_PER_FILE:]
             results.append(result)
+            if args.results:
+                with open(args.results, "a") as log:
+                    log.write(json.dumps(result) + "\n")
             if args.progress:
                 sys.stderr.write("%d/%d rc=%s %.2fs fdes=%d diffs=%d %s\n" % (
                     n, len(files), result["rc"], result["seconds"], result["fdes"],
-                    len(result["differences"]), result["path"]))
+                    result["difference_count"], result["path"]))
                 sys.stderr.flush()
-    failed = [r for r in results if r["rc"] not in (0, 1)]
+    x32 = [r for r in results if r["rc"] == "x32"]
+    failed = [r for r in results if r["rc"] not in (0, 1, "x32")]
     some_bad = [r for r in results if r["rc"] == 1]
     differing = [r for r in results if r["differences"]]
-    print("files: %d x86_64 ELF (%d other ELF skipped), wall %.0f s" % (len(files), skipped, time.monotonic() - started))
+    print("files: %d x86_64 ELF%s (%d other ELF skipped), wall %.0f s%s" % (
+        len(files), " (%d done)" % len(results) if len(results) < len(files) else "", skipped, time.monotonic() - started,
+        " (this run; %d results were read from %s)" % (len(done), args.results) if done else ""))
     print("FDEs: %d, rows (merged): %d" % (sum(r["fdes"] for r in results), sum(r["rows"] for r in results)))
     print("CPU time: ours %.1f s, readelf %.1f s, llvm-dwarfdump %.1f s (sums over files)" % (
         sum(r["seconds"] for r in results), sum(r["readelf_seconds"] for r in results),
         sum(r.get("llvm_seconds", 0) for r in results)))
     print("FDEs where llvm-dwarfdump drops the offset after an expression CFA (not compared): %d"
           % sum(r.get("known_llvm", 0) for r in results))
+    print("x32 files, refused by the command in one line (exit 2) and not compared: %d" % len(x32))
     print("exit 1 (some entries bad): %d files; failed (exit 2, timeout, memory): %d" % (len(some_bad), len(failed)))
     for r in failed:
         print("  FAILED %s: %s" % (r["path"], r["rc"]))
     print("files with differences: %d" % len(differing))
     for r in differing:
-        print("  %s: %d differences" % (r["path"], len(r["differences"])))
+        print("  %s: %d differences" % (r["path"], r["difference_count"]))
         for line in r["differences"][:SHOWN_PER_FILE]:
             print("    " + line)
     print("peak RSS of ours: %.0f MB (%s)" % (max((r["peak_kb"], r["path"]) for r in results)[0] / 1024,

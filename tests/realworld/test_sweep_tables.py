@@ -36,3 +36,30 @@ def test_fixed_subset_agrees_with_readelf_and_llvm_dwarfdump():
     assert fdes > 5000, report
     # libgcrypt's two FDEs where llvm-dwarfdump drops the offset (readelf agrees with us).
     assert "not compared): 2" in report, report
+
+
+def sweep(*argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = sweep_tables.main(["--jobs", "1", *argv])
+    return status, out.getvalue()
+
+
+def totals(report):
+    return report.split("FDEs: ")[1].split("\n")[0]
+
+
+def test_results_file_resumes_and_the_worker_agrees_with_a_process_per_file(tmp_path):
+    need_tool("readelf")
+    need_tool(sweep_tables.LLVM_DWARFDUMP)
+    files = fixed_subset()
+    first, second = [files[5], files[4]], files[2]          # crt1.o, an extension module; libgcrypt
+    log = tmp_path / "results.jsonl"
+    status, report = sweep("--results", str(log), *first)
+    assert status == 0 and len(log.read_text().splitlines()) == 2, report
+    status, resumed = sweep("--results", str(log), *first, second)
+    assert status == 0 and "2 results were read from %s" % log in resumed, resumed
+    assert len(log.read_text().splitlines()) == 3
+    status, whole = sweep("--worker-mb", "0", *first, second)     # each file in a process of its own
+    assert status == 0 and totals(whole) == totals(resumed), (whole, resumed)
+    assert int(totals(whole).split(",")[0]) > 1600, whole

@@ -9,6 +9,7 @@ plugin/formats/cfi/instructions.py). The choices this file makes are listed
 in the package docstring (plugin/formats/cfi/__init__.py).
 """
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,9 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.memory import PE_ABSPTR, PE_INDIRECT, PE_OMIT, Cursor, Region
 
 _MAX_AUGMENTATION = 255      # length of a CIE augmentation string
+_PCREL_SDATA4 = 0x1B         # DW_EH_PE_pcrel | DW_EH_PE_sdata4: nearly every FDE of .eh_frame
+_LE_S32_S32 = struct.Struct("<ii")     # both sdata4, as Cursor.encoded reads them
+_BE_S32_S32 = struct.Struct(">ii")
 
 # Pointer encodings: low nibble = format, 0x70 = how it is applied.
 _VALID_FORMATS = frozenset((0x00, 0x01, 0x02, 0x03, 0x04, 0x09, 0x0A, 0x0B, 0x0C))
@@ -308,6 +312,11 @@ class EntryDecoder:
         if fde is not None:
             return fde
         cie = self._cie_of(h)
+        fde = self._common_fde(h, cie)
+        if fde is not None:
+            if keep:
+                self._fdes[h.offset] = fde
+            return fde
         c = Cursor(self.region, h.body)
         if cie.segment_size:
             c.skip(cie.segment_size)            # .debug_frame v4 segment selector
@@ -336,3 +345,26 @@ class EntryDecoder:
         if keep:
             self._fdes[h.offset] = fde
         return fde
+
+    def _common_fde(self, h, cie):
+        """The FDE at h read straight from the section's bytes in the usual case
+        (pc-relative sdata4 range, 'z' augmentation with no LSDA, one-byte data
+        length, all inside the entry), or None: then _fde reads it field by
+        field, with every check. The same values either way, faster."""
+        whole = self.region._whole
+        if (cie.fde_encoding != _PCREL_SDATA4 or whole is None or cie.segment_size
+                or not cie.has_augmentation_data or cie.lsda_encoding != PE_OMIT):
+            return None
+        body = h.body
+        if body + 9 > h.end or whole[body + 8] >= 0x80:
+            return None
+        data_end = body + 9 + whole[body + 8]
+        if data_end > h.end:
+            return None
+        pc_offset, address_range = (_LE_S32_S32 if self.region.byteorder == "little"
+                                    else _BE_S32_S32).unpack_from(whole, body)
+        mask = (1 << (8 * cie.address_size)) - 1
+        start = ((self.region.address + body + pc_offset) & mask) + self.bias
+        return FDE(offset=h.offset, length=h.length, is_64=h.is_64, cie=cie, start=start,
+                   end=start + (address_range & mask), lsda=None, instructions_offset=data_end,
+                   instructions=whole[data_end:h.end], section=self)
