@@ -33,6 +33,16 @@ def _twins(flags_name):
     return twin, bare, stop_here
 
 
+def _stopped_twins(flags_name, args, actions):
+    """(the pcs of LLDB's frames on the twin with tables, the results of `actions` on the
+    stripped twin), both stopped at stop_here's first instruction."""
+    twin, bare, stop_here = _twins(flags_name)
+    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=args)
+    results, _ = run_lldb(bare, actions, args=args, breakpoint=None,
+                          setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
+    return pcs(truth["frames"]), results
+
+
 def _needs_lldb_22():
     """On LLDB before 22: `unwind provider` shows "off" and says which version is needed."""
     status, transcript = run_batch(build("chain.c", ["-O0"]), ["unwind provider", "unwind provider on"])
@@ -46,9 +56,7 @@ def _needs_lldb_22():
 def test_provider_supplies_the_frames_lldb_cannot_find():
     if version() < PROVIDER_VERSION:
         return _needs_lldb_22()
-    twin, bare, stop_here = _twins("O2-nofp")
-    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=["plain"])
-    results, _ = run_lldb(bare, [
+    expected, results = _stopped_twins("O2-nofp", ["plain"], [
         ("alone", "frames", None),
         ("on", "json", "unwind provider on --json"),
         ("with", "frames", None),
@@ -61,8 +69,7 @@ def test_provider_supplies_the_frames_lldb_cannot_find():
         ("after_finish", "frames", None),
         ("off", "json", "unwind provider off --json"),
         ("without", "frames", None),
-    ], args=["plain"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
-    expected = pcs(truth["frames"])    # stop_here level3 level2 level1 main, 2 in libc, _start
+    ])      # expected: stop_here level3 level2 level1 main, 2 in libc, _start
     alone = pcs(results["alone"])
     assert alone == expected[:1], (alone, expected)
     assert results["on"] == {"provider": "on", "lldb_version": results["on"]["lldb_version"]}
@@ -95,16 +102,13 @@ def test_provider_keeps_lldbs_frames_where_lldb_disagrees():
     and `unwind compare` shows the disagreement."""
     if version() < PROVIDER_VERSION:
         return _needs_lldb_22()
-    twin, bare, stop_here = _twins("O0")
-    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=["plain"])
-    results, _ = run_lldb(bare, [
+    expected, results = _stopped_twins("O0", ["plain"], [
         ("alone", "frames", None),
         ("on", "cmd", "unwind provider on"),
         ("with", "frames", None),
         ("explain", "json", "unwind explain all --json"),
         ("ours", "json", "unwind backtrace --json"),
-    ], args=["plain"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
-    expected = pcs(truth["frames"])
+    ])
     alone = pcs(results["alone"])
     assert expected[1] not in alone and alone[:1] == expected[:1] and alone[1] == expected[2], (alone, expected)
     assert results["with"] == results["alone"]
@@ -155,17 +159,14 @@ def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return()
     The dict form has no key for a CFA, so a provider cannot give one."""
     if version() < PROVIDER_VERSION:
         return _needs_lldb_22()
-    twin, bare, stop_here = _twins("O2-nofp")
-    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=["recurse", "6"])
-    results, _ = run_lldb(bare, [
+    expected, results = _stopped_twins("O2-nofp", ["recurse", "6"], [
         ("on", "cmd", "unwind provider on"),
         ("with", "frames", None),
         ("cfas", "py", "[thread.GetFrameAtIndex(i).GetCFA() for i in range(5)]"),
         ("select", "cmd", "frame select 3"),
         ("finish", "cmd", "finish"),
         ("after", "frames", None),
-    ], args=["recurse", "6"], breakpoint=None, setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
-    expected = pcs(truth["frames"])        # stop_here, recurse x7, main, libc x2, _start
+    ])      # expected: stop_here, recurse x7, main, libc x2, _start
     assert pcs(results["with"]) == expected
     assert expected[2] == expected[3] == expected[4]        # recurse returning into recurse
     # LLDB alone has frame #0 only: every later frame is supplied, its CFA no stack address.
