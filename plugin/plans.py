@@ -157,7 +157,8 @@ def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
 
 
 def replay_each(fast: FastRow, caller: dict, cfa: int, ctx):
-    """The loads one word at a time (the span crossed an unreadable page)."""
+    """The loads one word at a time (a span too wide for one read, or crossing an unreadable
+    page), into caller; None if one cannot be read."""
     arch = ctx.arch
     try:
         for number, offset in fast.loads:
@@ -186,21 +187,21 @@ def replay_fast(plan: Plan, values: dict, ctx) -> Optional[Replay]:
         return None
     caller = dict(values)
     caller[arch.sp] = cfa
-    read, size, order = ctx.read_memory, arch.address_size, arch.byteorder
+    size, order = arch.address_size, arch.byteorder
     low, length = fast.span
-    try:
-        if length <= MAX_SPAN and 0 <= cfa + low and cfa + low + length <= mask:
-            # The saved registers lie together below the CFA: one read for them all.
-            data = read(cfa + low, length)
-            for number, offset in fast.loads:
-                at = offset - low
-                caller[number] = int.from_bytes(data[at:at + size], order)
-        else:
-            for number, offset in fast.loads:
-                caller[number] = int.from_bytes(read((cfa + offset) & mask, size), order)
-    except MemoryReadError:
-        if replay_each(fast, caller, cfa, ctx) is None:
-            return None
+    data = None
+    if length <= MAX_SPAN and 0 <= cfa + low and cfa + low + length <= mask:
+        # The saved registers lie together below the CFA: one read for them all.
+        try:
+            data = ctx.read_memory(cfa + low, length)
+        except MemoryReadError:
+            pass
+    if data is not None:
+        for number, offset in fast.loads:
+            at = offset - low
+            caller[number] = int.from_bytes(data[at:at + size], order)
+    elif replay_each(fast, caller, cfa, ctx) is None:
+        return None
     for number, offset in fast.sums:
         caller[number] = (cfa + offset) & mask
     for number, source in fast.copies:
