@@ -14,7 +14,8 @@ frame nor a frame a signal interrupted), tables that exist only in memory (JIT c
 whose return address is signed with pointer authentication on a target
 whose description has no `pauth` feature (GDB then keeps the signature in
 the address), and, with `set unwind fallback on`, frame-pointer and stack
-scan frames. `all` claims every frame the plugin can recover; `none`
+scan frames. Where none of these can occur (GdbCoverage.leaves_all_to_gdb), the
+unwinder declines every frame without looking at it. `all` claims every frame the plugin can recover; `none`
 claims nothing. `unwind backtrace/explain/compare` ignore this setting.
 """
 
@@ -31,6 +32,11 @@ from plugin.strategies.exidx import ExidxTables
 from . import objfiles
 
 GDB_DWARF_SECTIONS = (".eh_frame", ".debug_frame")    # the tables GDB's own DWARF unwinder reads
+GDB_TABLES = frozenset((".eh_frame_hdr",) + GDB_DWARF_SECTIONS)   # module.tables entries that lead only to them
+# Architectures where a table GDB reads is a table GDB can use everywhere: not arm (GDB's EHABI
+# unwinder skips the innermost frame), not aarch64 (return addresses signed with pointer
+# authentication on a target without the pauth feature).
+GDB_USES_ITS_TABLES = ("x86_64", "i386", "s390x")
 VERDICT_CACHE_SIZE = 65536
 PAUTH_REGISTER = "pauth_dmask"     # present exactly when the target description has the pauth feature
 
@@ -81,6 +87,7 @@ class GdbCoverage:
 
     def __init__(self):
         self.callers = CallerVerdicts()
+        self._modules_verdict = None     # (ModuleMap generation, leaves_all_to_gdb's answer for the modules)
         self._loaded = None
         self._pauth = {}
         self._verdicts = {}     # lookup pc -> why GDB covers it, or None
@@ -89,6 +96,7 @@ class GdbCoverage:
         self._generation = None
 
     def invalidate(self):
+        self._modules_verdict = None
         self._loaded = None
         self._pauth.clear()
         self._verdicts.clear()
@@ -105,6 +113,21 @@ class GdbCoverage:
         if module.path:
             return os.path.realpath(module.path) in paths
         return module.header_address in in_memory
+
+    def leaves_all_to_gdb(self, ctx) -> bool:
+        """With table sources only and no trap handlers: can the plugin claim no frame under auto?
+        True when every module it knows is an objfile GDB loaded and has no table but those GDB's
+        DWARF unwinder reads, on an architecture where GDB uses them everywhere. Then every
+        pc the plugin has a row for, GDB covers from the same row (gdb_covers), and the unwinder
+        need not look at a single frame."""
+        if ctx.arch.name not in GDB_USES_ITS_TABLES:
+            return False
+        modules = ctx.modules.all()
+        key = ctx.modules.generation
+        if self._modules_verdict is None or self._modules_verdict[0] != key:
+            self._modules_verdict = (key, all(self.loaded_by_gdb(module) and GDB_TABLES.issuperset(module.tables)
+                                              for module in modules))
+        return self._modules_verdict[1]
 
     def has_pauth(self, pending_frame, arch_name) -> bool:
         if arch_name not in self._pauth:

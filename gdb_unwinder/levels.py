@@ -18,6 +18,7 @@ physical frame, so a walk that stops early costs GDB no more unwinding.
 
 import gdb
 
+from plugin.arch import reader
 from plugin.model.evidence import VirtualFrame, VirtualKind
 
 _PHYSICAL_OVER = (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME)
@@ -113,3 +114,47 @@ def inlined_functions(pc):
 def first_gdb_frame():
     """Where a walk from the selected frame starts: the selected frame (inline or not)."""
     return gdb.selected_frame()
+
+
+def inline_depth(pc, cache):
+    """How many inlined-function blocks enclose pc (0 without debug information); cached per pc."""
+    depth = cache.get(pc)
+    if depth is not None:
+        return depth
+    try:
+        block = gdb.block_for_pc(pc)
+    except (RuntimeError, gdb.error):
+        block = None
+    functions = 0
+    while block is not None:
+        if block.function is not None:
+            functions += 1
+        block = block.superblock
+    depth = cache[pc] = max(functions - 1, 0)
+    return depth
+
+
+def is_innermost_physical(level, pc, ctx, depths):
+    """Is the pending frame at GDB level `level` the thread's innermost physical frame?
+
+    GDB numbers inline frames too: stopped in code inlined into a function,
+    levels 0..k-1 are inline frames and the function's own frame is level
+    k, whose pc is the stop pc, not a return address. No frame may be
+    asked here (GDB is computing the newest frame's id), so the answer
+    comes from the blocks at pc: the innermost physical frame has at most
+    inline_depth(pc) inline frames below it, while a caller has its callee
+    and its own inline frames at pc-1 below it, so level > inline_depth(pc-1).
+    Where both could hold (pc starts an inlined block), a return address
+    follows a call instruction and a stop pc at a block's start normally
+    does not.
+    """
+    if level == 0:
+        return True
+    if level > inline_depth(pc, depths):
+        return False
+    if level <= inline_depth(pc - 1, depths):
+        return True
+    try:
+        return ctx.arch.call_before(reader(ctx.read_memory), pc) is None
+    except Exception:           # unreadable code: the caller reading is the safe one
+        return False

@@ -14,13 +14,13 @@ import traceback
 import gdb
 from gdb.unwinder import Unwinder
 
-from plugin.arch import reader
 from plugin.engine import step_frame
 from plugin.heuristic import yields_to_debugger
 from plugin.model.evidence import Frame
 from plugin.plans import replay, replay_fast
 
 from .claim import NOT_COVERED, Claim
+from .levels import inline_depth, is_innermost_physical
 from .registers import FrameId, Handed, PendingRegisters, handed_registers, unknown_registers
 
 NAME = "unwind-plugin"
@@ -36,8 +36,34 @@ class PluginUnwinder(Unwinder):
         self._numbered = (None, None)   # (gdb.Architecture, {DWARF number: its descriptor, or name})
         self._last = None       # (level, inferior, Handed) of the claim made by the previous call, if any
         self.claimed = 0
+        self._quiet = None      # the gdb.Inferior whose every frame is left to GDB (leaves_all_to_gdb)
+        self._loud = set()      # the gdb.Inferiors found to need a look at each frame
+        self._may_be_quiet = True
+
+    @property
+    def may_be_quiet(self) -> bool:
+        """May it decline every frame unseen where it has nothing to add? (Tests turn it off to see
+        every frame's own verdict.)"""
+        return self._may_be_quiet
+
+    @may_be_quiet.setter
+    def may_be_quiet(self, value):
+        self._may_be_quiet = bool(value)
+        self.reconsider()
+
+    def reconsider(self):
+        """A stop, a resume, changed modules or settings: whether to look at frames is decided again."""
+        self._quiet = None
+        self._loud.clear()
+
+    def leaves_all_to_gdb(self) -> bool:
+        """Does the unwinder decline every frame of the selected inferior without looking at it?"""
+        return self._quiet is not None and gdb.selected_inferior() is self._quiet
 
     def __call__(self, pending_frame):
+        selected = gdb.selected_inferior()
+        if selected is self._quiet:     # nothing the plugin could claim: GDB unwinds alone
+            return None
         last, self._last = self._last, None
         claim = self.state.claim
         if claim == Claim.NONE:
@@ -46,6 +72,11 @@ class PluginUnwinder(Unwinder):
         target = inferior.target
         target.inside_unwinder = True
         try:
+            if claim == Claim.AUTO and selected not in self._loud:
+                if self._nothing_to_add(inferior, pending_frame):
+                    self._quiet = selected
+                    return None
+                self._loud.add(selected)
             if last is not None and last[1] is inferior:
                 # GDB asks for the frames of a walk in order: the frame above the one the
                 # previous call claimed has the registers that claim handed on.
@@ -81,14 +112,26 @@ class PluginUnwinder(Unwinder):
         finally:
             target.inside_unwinder = False
 
-    def _unwind(self, pending_frame, inferior, pc_value=None):
+    def _nothing_to_add(self, inferior, pending_frame):
+        """Under auto: no fallback sources, no trap handler names, and GDB's DWARF unwinder reads
+        every table the plugin has (GdbCoverage.leaves_all_to_gdb)."""
         state = self.state
-        target = inferior.target
+        if not self._may_be_quiet or state.claim_fallback or inferior.target.trap_handler_names:
+            return False
+        self._set_arch(inferior.target, pending_frame)
+        return inferior.coverage.leaves_all_to_gdb(state.unwinder_context(inferior))
+
+    def _set_arch(self, target, pending_frame):
         gdb_arch = pending_frame.architecture()      # GDB hands back one object per gdbarch
         if gdb_arch is not target.gdb_arch:
             target.set_arch(gdb_arch.name())
             target.gdb_arch = gdb_arch
             target.descriptors = _descriptors(gdb_arch)
+
+    def _unwind(self, pending_frame, inferior, pc_value=None):
+        state = self.state
+        target = inferior.target
+        self._set_arch(target, pending_frame)
         arch = target.arch
         registers = PendingRegisters(pending_frame, arch, target.descriptors)
         if pc_value is not None and not pc_value.is_optimized_out:
@@ -346,47 +389,3 @@ def _ruled_registers(evidence):
     """DWARF numbers the accepted row has a rule for (undefined ones included)."""
     rule = getattr(evidence, "rule", None)
     return getattr(rule, "registers", None) or {}
-
-
-def inline_depth(pc, cache):
-    """How many inlined-function blocks enclose pc (0 without debug information); cached per pc."""
-    depth = cache.get(pc)
-    if depth is not None:
-        return depth
-    try:
-        block = gdb.block_for_pc(pc)
-    except (RuntimeError, gdb.error):
-        block = None
-    functions = 0
-    while block is not None:
-        if block.function is not None:
-            functions += 1
-        block = block.superblock
-    depth = cache[pc] = max(functions - 1, 0)
-    return depth
-
-
-def is_innermost_physical(level, pc, ctx, depths):
-    """Is the pending frame at GDB level `level` the thread's innermost physical frame?
-
-    GDB numbers inline frames too: stopped in code inlined into a function,
-    levels 0..k-1 are inline frames and the function's own frame is level
-    k, whose pc is the stop pc, not a return address. No frame may be
-    asked here (GDB is computing the newest frame's id), so the answer
-    comes from the blocks at pc: the innermost physical frame has at most
-    inline_depth(pc) inline frames below it, while a caller has its callee
-    and its own inline frames at pc-1 below it, so level > inline_depth(pc-1).
-    Where both could hold (pc starts an inlined block), a return address
-    follows a call instruction and a stop pc at a block's start normally
-    does not.
-    """
-    if level == 0:
-        return True
-    if level > inline_depth(pc, depths):
-        return False
-    if level <= inline_depth(pc - 1, depths):
-        return True
-    try:
-        return ctx.arch.call_before(reader(ctx.read_memory), pc) is None
-    except Exception:           # unreadable code: the caller reading is the safe one
-        return False

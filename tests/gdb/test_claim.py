@@ -8,8 +8,9 @@ import subprocess
 
 import pytest
 
-from gdb_actions import DECLINES, DISABLE, SIGNAL, claim_all, claimed, claimed_then_native, native_frames
+from gdb_actions import DECLINES, DISABLE, LEAVES_ALL, LOOK_AT_EACH, SIGNAL, claim_all, claimed, claimed_then_native, native_frames
 from gdbrun import run_gdb
+from sframe_demo import STRIP_CFI
 from support import ROOT, build, need_tool, pcs_sps
 from test_transcripts import inline_program
 
@@ -22,6 +23,10 @@ def test_default_auto_leaves_dwarf_frames_to_gdb():
         ("show", "cmd", "show unwind claim"),
         ("bt", "cmd", "bt"),
         claimed(),
+        ("quiet", "py", LEAVES_ALL),
+        ("unseen", "py", DECLINES),
+        ("look", "cmd", LOOK_AT_EACH),
+        ("bt_looked", "cmd", "bt"),
         ("why", "py", DECLINES),
         ("ours", "json", "unwind backtrace -json"),
         claim_all(),
@@ -34,6 +39,9 @@ def test_default_auto_leaves_dwarf_frames_to_gdb():
     ], args=["qsort"], breakpoint="getpid")
     assert "auto" in results["show"]
     assert results["claimed"] == 0                       # every frame is in an .eh_frame FDE GDB reads
+    # Every module is an objfile of GDB's with only .eh_frame: no frame was even looked at.
+    assert results["quiet"] is True and results["unseen"] == []
+    assert results["bt_looked"] == results["bt"]
     assert any("left to GDB" in reason and ".eh_frame FDE" in reason for reason in results["why"])
     # GDB's tail-call frame (DW_TAG_call_site in libc's debug info) survives.
     assert "__GI_qsort" in results["bt"] or "qsort" in results["bt"]
@@ -149,6 +157,9 @@ def test_vdso_is_left_to_gdb_which_loads_it_as_an_objfile():
     binary = build("chain.c", ["-O2"])
     steps = [("stop", "cmd", "break __vdso_clock_gettime"), ("go", "cmd", "continue"),
              ("objfiles", "py", "[o.filename for o in gdb.objfiles()]"),
+             ("quiet_frames", "frames", None),
+             ("quiet", "py", LEAVES_ALL),
+             ("look", "cmd", LOOK_AT_EACH),
              ("auto", "frames", None),
              ("why", "py", DECLINES),
              claimed("claimed_auto"),
@@ -158,6 +169,7 @@ def test_vdso_is_left_to_gdb_which_loads_it_as_an_objfile():
     native = results["native"]
     assert "clock_gettime" in (native[0]["name"] or ""), transcript
     assert pcs_sps(results["auto"]) == pcs_sps(native)
+    assert results["quiet"] is True and pcs_sps(results["quiet_frames"]) == pcs_sps(native)
     assert results["claimed_auto"] == 0
     assert any("[vdso]" in reason for reason in results["why"]), results["why"]
     assert pcs_sps(results["claim_all"]) == pcs_sps(native)
@@ -169,6 +181,7 @@ def test_auto_remembers_the_frame_a_signal_interrupted():
     the frame above it was interrupted, so a frame it claims there is looked up at its exact pc."""
     binary = build("chain.c", ["-O2"])
     results, _ = run_gdb(binary, [
+        ("look", "cmd", LOOK_AT_EACH),      # as where the plugin may add (by default it need not look)
         ("frames", "frames", None),
         ("after", "py", "sorted(gdb._unwind_plugin_state.after_signal)"),
         *native_frames(),
@@ -267,3 +280,53 @@ def test_claim_all_gives_every_register_gdb_gives(mode, flags):
     native, from_plugin = results["native"], results["claimed"]
     assert len(native) >= 3 and results["count"] >= len(native) - 1, transcript
     assert from_plugin == native
+
+
+def test_leaving_every_frame_to_gdb_is_decided_per_inferior_and_per_setting():
+    """By default an inferior whose every module is an objfile of GDB's with only .eh_frame has its
+    frames declined unseen; one with SFrame-only code (.eh_frame removed) is looked at and claimed
+    there. Switching inferiors, `set unwind fallback on` and trap handler names decide again."""
+    plain = build("chain.c", ["-O2"])
+    sframe_only = build("chain.c", ["-O0", "-Wa,--gsframe"], name="chain-sframe-only",
+                        post=[["objcopy", *STRIP_CFI, "{out}"]])
+    frames_and_flag = [("frames", "frames", None), ("quiet", "py", LEAVES_ALL), claimed()]
+
+    def step(suffix, *extra):
+        return [*extra, *[(name + suffix, kind, payload) for name, kind, payload in frames_and_flag]]
+
+    results, transcript = run_gdb(plain, [
+        *step("1"),
+        ("add", "cmd", "add-inferior -exec %s" % sframe_only),
+        ("switch2", "cmd", "inferior 2"),
+        ("run2", "cmd", "run plain"),
+        *step("2"),
+        *step("1b", ("switch1", "cmd", "inferior 1")),
+        *step("fallback", ("on", "cmd", "set unwind fallback on")),
+        *step("off", ("off", "cmd", "set unwind fallback off")),
+        *step("trap", ("trap", "cmd", "set unwind trap-handler-names no_such_handler")),
+        ("notrap", "cmd", "set unwind trap-handler-names"),
+        *native_frames(),
+    ], args=["plain"])
+    native = results["native"]
+    assert results["quiet1"] is True and results["claimed1"] == 0, transcript
+    assert pcs_sps(results["frames1"]) == pcs_sps(native)
+    assert results["quiet2"] is False and results["claimed2"] >= 3, transcript     # SFrame-only frames
+    assert [f["name"] for f in results["frames2"][:5]] == ["stop_here", "level3", "level2", "level1", "main"]
+    assert results["quiet1b"] is True and results["claimed1b"] == results["claimed2"]
+    assert results["quietfallback"] is False and results["quietoff"] is True
+    assert results["quiettrap"] is False
+    for key in ("frames1b", "framesfallback", "framesoff", "framestrap"):
+        assert pcs_sps(results[key]) == pcs_sps(native), key
+
+
+def test_explain_says_gdb_found_a_caller_itself_where_every_frame_is_left_to_it():
+    """Tables removed from the program: GDB's bt finds the callers by its own analysis, the
+    plugin's walk by the frame pointer; explain says the unwinder declined and why."""
+    binary = build("chain.c", ["-O0"], name="chain-noeh-O0", post=NOEH)
+    results, transcript = run_gdb(binary, [
+        ("explain", "cmd", "unwind explain 1"),
+        ("quiet", "py", LEAVES_ALL),
+    ], args=["plain"])
+    assert results["quiet"] is True, transcript
+    assert ("GDB's bt: the plugin declined this frame, so GDB's own unwinders found its caller: "
+            "fallback sources are off (set unwind fallback on)") in results["explain"], results["explain"]

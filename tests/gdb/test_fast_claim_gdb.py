@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from gdb_actions import LOOK_AT_EACH
 from gdbrun import run_gdb
 from sframe_demo import STRIP_CFI
 from support import build, pcs
@@ -86,11 +87,14 @@ def test_auto_declines_from_the_pc_alone_as_the_slow_path_does(scenario):
     declines from the pc alone (CallerVerdicts): the same frames, the same declines and reasons."""
     results, _ = run_gdb(build("chain.c", ["-O2"]), [
         ("define", "cmd", WALK),
+        ("quiet", "py", "walk_declines()"),
+        ("look", "cmd", LOOK_AT_EACH),
         ("first", "py", "walk_declines()"),
         ("second", "py", "walk_declines()"),
     ], args=scenario, breakpoint="stop_here", setup=["handle SIGUSR1 nostop noprint pass",
                                                      "set backtrace past-main on"])
     frames, declines, claimed = results["first"]
+    assert results["quiet"] == [frames, [], 0]      # by default every frame is declined unseen
     assert len(frames) > 3 and len(declines) > 3
     assert results["second"] == [frames, declines, claimed]
     assert any("GDB's DWARF unwinder covers" in reason for _, _, reason in declines)

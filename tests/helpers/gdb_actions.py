@@ -7,6 +7,10 @@ An action is (name, kind, payload); see gdb_driver.py for the kinds.
 CLAIMED = "gdb._unwind_plugin_state.unwinder.claimed"
 # Why it left frames to GDB (with `set unwind claim auto`).
 DECLINES = "[r for _, _, r in gdb._unwind_plugin_state.unwinder.declines]"
+# Whether it declines every frame of the selected inferior unseen (GDB reads every table it has).
+LEAVES_ALL = "gdb._unwind_plugin_state.unwinder.leaves_all_to_gdb()"
+# Make it look at every frame and say why it declines each (DECLINES), as it does where it may add.
+LOOK_AT_EACH = "python gdb._unwind_plugin_state.unwinder.may_be_quiet = False; gdb.invalidate_cached_frames()"
 DISABLE = "disable unwinder global unwind-plugin"
 SIGNAL = ["handle SIGUSR1 nostop noprint pass"]      # the handler runs, GDB does not stop at SIGUSR1
 
