@@ -101,10 +101,10 @@ def _attach_declines(state, bt):
 
 def note_claimed(state, bt):
     """Mark the frames GDB's `bt` took from the plugin's unwinder (those it handed registers for)."""
-    handed = state.inferior().handed
+    claimed = state.inferior().claimed
     sp = state.target.arch.sp
     for callee, frame in zip(bt.frames, bt.frames[1:]):
-        if (frame.pc, frame.registers.get(sp)) in handed:
+        if frame.pc is not None and claimed.get(frame.registers.get(sp)) == frame.pc:
             frame.claimed = claimed_note(state.claim, callee.level, frame.level)
 
 

@@ -10,7 +10,11 @@ import gdb
 
 
 class FrameId:
-    """GDB 13 has no gdb.unwinder.FrameId: any object whose sp and pc are gdb.Values."""
+    """GDB 13 has no gdb.unwinder.FrameId: any object whose sp and pc are gdb.Values. `special`
+    is there (None: no special address) because GDB asks for it, and a missing attribute costs
+    GDB an exception per frame."""
+    __slots__ = ("sp", "pc")
+    special = None
 
     def __init__(self, sp, pc):
         self.sp = gdb.Value(sp)
@@ -87,20 +91,26 @@ class Handed:
     """What a claim handed GDB for its caller, as that caller's PendingRegisters will see it:
     raw, DWARF number -> gdb.Value; known, number -> int, None where not handed (absent where
     only the gdb.Value is known); values, the known ints as a plain dict when complete."""
-    __slots__ = ("raw", "known", "values")
+    __slots__ = ("raw", "_known", "values", "_unknown")
 
     def __init__(self, raw, known, complete):
-        self.raw, self.known = raw, known
+        self.raw, self._known, self._unknown = raw, known, None
         self.values = {n: v for n, v in known.items() if v is not None} if complete else None
 
     @classmethod
     def complete(cls, raw, values, unknown):
-        """A complete record from its parts: unknown, the register numbers not handed (None)."""
+        """A complete record from its parts: unknown, the register numbers not handed (None).
+        known is built on first use: a run of fast claims never needs it."""
         handed = cls.__new__(cls)
-        handed.raw, handed.values = raw, values
-        handed.known = dict(unknown)
-        handed.known.update(values)
+        handed.raw, handed.values, handed._known, handed._unknown = raw, values, None, unknown
         return handed
+
+    @property
+    def known(self):
+        if self._known is None:
+            self._known = dict(self._unknown)
+            self._known.update(self.values)
+        return self._known
 
 
 _HANDED = {}

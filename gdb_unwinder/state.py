@@ -31,7 +31,7 @@ class InferiorState:
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
         self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
-        self.handed = {}                 # (pc, sp) of a frame the unwinder produced -> unwinder.Handed
+        self.claimed = {}                # sp -> pc of each caller frame GDB's bt took from the unwinder
         self.unwinder_context = None
         self.plans = PlanCache()         # lookup pc -> the engine's accepted row, for the unwinder
 
@@ -56,7 +56,7 @@ class InferiorState:
         """The process ran, or memory or registers were written: GDB rebuilds every frame."""
         self.stopped()
         self.after_signal.clear()
-        self.handed.clear()
+        self.claimed.clear()
 
 
 class SharedSettings:

@@ -17,14 +17,15 @@ from gdb.unwinder import Unwinder
 from plugin.engine import step_frame
 from plugin.heuristic import yields_to_debugger
 from plugin.model.evidence import Frame
-from plugin.plans import replay, replay_fast
+from plugin.plans import replay
 
-from .claim import NOT_COVERED, Claim
+from .ahead import FastClaims
+from .claim import NOT_COVERED, VERDICT_CACHE_SIZE, Claim
 from .levels import inline_depth, is_innermost_physical
-from .registers import FrameId, Handed, PendingRegisters, handed_registers, unknown_registers
+from .registers import FrameId, Handed, PendingRegisters, handed_registers
 
 NAME = "unwind-plugin"
-HANDED_CACHE_SIZE = 1 << 17      # claimed frames whose registers are remembered until the next resume
+CLAIMED_CACHE_SIZE = 1 << 17      # claimed frames remembered (for `unwind explain`) until the next resume
 
 
 class PluginUnwinder(Unwinder):
@@ -32,9 +33,8 @@ class PluginUnwinder(Unwinder):
         super().__init__(NAME)
         self.state = state
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
-        self._types = {}
-        self._numbered = (None, None)   # (gdb.Architecture, {DWARF number: its descriptor, or name})
-        self._last = None       # (level, inferior, Handed) of the claim made by the previous call, if any
+        self.fast = FastClaims(state)
+        self._last = None       # (level, inferior, Handed, (its pc, its sp), thread) of the previous call's claim
         self.claimed = 0
         self._quiet = None      # the gdb.Inferior whose every frame is left to GDB (leaves_all_to_gdb)
         self._loud = set()      # the gdb.Inferiors found to need a look at each frame
@@ -55,6 +55,7 @@ class PluginUnwinder(Unwinder):
         """A stop, a resume, changed modules or settings: whether to look at frames is decided again."""
         self._quiet = None
         self._loud.clear()
+        self.fast.clear()
 
     def leaves_all_to_gdb(self) -> bool:
         """Does the unwinder decline every frame of the selected inferior without looking at it?"""
@@ -80,7 +81,7 @@ class PluginUnwinder(Unwinder):
             if last is not None and last[1] is inferior:
                 # GDB asks for the frames of a walk in order: the frame above the one the
                 # previous call claimed has the registers that claim handed on.
-                info = self._claim_next(pending_frame, inferior, last)
+                info = self.fast.claim_next(pending_frame, inferior, last)
                 if info is not None:
                     return info
             pc_value = None
@@ -100,7 +101,7 @@ class PluginUnwinder(Unwinder):
                     if level > depth:
                         self.declines.append((level, pc, reason))
                         return None
-            return self._unwind(pending_frame, inferior, pc_value)
+            return self._unwind(pending_frame, inferior, pc_value, last)
         except Exception as exc:        # never break `bt`: decline and remember why
             try:
                 pc = int(pending_frame.read_register("pc"))
@@ -128,7 +129,7 @@ class PluginUnwinder(Unwinder):
             target.gdb_arch = gdb_arch
             target.descriptors = _descriptors(gdb_arch)
 
-    def _unwind(self, pending_frame, inferior, pc_value=None):
+    def _unwind(self, pending_frame, inferior, pc_value=None, last=None):
         state = self.state
         target = inferior.target
         self._set_arch(target, pending_frame)
@@ -166,7 +167,8 @@ class PluginUnwinder(Unwinder):
         sp = registers.get(arch.sp)
         if sp is None:
             return None
-        handed = inferior.handed.get((pc, sp))
+        # The registers the previous call handed GDB for this very frame, if it claimed its callee.
+        handed = last[2] if last is not None and last[1] is inferior and last[3] == (pc, sp) else None
         if handed is not None:
             registers.prefill(handed)
         plans = inferior.plans
@@ -176,7 +178,7 @@ class PluginUnwinder(Unwinder):
         plan = plans.get(lookup, exact) if state.use_plans else None
         if plan is not None and plan.fast is not None and handed is not None and handed.values is not None \
                 and not trap:
-            info = self._claim_fast(pending_frame, inferior, plan, handed, ctx)
+            info = self.fast.claim_one(pending_frame, inferior, plan, handed, ctx)
             if info is not None:
                 return info
         replayed = None
@@ -230,7 +232,7 @@ class PluginUnwinder(Unwinder):
                 value = caller[number]
                 raw = raws.get(number)
                 if raw is None or known.get(number) != value:
-                    raw = self._value(pending_frame, name, value)
+                    raw = self.fast.value(pending_frame, name, value)
             elif number in ruled:
                 known_given[number] = None
                 continue        # undefined, or its rule could not be evaluated: not saved
@@ -255,82 +257,19 @@ class PluginUnwinder(Unwinder):
                 complete = False
             else:
                 known_given[number] = value
-        caller_key = (caller.get(arch.pc), caller.get(arch.sp))
-        if len(inferior.handed) >= HANDED_CACHE_SIZE:
-            inferior.handed.clear()
-        record = inferior.handed[caller_key] = Handed(raw_given, known_given, complete)
-        if complete:
-            self._last = (level, inferior, record)
-        self.claimed += 1
+        self.handed(inferior, level, Handed(raw_given, known_given, complete), caller.get(arch.pc),
+                    caller.get(arch.sp))
         return info
 
-    def _claim_next(self, pending_frame, inferior, last):
-        """The fast claim of the caller of the frame the previous call claimed, its pc and
-        registers taken from that claim: one register read (sp) checks that GDB built this
-        frame from it. None where anything needs the slow path's judgement (an inline frame at
-        pc, a frame a signal interrupted, trap handlers, no plan with a FastRow, under auto a
-        return address GDB's own unwinders cover)."""
-        level = pending_frame.level()
-        callee_level, _, handed = last
-        target, arch = inferior.target, inferior.target.arch
-        values = handed.values
-        pc, sp = values.get(arch.pc), values.get(arch.sp)
-        if (level != callee_level + 1 or pc is None or sp is None or inferior.handed.get((pc, sp)) is not handed
-                or inferior.after_signal or target.trap_handler_names or not self.state.use_plans
-                or pending_frame.architecture() is not target.gdb_arch
-                or level <= inline_depth(pc, inferior.inline_depths)):
-            return None
-        registers = self._registers(target, arch)
-        if int(pending_frame.read_register(registers[arch.sp])) & arch.mask != sp:
-            return None
-        ctx = self.state.unwinder_context(inferior)
-        plan = inferior.plans.get(pc - 1, False) if inferior.plans.owner is ctx else None
-        if plan is None or plan.fast is None:
-            return None
-        if self.state.claim == Claim.AUTO and inferior.coverage.gdb_covers(pc - 1, ctx, pending_frame,
-                                                                             call_site=True) is not None:
-            return None     # auto leaves this frame to GDB (the slow path says why)
-        return self._claim_fast(pending_frame, inferior, plan, handed, ctx)
-
-    def _registers(self, target, arch):
-        """{DWARF number: gdb.RegisterDescriptor (or name)} of the registers a claim hands GDB."""
-        gdb_arch, registers = self._numbered
-        if gdb_arch is not target.gdb_arch:
-            descriptors = target.descriptors
-            registers = {n: descriptors.get(name, name) for n, name in handed_registers(arch)}
-            self._numbered = (target.gdb_arch, registers)
-        return registers
-
-    def _claim_fast(self, pending_frame, inferior, plan, handed, ctx):
-        """The claim for a frame whose callee this plugin claimed (its registers are the complete
-        file handed then) and whose plan has a FastRow: replay_fast's registers handed to GDB,
-        a new gdb.Value only for those the row changed; None where replay_fast declines."""
-        replayed = replay_fast(plan, handed.values, ctx)
-        if replayed is None:
-            return None
-        inferior.plans.hits += 1
-        inferior.plans.fast_hits += 1
-        arch, caller = ctx.arch, replayed.registers
-        registers = self._registers(inferior.target, arch)
-        info = pending_frame.create_unwind_info(FrameId(replayed.cfa, replayed.start))
-        values, given = handed.values, dict(handed.raw)    # unchanged registers: the callee's gdb.Values
-        for number in plan.fast.written:
-            value = caller.get(number)
-            if value is None:
-                given.pop(number, None)
-            elif value != values.get(number) or number not in given:
-                given[number] = self._value(pending_frame, arch.registers[number], value)
-        for number in plan.fast.undefined:
-            given.pop(number, None)
-        # add_saved_register for every entry, iterated in C: a claim hands the whole register file
-        any(map(info.add_saved_register, map(registers.__getitem__, given), given.values()))
-        if len(inferior.handed) >= HANDED_CACHE_SIZE:
-            inferior.handed.clear()
-        record = inferior.handed[(caller[arch.pc], caller.get(arch.sp))] = Handed.complete(given, caller,
-                                                                                             unknown_registers(arch))
-        self._last = (pending_frame.level(), inferior, record)
+    def handed(self, inferior, level, record, pc, sp):
+        """Remember a claim: for the next call (GDB asks for the caller next) and for `unwind explain`
+        (which frames GDB took from the plugin: their sp and pc, nothing heavier per frame)."""
+        claimed = inferior.claimed
+        if len(claimed) >= CLAIMED_CACHE_SIZE:
+            claimed.clear()
+        claimed[sp] = pc
+        self._last = (level, inferior, record, (pc, sp), gdb.selected_thread())
         self.claimed += 1
-        return info
 
     def _covered_caller(self, pc, ctx, pending_frame, inferior):
         """Under auto, (inline depth at pc, why GDB covers a caller frame at return address pc),
@@ -353,7 +292,7 @@ class PluginUnwinder(Unwinder):
             reason = coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True)
             if reason is not None and pc - 1 not in coverage.signal_pcs:
                 verdict = (inline_depth(pc, inferior.inline_depths), reason)
-        if len(callers.verdicts) >= HANDED_CACHE_SIZE:
+        if len(callers.verdicts) >= VERDICT_CACHE_SIZE:
             callers.verdicts.clear()
         callers.verdicts[pc] = verdict
         return verdict
@@ -364,17 +303,6 @@ class PluginUnwinder(Unwinder):
             arch = ctx.arch
             inferior.after_signal.add((outcome.registers.get(arch.pc), outcome.registers.get(arch.sp)))
 
-    def _value(self, pending_frame, name, value):
-        """value as a gdb.Value of the register's size: uncast (several times cheaper) where a
-        plain gdb.Value of an int already has that size; GDB copies only the bytes."""
-        known = self._types.get(name)
-        if known is None:
-            kind, plain = pending_frame.read_register(name).type, gdb.Value(0).type.sizeof
-            known = self._types[name] = (kind, 1 << (8 * plain - 1) if kind.sizeof == plain else 0)
-        kind, limit = known
-        if 0 <= value < limit:
-            return gdb.Value(value)
-        return gdb.Value(value).cast(kind)
 
 
 def _descriptors(gdb_arch):

@@ -1,5 +1,6 @@
 """The unwinder's fast claims (a FastRow replayed on the register file the previous claim
-handed on, gdb_unwinder/unwinder.py _claim_fast) give GDB what the full engine gives.
+handed on, computed a few frames ahead: gdb_unwinder/ahead.py) give GDB what the full engine
+gives.
 
 With `set unwind claim all`, each scenario's stack is read from GDB (pc, sp and every
 general register of every frame) with plans off (the engine decides each frame) and on;
@@ -112,3 +113,25 @@ def test_auto_fast_claims_sframe_only_code_as_the_engine_does():
     assert results["fast"] >= 190 * 2, results["fast"]
     ours, _ = run_gdb(stripped, [("frames", "frames", None)], args=["recurse", "200"])
     assert pcs(ours["frames"]) == pcs(right["frames"])
+
+
+def test_claims_computed_ahead_stay_in_their_thread_and_level():
+    """Claims computed ahead are used only for the question they were computed for: with two
+    threads, `thread apply all bt`, switching threads, `bt 2` (GDB asks no further) then whole
+    walks, and a selected frame, GDB's frames (pc, sp, name) and a caller's registers under
+    claim all equal its own."""
+    program = build("chain.c", ["-O0"])
+    steps = [("all_bt", "cmd", "thread apply all bt"),
+             ("t1", "cmd", "thread 1"), ("bt1", "cmd", "bt 2"), ("f1", "frames", None),
+             ("t2", "cmd", "thread 2"), ("bt2", "cmd", "bt 2"), ("f2", "frames", None),
+             ("up", "cmd", "frame 3"), ("regs", "cmd", "info registers rip rsp rbp rbx"),
+             ("t1b", "cmd", "thread 1"), ("f1b", "frames", None), ("again", "cmd", "thread apply all bt"),
+             ("t2b", "cmd", "thread 2"), ("f2b", "frames", None)]
+    results, transcript = run_gdb(program, [
+        ("all", "cmd", "set unwind claim all"), *steps, ("fast", "py", PLANS + ".fast_hits"),
+        ("off", "cmd", "disable unwinder global unwind-plugin"),
+        *[("native_" + name, kind, payload) for name, kind, payload in steps]], args=["thread"])
+    assert results["fast"] > 0, transcript       # the second walks went through answers computed ahead
+    assert "level1" in [f["name"] for f in results["f2"]], results["f2"]
+    for name in ("f1", "f2", "f1b", "f2b", "regs"):
+        assert results[name] == results["native_" + name], name

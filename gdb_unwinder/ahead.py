@@ -1,0 +1,165 @@
+"""Fast claims, computed a few frames ahead of GDB's questions.
+
+GDB asks for a walk's frames in order, and between two questions it prints
+the frame it got (symbols, lines, arguments). That work evicts the
+interpreter's caches, so per-frame Python work costs several times more
+when it runs between GDB's questions than in a loop. So where the previous
+call claimed a frame and the next frames' plans have a FastRow (a plain
+row, plugin/plans.py), this computes the claims of a run of frames at once
+(replay_fast's registers, the gdb.Values to hand GDB, the frame id), and
+each of GDB's questions then costs a look-up and the hand-over.
+
+An answer is used only for the very question it was computed for: the
+level it predicts, in the same thread, asked right after the claim it was
+computed from (the same Handed record, by identity). GDB builds a thread's
+frames one level at a time, each from the one below it, and asks the
+unwinders about each new frame as it builds it: so the frame asked about
+then is the caller of the frame just claimed, built from that claim's
+registers. Anything else (an inline frame GDB put in between, another
+thread or inferior, a frame the slow path decided) finds no answer,
+and the answers are dropped at every stop, resume and change of modules or
+settings. A run starts with two frames and doubles while GDB keeps asking,
+up to AHEAD_MAX: a stop in a step, which needs one caller, computes little.
+"""
+
+from typing import NamedTuple, Optional
+
+import gdb
+
+from plugin.plans import replay_fast
+
+from .claim import Claim
+from .levels import inline_depth
+from .registers import FrameId, Handed, handed_registers, unknown_registers
+
+AHEAD_FIRST = 2         # answers computed when a run of fast claims starts
+AHEAD_MAX = 64          # at most this many answers computed at once
+
+
+class Answer(NamedTuple):
+    """The claim for the pending frame at `level`, computed from the claim of its callee."""
+    level: int
+    frame_id: FrameId
+    registers: list         # descriptors (or names) of the registers handed, in order
+    values: list            # their gdb.Values
+    record: Handed          # what this claim hands on to the next
+    parent: Handed          # the callee's claim this one was computed from
+    pc: int                 # the caller's pc and sp (for `unwind explain`)
+    caller_sp: int
+
+
+class FastClaims:
+    """The fast path of a PluginUnwinder: answers computed ahead, and the gdb.Values they hand."""
+
+    def __init__(self, state):
+        self.state = state
+        self._answers = {}      # level -> Answer
+        self._size = AHEAD_FIRST
+        self._types = {}        # register name -> (gdb.Type, the largest value an uncast gdb.Value holds)
+        self._numbered = (None, None)   # (gdb.Architecture, {DWARF number: its descriptor, or name})
+
+    def clear(self):
+        self._answers.clear()
+        self._size = AHEAD_FIRST
+
+    def claim_next(self, pending_frame, inferior, last):
+        """The claim of the caller of the frame the previous call claimed (last: level, inferior,
+        Handed, (pc, sp), gdb.InferiorThread), or None where the slow path must judge: an answer
+        computed ahead for this question if there is one, else a new run computed from `last`."""
+        level = pending_frame.level()
+        if gdb.selected_thread() is not last[4] or pending_frame.architecture() is not inferior.target.gdb_arch:
+            return None
+        answer = self._answers.get(level)
+        if answer is None or answer.parent is not last[2]:
+            answer = self._run(pending_frame, inferior, last, level)
+            if answer is None:
+                return None
+        if level + 1 not in self._answers:
+            self._size = min(2 * self._size, AHEAD_MAX)     # GDB asked for the whole run: go further next time
+        return self.hand(pending_frame, inferior, answer)
+
+    def claim_one(self, pending_frame, inferior, plan, handed, ctx):
+        """The claim for one frame whose callee this plugin claimed (handed: its complete record)
+        and whose plan has a FastRow; None where replay_fast declines."""
+        answer = self._answer(pending_frame, inferior, plan, handed, ctx, pending_frame.level())
+        return None if answer is None else self.hand(pending_frame, inferior, answer)
+
+    def hand(self, pending_frame, inferior, answer):
+        """Give GDB the answer's frame id and registers (add_saved_register iterated in C)."""
+        info = pending_frame.create_unwind_info(answer.frame_id)
+        any(map(info.add_saved_register, answer.registers, answer.values))
+        plans = inferior.plans
+        plans.hits += 1
+        plans.fast_hits += 1
+        self.state.unwinder.handed(inferior, answer.level, answer.record, answer.pc, answer.caller_sp)
+        return info
+
+    def _run(self, pending_frame, inferior, last, level) -> Optional[Answer]:
+        """Answers for `level` and up to self._size - 1 frames above it, each from the one before,
+        while every frame passes the fast path's checks; the first, or None."""
+        self._answers.clear()
+        callee_level, _, handed, (pc, sp), _ = last
+        target = inferior.target
+        if level != callee_level + 1 or target.trap_handler_names or inferior.after_signal or not self.state.use_plans:
+            return None
+        ctx = self.state.unwinder_context(inferior)
+        plans = inferior.plans
+        if plans.owner is not ctx:
+            return None
+        auto = self.state.claim == Claim.AUTO
+        for at in range(level, level + self._size):
+            if handed.values is None or pc is None or sp is None or at <= inline_depth(pc, inferior.inline_depths):
+                break
+            plan = plans.get(pc - 1, False)
+            if plan is None or plan.fast is None:
+                break
+            if auto and inferior.coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True) is not None:
+                break       # auto leaves this frame to GDB (the slow path says why)
+            answer = self._answer(pending_frame, inferior, plan, handed, ctx, at)
+            if answer is None:
+                break
+            self._answers[at] = answer
+            handed, pc, sp = answer.record, answer.pc, answer.caller_sp
+        return self._answers.get(level)
+
+    def _answer(self, pending_frame, inferior, plan, handed, ctx, level) -> Optional[Answer]:
+        """replay_fast's registers as a claim: a new gdb.Value only for those the row changed,
+        the callee's gdb.Values for the others; None where replay_fast declines."""
+        replayed = replay_fast(plan, handed.values, ctx)
+        if replayed is None:
+            return None
+        arch, caller = ctx.arch, replayed.registers
+        values, given = handed.values, dict(handed.raw)    # unchanged registers: the callee's gdb.Values
+        for number in plan.fast.written:
+            value = caller.get(number)
+            if value is None:
+                given.pop(number, None)
+            elif value != values.get(number) or number not in given:
+                given[number] = self.value(pending_frame, arch.registers[number], value)
+        for number in plan.fast.undefined:
+            given.pop(number, None)
+        registers = self.registers(inferior.target, arch)
+        return Answer(level, FrameId(replayed.cfa, replayed.start), list(map(registers.__getitem__, given)),
+                      list(given.values()), Handed.complete(given, caller, unknown_registers(arch)), handed,
+                      caller[arch.pc], caller.get(arch.sp))
+
+    def registers(self, target, arch):
+        """{DWARF number: gdb.RegisterDescriptor (or name)} of the registers a claim hands GDB."""
+        gdb_arch, registers = self._numbered
+        if gdb_arch is not target.gdb_arch:
+            descriptors = target.descriptors
+            registers = {n: descriptors.get(name, name) for n, name in handed_registers(arch)}
+            self._numbered = (target.gdb_arch, registers)
+        return registers
+
+    def value(self, pending_frame, name, value):
+        """value as a gdb.Value of the register's size: uncast (several times cheaper) where a
+        plain gdb.Value of an int already has that size; GDB copies only the bytes."""
+        known = self._types.get(name)
+        if known is None:
+            kind, plain = pending_frame.read_register(name).type, gdb.Value(0).type.sizeof
+            known = self._types[name] = (kind, 1 << (8 * plain - 1) if kind.sizeof == plain else 0)
+        kind, limit = known
+        if 0 <= value < limit:
+            return gdb.Value(value)
+        return gdb.Value(value).cast(kind)
