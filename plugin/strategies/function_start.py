@@ -23,8 +23,11 @@ from typing import Iterator, List, Optional, Tuple
 
 from plugin import analysis as code_analysis
 from plugin.analysis.ops import Flow
+from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.vocabulary import Found, Vocabulary
+from plugin.strategies.cfi import CfiTables
 from plugin.strategies.scan import read_stack_words
+from plugin.strategies.sframe import SFrameTables
 
 CODE_CACHE_KEY = "analysis: code"          # module.cache: the module's CodeAnalysis
 RANGES_CACHE_KEY = "analysis: table ranges"  # module.cache: sorted (start, end, what) of its table entries
@@ -134,8 +137,6 @@ def table_ranges(module, ctx) -> List[Tuple[int, int, str]]:
 
 
 def _entries(module, ctx):
-    from plugin.strategies.cfi import CfiTables
-    from plugin.strategies.sframe import SFrameTables
     try:
         for name, section in CfiTables.of(module, ctx.target).sections():
             for fde in section.fdes():
@@ -145,7 +146,7 @@ def _entries(module, ctx):
         for fde in section.fdes if section is not None else ():
             if fde.end > fde.start:
                 yield fde.start, fde.end, "the .sframe FDE %d (0x%x-0x%x)" % (fde.index, fde.start, fde.end)
-    except Exception:           # a table that cannot be read places no neighbour
+    except (DecodeError, MemoryReadError):      # a table that cannot be read places no neighbour
         return
 
 
