@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 from plugin.render import explain
 
-NUMBERS = ("level", "pc", "cfa", "sp")      # frame_json's first fields, in its order
+NUMBERS = explain.FRAME_NUMBERS
 HEAD = "{" + ", ".join('"%s": %%s' % name for name in NUMBERS) + ", "
 
 
@@ -33,7 +33,7 @@ class FrameLines:
         self._tails: Dict[Tuple, Optional[str]] = {}     # key -> the line after its numbers; None: encode whole
 
     def lines(self, frames) -> List[str]:
-        sp, tails, out = self.arch.sp, self._tails, []
+        tails, out = self._tails, []
         for frame in frames:
             if frame.native is not None or frame.inline_frames or frame.tail_calls or frame.claimed:
                 out.append(json.dumps(explain.frame_json(frame, self.arch)))
@@ -45,9 +45,8 @@ class FrameLines:
             if tail is None:
                 out.append(json.dumps(explain.frame_json(frame, self.arch)))
                 continue
-            cfa, at = frame.cfa, frame.registers.get(sp)
-            out.append(HEAD % (frame.level, frame.pc, "null" if cfa is None else cfa, "null" if at is None else at)
-                       + tail)
+            level, pc, cfa, at = explain.frame_numbers(frame, self.arch)
+            out.append(HEAD % (level, pc, "null" if cfa is None else cfa, "null" if at is None else at) + tail)
         return out
 
     def _tail(self, frame) -> Optional[str]:

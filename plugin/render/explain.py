@@ -28,19 +28,24 @@ def found_by(frame):
     return frame.evidence.found_by
 
 
+FRAME_NUMBERS = ("level", "pc", "cfa", "sp")     # frame_json's first fields: numbers (or null), in this order
+
+
+def frame_numbers(frame, arch) -> tuple:
+    """The values of FRAME_NUMBERS for frame."""
+    return frame.level, frame.pc, frame.cfa, frame.registers.get(arch.sp)
+
+
 def frame_json(frame, arch, detail=False):
-    out = {
-        "level": frame.level,
-        "pc": frame.pc,
-        "cfa": frame.cfa,
-        "sp": frame.registers.get(arch.sp),
+    out = dict(zip(FRAME_NUMBERS, frame_numbers(frame, arch)))
+    out.update({
         "method": frame.method,
         "function": frame.function,
         "module": frame.module,
         "found_by": found_by(frame),
         "trust": TRUST_WORDS.get(frame.method, frame.method),
         "signal_frame": frame.signal_frame,
-    }
+    })
     if frame.native is not None:
         out["native"] = frame.native
     out["inline_frames"] = [virtual_json(v) for v in frame.inline_frames]
