@@ -51,8 +51,9 @@ class Answer(NamedTuple):
 class FastClaims:
     """The fast path of a PluginUnwinder: answers computed ahead, and the gdb.Values they hand."""
 
-    def __init__(self, state):
+    def __init__(self, state, handed):
         self.state = state
+        self._handed = handed   # (inferior, level, Handed, caller pc, caller sp): the unwinder's record of a claim
         self._answers = {}      # level -> Answer
         self._size = AHEAD_FIRST
         self._types = {}        # register name -> (gdb.Type, the largest value an uncast gdb.Value holds)
@@ -91,7 +92,7 @@ class FastClaims:
         plans = inferior.plans
         plans.hits += 1
         plans.fast_hits += 1
-        self.state.unwinder.handed(inferior, answer.level, answer.record, answer.pc, answer.caller_sp)
+        self._handed(inferior, answer.level, answer.record, answer.pc, answer.caller_sp)
         return info
 
     def _run(self, pending_frame, inferior, last, level) -> Optional[Answer]:

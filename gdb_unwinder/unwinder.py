@@ -33,7 +33,7 @@ class PluginUnwinder(Unwinder):
         super().__init__(NAME)
         self.state = state
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
-        self.fast = FastClaims(state)
+        self.fast = FastClaims(state, self.handed)
         self._last = None       # (level, inferior, Handed, (its pc, its sp), thread) of the previous call's claim
         self.claimed = 0
         self._quiet = None      # the gdb.Inferior whose every frame is left to GDB (leaves_all_to_gdb)
