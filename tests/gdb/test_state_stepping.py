@@ -67,3 +67,20 @@ def test_every_step_in_a_debian_program_walks_like_gdb():
     assert not disagree, "%d of %d steps disagree; first: %s" % (len(disagree), len(records), disagree[:5])
     modules = {r["module"] for r in records}
     assert {"ls", "libc.so.6"} <= modules, modules           # through libc and back into ls
+
+
+@pytest.mark.parametrize("segment", ["malloc", "qsort", "signal"])
+def test_every_step_gdbs_own_frames_with_claim_all_equal_gdb_alone(segment):
+    """With `set unwind claim all`, after every `stepi` the frames GDB builds from the plugin's
+    claims (fast claims computed ahead included: each stop starts them anew) have the names and
+    callee-saved registers GDB alone gives."""
+    function, steps = SEGMENTS[segment]
+    results, transcript = run_gdb(build("stepping.c", ["-O1", "-Wl,-z,lazy"]), [
+        ("load", "py", "exec(open(%r).read(), globals()) or 1" % str(HELPERS / "stepping_probe.py")),
+        ("trace", "py", "claimed_trace(%d, 'all')" % min(steps, 120)),
+    ], breakpoint=function, setup=["set backtrace past-main on", *SIGNAL])
+    records = results["trace"]["records"]
+    assert len(records) == min(steps, 120), transcript[-3000:]
+    assert results["trace"]["claimed"] > len(records), results["trace"]["claimed"]
+    disagree = [(n, hex(pc)) for n, (pc, ours, native) in enumerate(records) if ours != native]
+    assert not disagree, "%d of %d steps disagree; first: %s" % (len(disagree), len(records), disagree[:5])

@@ -29,3 +29,41 @@ def trace(steps):
                         "stop": walk["stop_reason"], "detail": walk["stop_detail"],
                         "function": walk["frames"][0]["function"], "module": walk["frames"][0]["module"]})
     return records
+
+
+CALLEE_SAVED = ("rip", "rsp", "rbp", "rbx", "r12", "r13", "r14", "r15")
+
+
+def gdb_registers():
+    """GDB's physical frames as [name, and CALLEE_SAVED's values (None: not available)]."""
+    out, frame = [], gdb.newest_frame()
+    while frame is not None and len(out) < 64:
+        if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+            row = [frame.name()]
+            for name in CALLEE_SAVED:
+                try:
+                    value = frame.read_register(name)
+                    row.append(None if value.is_optimized_out else int(value))
+                except gdb.error:
+                    row.append(None)
+            out.append(row)
+        frame = frame.older()
+    return out
+
+
+def claimed_trace(steps, claim):
+    """For `steps` steps with `set unwind claim CLAIM`: [[pc, GDB's frames taken with the plugin's
+    unwinder, GDB's frames without it]], and how many frames the unwinder claimed."""
+    unwinder = gdb._unwind_plugin_state.unwinder
+    before, records = unwinder.claimed, []
+    gdb.execute("set unwind claim %s" % claim)
+    for _ in range(steps):
+        gdb.execute("stepi", to_string=True)
+        if not gdb.selected_inferior().pid:
+            break
+        ours = gdb_registers()
+        gdb.execute("disable unwinder global unwind-plugin", to_string=True)
+        native = gdb_registers()
+        gdb.execute("enable unwinder global unwind-plugin", to_string=True)
+        records.append([int(gdb.parse_and_eval("$pc")), ours, native])
+    return {"records": records, "claimed": unwinder.claimed - before}
