@@ -44,7 +44,7 @@ class Answer(NamedTuple):
     values: list            # their gdb.Values
     record: Handed          # what this claim hands on to the next
     parent: Handed          # the callee's claim this one was computed from
-    pc: int                 # the caller's pc and sp (for `unwind explain`)
+    caller_pc: int          # the caller's pc and sp: the next answer's pending frame
     caller_sp: int
 
 
@@ -92,7 +92,7 @@ class FastClaims:
         plans = inferior.plans
         plans.hits += 1
         plans.fast_hits += 1
-        self._handed(inferior, answer.level, answer.record, answer.pc, answer.caller_sp)
+        self._handed(inferior, answer.level, answer.record, answer.caller_pc, answer.caller_sp)
         return info
 
     def _run(self, pending_frame, inferior, last, level) -> Optional[Answer]:
@@ -120,7 +120,7 @@ class FastClaims:
             if answer is None:
                 break
             self._answers[at] = answer
-            handed, pc, sp = answer.record, answer.pc, answer.caller_sp
+            handed, pc, sp = answer.record, answer.caller_pc, answer.caller_sp
         return self._answers.get(level)
 
     def _answer(self, pending_frame, inferior, plan, handed, ctx, level) -> Optional[Answer]:

@@ -122,11 +122,11 @@ class GdbCoverage:
         need not look at a single frame."""
         if ctx.arch.name not in GDB_USES_ITS_TABLES:
             return False
-        modules = ctx.modules.all()
+        ctx.modules.refresh()
         key = ctx.modules.generation
         if self._modules_verdict is None or self._modules_verdict[0] != key:
             self._modules_verdict = (key, all(self.loaded_by_gdb(module) and GDB_TABLES.issuperset(module.tables)
-                                              for module in modules))
+                                              for module in ctx.modules.modules))
         return self._modules_verdict[1]
 
     def has_pauth(self, pending_frame, arch_name) -> bool:

@@ -91,10 +91,10 @@ def _attach_declines(state, bt):
     unwinder.declines.clear()
     native.physical_frames(len(bt.frames) + 1)      # GDB's bt as it is, asking the unwinder afresh
     declined = {(level, pc): reason for level, pc, reason in unwinder.declines if level is not None}
-    every = "GDB's DWARF unwinder reads every table the plugin has" if unwinder.leaves_all_to_gdb() else None
+    unseen = unwinder.leaves_all_to_gdb()       # every frame declined without a reason (fallback is off)
     for frame, caller in zip(bt.frames, bt.frames[1:]):
-        reason = declined.get((frame.level, frame.pc), every)
-        if reason is not None and is_fallback(caller.method) and frame.native is not None:
+        reason = declined.get((frame.level, frame.pc))
+        if (reason is not None or unseen) and is_fallback(caller.method) and frame.native is not None:
             frame.native["gdb_bt"] = "the plugin declined this frame, so GDB's own unwinders found its caller: " + (
                 "fallback sources are off (set unwind fallback on)" if not state.claim_fallback else reason)
 
@@ -347,7 +347,7 @@ class _SettingParameter(gdb.Parameter):
             problem = exc.problem if isinstance(exc, SettingError) else str(exc)
             raise gdb.GdbError("unwind %s: %s" % (setting.name, problem)) from None
         setattr(_holder(self.state, setting), setting.key, value)
-        self.state.settings_changed()
+        self.state.reconsider_claims()
         self.value = self._gdb_value(value)
         gdb.invalidate_cached_frames()      # GDB's own frames may now unwind differently
         return "unwind %s: %s" % (setting.name, "unlimited" if self.value == -1 else setting.format(value))

@@ -117,10 +117,10 @@ class GdbState:
 
     def _inferior_deleted(self, event):
         self.inferiors.pop(getattr(event.inferior, "num", None), None)
-        self.settings_changed()
+        self.reconsider_claims()
 
-    def settings_changed(self):
-        """A setting changed (or the inferiors, the modules, the process): the unwinder decides
+    def reconsider_claims(self):
+        """A setting, the inferiors, the modules or the process changed: the unwinder decides
         again whether it has anything to add (PluginUnwinder.reconsider)."""
         if self.unwinder is not None:
             self.unwinder.reconsider()
@@ -128,17 +128,17 @@ class GdbState:
     def modules_changed(self):
         # An objfile event names a program space, not always the inferior it
         # belongs to: every inferior re-reads its modules on next use.
-        self.settings_changed()
+        self.reconsider_claims()
         for state in self.inferiors.values():
             state.modules_changed()
 
     def stopped(self):
-        self.settings_changed()
+        self.reconsider_claims()
         for state in self.inferiors.values():
             state.stopped()
 
     def resumed(self):
-        self.settings_changed()
+        self.reconsider_claims()
         for state in self.inferiors.values():
             state.resumed()
 

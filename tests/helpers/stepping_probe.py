@@ -7,13 +7,19 @@ import gdb
 import plugin.api as unwind
 
 
-def gdb_frames():
-    out, frame = [], gdb.newest_frame()
-    while frame is not None and len(out) < 64:
+def physical_frames(limit=64):
+    """GDB's physical frames (no inline or tail-call frames), newest first, at most limit."""
+    frame, count = gdb.newest_frame(), 0
+    while frame is not None and count < limit:
         if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
-            out.append([frame.pc(), int(frame.read_register("sp")), frame.type() == gdb.SIGTRAMP_FRAME])
+            yield frame
+            count += 1
         frame = frame.older()
-    return out
+
+
+def gdb_frames():
+    return [[frame.pc(), int(frame.read_register("sp")), frame.type() == gdb.SIGTRAMP_FRAME]
+            for frame in physical_frames()]
 
 
 def trace(steps):
@@ -36,19 +42,15 @@ CALLEE_SAVED = ("rip", "rsp", "rbp", "rbx", "r12", "r13", "r14", "r15")
 
 def gdb_registers():
     """GDB's physical frames as [name, and CALLEE_SAVED's values (None: not available)]."""
-    out, frame = [], gdb.newest_frame()
-    while frame is not None and len(out) < 64:
-        if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
-            row = [frame.name()]
-            for name in CALLEE_SAVED:
-                try:
-                    value = frame.read_register(name)
-                    row.append(None if value.is_optimized_out else int(value))
-                except gdb.error:
-                    row.append(None)
-            out.append(row)
-        frame = frame.older()
-    return out
+    return [[frame.name()] + [_register(frame, name) for name in CALLEE_SAVED] for frame in physical_frames()]
+
+
+def _register(frame, name):
+    try:
+        value = frame.read_register(name)
+    except gdb.error:
+        return None
+    return None if value.is_optimized_out else int(value)
 
 
 def claimed_trace(steps, claim):
