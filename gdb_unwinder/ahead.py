@@ -21,6 +21,7 @@ and the answers are dropped at every stop, resume and change of modules or
 settings. A run starts with two frames and doubles while GDB keeps asking,
 up to AHEAD_MAX: a stop in a step, which needs one caller, computes little.
 """
+from __future__ import annotations
 
 from typing import NamedTuple, Optional
 

@@ -18,6 +18,7 @@ scan frames. Where none of these can occur (GdbCoverage.leaves_all_to_gdb), the
 unwinder declines every frame without looking at it. `all` claims every frame the plugin can recover; `none`
 claims nothing. `unwind backtrace/explain/compare` ignore this setting.
 """
+from __future__ import annotations
 
 import os
 import sys

@@ -8,6 +8,7 @@ where GdbState keeps each setting. Every command turns any failure into a
 one-line gdb.GdbError, so a user never sees a Python traceback; the work
 itself is done by plugin.commands.reports.
 """
+from __future__ import annotations
 
 import json
 

@@ -9,6 +9,7 @@ give (a file without debug information cannot be placed this way).
 `refs_from_commands` adds what `info sharedlibrary` and `info files` tell,
 for use outside the unwinder only.
 """
+from __future__ import annotations
 
 import itertools
 import os

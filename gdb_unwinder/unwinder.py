@@ -7,6 +7,7 @@ that are unchanged. Otherwise it declines and GDB's own unwinders carry on.
 It never raises into GDB: an internal error declines the frame and is kept
 for `unwind explain`.
 """
+from __future__ import annotations
 
 import collections
 import traceback

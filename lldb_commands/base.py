@@ -1,6 +1,7 @@
 """What every `unwind` subcommand in LLDB shares: help and option parsing from its
 declaration, errors as one line, output (JSON through the C encoder), and the
 walk of a thread from its selected or innermost frame."""
+from __future__ import annotations
 
 import json
 

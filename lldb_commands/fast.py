@@ -18,6 +18,7 @@ is its `step`), so the fast walk is the engine's walk frame by frame;
 tests/lldb/test_lldb_fast.py compares them. Plans hold rows of the modules'
 tables, never stack bytes, and are dropped when the modules change.
 """
+from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 

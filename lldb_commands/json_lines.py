@@ -15,6 +15,7 @@ differs (frame_json changed its first fields), that key is never shortened.
 tests/lldb/test_lldb_lines.py compares the whole text with
 dump_json(explain.backtrace_json(...)) on real walks.
 """
+from __future__ import annotations
 
 import json
 from typing import Dict, List, Optional, Tuple

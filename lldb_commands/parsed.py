@@ -15,6 +15,7 @@ plugin.commands.options.parse_lldb as on LLDB 16, so checks, messages and
 results do not depend on the version. A negative count needs `--` here
 (`unwind backtrace -- -3`): LLDB reads `-3` as an option.
 """
+from __future__ import annotations
 
 import shlex
 

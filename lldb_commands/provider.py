@@ -23,6 +23,7 @@ only (see catalog.PROVIDER).
 The supplied frames are recorded in the debugger's state, keyed by thread
 and stop, so `unwind explain` says which frames were supplied.
 """
+from __future__ import annotations
 
 from typing import Dict, List, Optional, Union
 

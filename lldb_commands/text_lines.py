@@ -11,6 +11,7 @@ checked against explain.frame_line; if it differs (frame_line changed its
 head), that key is never shortened. tests/lldb/test_lldb_lines.py
 compares the whole text with explain.backtrace_text on real walks.
 """
+from __future__ import annotations
 
 from typing import Optional
 

@@ -5,6 +5,7 @@ The file is laid out in memory as the loader would (FileTarget), so the
 tables printed here come through the same discovery and decoders as in a
 live debugger. Errors are one line on stderr and exit status 2.
 """
+from __future__ import annotations
 
 import argparse
 import struct

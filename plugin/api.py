@@ -19,6 +19,7 @@ It works in the debugger whose Python runs it (GDB's `python` command or
 a sourced script; LLDB's `script` or an imported module), and loads the
 plugin there first if it is not loaded yet.
 """
+from __future__ import annotations
 
 import shlex
 from typing import Optional, Sequence, Union

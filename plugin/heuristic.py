@@ -11,6 +11,7 @@ guesses disagree and neither is evidence against the other: to keep the
 promise that the plugin only adds, GDB's claim path declines the frame, so
 GDB's own answer stands, and `unwind explain` gives this module's sentence.
 """
+from __future__ import annotations
 
 from typing import Optional
 

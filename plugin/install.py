@@ -4,6 +4,7 @@ The line names this installation's own files (a checkout or site-packages),
 so it works whichever interpreter ran pip: the debuggers' loaders put that
 folder on their embedded Python's path and find pyelftools beside it.
 """
+from __future__ import annotations
 
 import os
 from typing import Optional

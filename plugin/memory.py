@@ -6,6 +6,7 @@ integers, LEB128 numbers and DWARF pointer encodings. Every failure is a
 DecodeError naming the region and the offset, so decoders built on these
 never raise anything else for bad input.
 """
+from __future__ import annotations
 
 import struct
 

@@ -1,6 +1,7 @@
 """A page cache over a target's memory reads, for an unwinder that reads the same stack pages
 frame after frame. Its owner drops it whenever the debuggee may have changed (a stop, a
 resume, a memory or register write, new modules): it never outlives what it copied."""
+from __future__ import annotations
 
 from plugin.errors import MemoryReadError
 

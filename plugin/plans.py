@@ -22,6 +22,7 @@ not on the pc), the next frame at that pc may go differently. Plans are
 dropped with the modules (the owner's generation) and are independent of
 any debugger; GDB's unwinder uses them, LLDB's provider may.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional

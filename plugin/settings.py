@@ -4,6 +4,7 @@ Every front-end (GDB parameters, LLDB `unwind settings`, the offline
 command line) and the engine read these; nothing else spells a source
 list, a default, a bound or a setting's help.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum

@@ -5,6 +5,7 @@ Debugger adapters implement it over gdb/lldb; tests and the offline command
 use SnapshotTarget (registers plus memory regions) or FileTarget (an ELF
 file laid out in memory the way the loader would).
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 

@@ -13,6 +13,7 @@ decides which called functions never return (by name, through PLT stubs,
 and by analysing the callee), and analyses a function's `.cold` part with
 the frame of the jump that reaches it.
 """
+from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 

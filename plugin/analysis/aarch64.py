@@ -5,6 +5,7 @@ offset), add/sub/mov of sp and x29, `and sp` realignment, branches,
 calls (bl/blr: x30 and x0-x18 clobbered), returns, and the pointer-auth
 hints (which leave x30 the caller's, signed).
 """
+from __future__ import annotations
 
 from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
 

@@ -8,6 +8,7 @@ the function with the frame still set up are recorded as exits: they reach
 a part of the same function placed elsewhere (GCC's `.cold` parts), which
 the module driver then analyses with this state instead of an entry state.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple

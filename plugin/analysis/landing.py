@@ -6,6 +6,7 @@ named by the FDE's augmentation data) lists, per call-site range, its
 landing pad; the analysis enters each pad with the state after the calls
 of its range. Only the call-site table is read (GCC's format).
 """
+from __future__ import annotations
 
 from typing import List, Tuple
 

@@ -20,6 +20,7 @@ Effects:
   ("set", r, expr) and ("store", addr_expr, size, expr) are applied in order,
   each reading the state left by the previous one.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum

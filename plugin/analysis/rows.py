@@ -7,6 +7,7 @@ renders both like a table row (`CFA=rsp+16 => rbx=[CFA-24] rip=[CFA-8]`).
 bregx, deref, plus_uconst, constants, plus, minus) over a State, so a row
 given by an expression can be judged by meaning.
 """
+from __future__ import annotations
 
 from typing import List, Optional, Tuple
 

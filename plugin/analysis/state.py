@@ -19,6 +19,7 @@ slots, (base, offset) pairs, to the value last stored there (absent: not
 written by this function). Join is the lattice meet used where paths meet:
 equal values stay, different ones become unknown.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum

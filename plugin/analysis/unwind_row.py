@@ -13,6 +13,7 @@ the last one on the way from the function's start to pc after which the
 fact held (e.g. `sub rsp, 0x28` for `CFA=rsp+48`, `push rbx` for
 `rbx=[CFA-16]`), for the evidence.
 """
+from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 

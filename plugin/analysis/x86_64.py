@@ -6,6 +6,7 @@ from stack slots, leave, xchg, the implicit writes of cpuid, syscall,
 string instructions and the multiply/divide family, and the jump-table
 idiom `lea base,[rip+T]; movsxd r,[base+i*4]; add r,base; jmp r`.
 """
+from __future__ import annotations
 
 from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
 

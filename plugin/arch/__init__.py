@@ -37,9 +37,10 @@ The base class knows no instructions (every answer is "not known"); x86.py
 (shared by x86_64 and i386) and aarch64.py hold the encodings. `read` is a
 function (address, size) -> bytes, or None when the memory is unreadable.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from functools import cached_property
 from typing import Callable, NamedTuple, Optional
 
@@ -52,12 +53,15 @@ Read = Callable[[int, int], Optional[bytes]]
 CLONE_FUNCTIONS = ("clone", "__clone", "clone3", "__clone3", "__GI___clone", "__GI___clone3")
 
 
-class FrameEdge(StrEnum):
+class FrameEdge(str, Enum):
     """Where, at an exact pc, the frame record of the function is not in place."""
     ENTRY = "function entry"
     AFTER_PUSH = "frame record being built"
     AT_RETURN = "function exit"
     BAD_CALL_TARGET = "call to a non-code address"
+
+    def __str__(self) -> str:   # as enum.StrEnum (Python 3.11+) prints its members
+        return self.value
 
 
 class Edge(NamedTuple):

@@ -16,6 +16,7 @@ check that leaves sp alone (ldr x16, [x28, #16]; [sub x17, sp, #K;] cmp; b.ls):
 so [x29] = caller's x29, [x29+8] = [sp] = return address, and the caller's
 sp (the CFA) is x29 + 8 + N: a ChainLayout with the N of the prologue.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional

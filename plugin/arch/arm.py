@@ -11,6 +11,7 @@ listed. CPSR has no DWARF number; CPSR below is the plugin's own key for it
 T) can be handed to the debugger, whose Arm code asks every frame for it.
 The module registers itself in plugin.arch's tables on import.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional

@@ -6,6 +6,7 @@ the frame-record prologue (`push bp; mov bp, sp`) and the CET landing pad
 instruction and at a return, the return address is at [sp]: CFA = sp +
 one word, return address = [CFA - one word].
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Optional

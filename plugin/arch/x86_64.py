@@ -16,6 +16,7 @@ return address, CFA = rbp+16) and the chain is followed as for C. At the
 exact pc of the prologue's and epilogue's instructions the record is not
 (yet, any more) in place; frame_edge says where things are there.
 """
+from __future__ import annotations
 
 import re
 from dataclasses import dataclass

@@ -4,6 +4,7 @@ Help texts: {debugger} becomes GDB or LLDB, {json}, {sources}, {count},
 {all} the option as that debugger spells it, {source_names} the sources the
 engine has, {settings} the settings that debugger offers.
 """
+from __future__ import annotations
 
 from typing import Dict, Tuple
 

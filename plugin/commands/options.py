@@ -8,6 +8,7 @@ Given, with the positional words already checked by the declaration; every
 problem is a ValueError with a one-line message (ArgumentError for the
 words, which the front-ends prefix with the command's name).
 """
+from __future__ import annotations
 
 import argparse
 import shlex

@@ -6,6 +6,7 @@ options each in its debugger's style: GDB `-json -sources LIST`, LLDB
 `--json/-j --sources/-s LIST`. A new command is one CommandSpec here plus
 what it computes (a function in reports.py) and one `run` per debugger.
 """
+from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass, field

@@ -5,6 +5,7 @@ function's code) and DWARF; arm64 FRAME, FRAMELESS and DWARF. `decode_encoding`
 names an encoding's fields; `to_row` turns it into the shared Row model.
 plugin/formats/compact_unwind.py reads the section that holds the encodings.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 

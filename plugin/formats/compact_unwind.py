@@ -42,6 +42,7 @@ Corner cases (the write-up's section 5), as decided here:
     LSDA descriptor, resolves to None (the unwind rule does not need them);
   * unknown modes decode to mode "UNKNOWN" and give no row.
 """
+from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass

@@ -7,6 +7,7 @@ under MAX_SIZE, decompression stops one byte past it, and a stream that
 gives more or fewer bytes, or is cut short, is a DecodeError. zlib comes
 from the standard library, zstd from the `zstandard` package.
 """
+from __future__ import annotations
 
 import struct
 import zlib

@@ -41,6 +41,7 @@ offset of the operation, cause). Memory the target cannot supply raises
 MemoryReadError from `read_memory`, passed through untouched so the caller
 can tell "bad table" from "unreadable stack".
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 

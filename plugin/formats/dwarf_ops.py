@@ -3,6 +3,7 @@ operands, stack needs, how each runs and how it is shown) and the decoder of
 one operation. plugin/formats/dwarf_expr.py evaluates and disassembles
 expressions through it, so what is shown is exactly what is run.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 

@@ -6,6 +6,7 @@ plugin/modules/on_disk.py). References: the System V gABI ("ELF Header",
 "Program Header", "Note Section"), the LSB (PT_GNU_EH_FRAME), binutils
 (PT_GNU_SFRAME) and the ARM ELF ABI (PT_ARM_EXIDX).
 """
+from __future__ import annotations
 
 import struct
 from collections.abc import Sequence

@@ -23,6 +23,7 @@ The opcodes themselves are decoded by plugin.formats.exidx_ops. Nothing
 here applies them: that is the `exidx` strategy's business. Every read goes
 through plugin.memory.Region and bad input raises DecodeError only.
 """
+from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass

@@ -30,6 +30,7 @@ and reserved encodings, and an instruction cut short by the end of its
 bytes, are DecodeErrors naming the section, the offset of the word the
 opcodes start in and the byte's position.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum

@@ -12,6 +12,7 @@ Bad input raises plugin.errors.DecodeError, nothing else: every count and
 size in the header and the load commands is checked against the region and
 against sizeofcmds before it is used.
 """
+from __future__ import annotations
 
 import struct
 from dataclasses import dataclass

@@ -1,6 +1,7 @@
 """SFrame's constants and decoded records (header fields, FDEs, FREs, rules),
 and the translation of SFrame rules into the shared Row model. The section
 itself is read by plugin/formats/sframe.py."""
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 

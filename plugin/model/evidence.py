@@ -3,6 +3,7 @@
 Strategies fill these records; plugin/render/explain.py turns them into text for
 people and JSON for scripts. Nothing here formats for a particular debugger.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional

@@ -4,6 +4,7 @@ A strategy never raises: it returns an Outcome. One that fails says what
 kind of failure it met (a FailureKind) plus a sentence for people; the
 engine decides by the kind and only shows the sentence.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional

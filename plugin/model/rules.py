@@ -6,6 +6,7 @@ CFI produces Rows directly; SFrame, compact unwind and frame-pointer rules
 are expressed as Rows too, so one evaluator (plugin/strategies/evaluate.py) and one
 renderer serve them all.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 

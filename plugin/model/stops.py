@@ -1,4 +1,5 @@
 """Why a walk ended: the stop reasons scripts see in JSON, each with its description."""
+from __future__ import annotations
 
 from plugin.model.vocabulary import Vocabulary
 

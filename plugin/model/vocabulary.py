@@ -4,6 +4,7 @@ Members compare, hash and print as their string value, so JSON and text
 keep the words scripts already match, and each word says what it means
 in one place.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum

@@ -12,6 +12,7 @@ One package, no import cycle:
                where they came from
   __init__.py  discover() (by magic) and ModuleMap, the per-generation list
 """
+from __future__ import annotations
 
 import bisect
 from typing import NamedTuple

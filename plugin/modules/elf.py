@@ -6,6 +6,7 @@ the load bias, PT_GNU_EH_FRAME the `.eh_frame_hdr` (whose eh_frame_ptr
 leads to `.eh_frame`), PT_GNU_SFRAME the `.sframe`, PT_ARM_EXIDX the
 `.ARM.exidx`, PT_NOTE the build id.
 """
+from __future__ import annotations
 
 from plugin import arch as arches
 from plugin.errors import DecodeError, MemoryReadError

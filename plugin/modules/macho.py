@@ -17,6 +17,7 @@ target, so a short or damaged header is a DecodeError like any other table.
 Images are never universal ("fat") in memory; fat files are a FileTarget
 matter (plugin/targets/macho.py).
 """
+from __future__ import annotations
 
 import struct
 

@@ -3,6 +3,7 @@
 Discovery (plugin/modules/elf.py, macho.py) builds these; strategies read
 them; decoded tables are cached in Module.cache.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 

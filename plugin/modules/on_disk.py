@@ -6,6 +6,7 @@ and `.symtab`), and, for debuggers that give no header address, the file's
 link address and entry point. Section headers are read with pyelftools and
 cached per (path, size, mtime). Tables found here say so in found_by.
 """
+from __future__ import annotations
 
 import os
 import struct

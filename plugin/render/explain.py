@@ -4,6 +4,7 @@ Both debuggers' commands and the offline command render through here, so
 GDB and LLDB print the same words and the same JSON fields. The JSON field
 names are a contract (documented in README.md): add, do not rename.
 """
+from __future__ import annotations
 
 import re
 

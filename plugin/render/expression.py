@@ -6,6 +6,7 @@ the same whatever table it came from. Expressions using operations this
 renderer does not know (branches, comparisons, stack shuffles past the
 simple ones) are shown as their raw operations instead: never a guess.
 """
+from __future__ import annotations
 
 from typing import List, Optional
 

@@ -4,6 +4,7 @@ Renderers call `style(Styled.FUNCTION, "main")`; the default leaves text
 plain, GDB's commands pass one that uses GDB's `style function`, `style
 address` and `style filename` settings (and nothing when `set style enabled off`).
 """
+from __future__ import annotations
 
 import re
 from enum import Enum

@@ -3,6 +3,7 @@ stack itself) plus the current registers into the caller's registers and
 evidence. A strategy never raises: it answers with an Outcome
 (plugin.model.outcome), which says what kind of failure it met, if any.
 """
+from __future__ import annotations
 
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.outcome import FailureKind, Outcome, error_kind

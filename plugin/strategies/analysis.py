@@ -24,6 +24,7 @@ child side of clone/clone3 is outermost, as for the other fallbacks.
 Like every fallback it answers only where no table covers the frame, and
 GDB's `bt` uses it only with `set unwind fallback on`.
 """
+from __future__ import annotations
 
 from typing import Optional
 

@@ -8,6 +8,7 @@ without a usable header a sorted index of `.eh_frame` is built instead; and
 Where each section was found is kept in CfiTables.located(), not written
 into the Module.
 """
+from __future__ import annotations
 
 from typing import NamedTuple
 

@@ -5,6 +5,7 @@ place where rules meet memory. It never guesses: a register whose rule needs
 a value we do not have is left out of the caller, and a CFA or return
 address that cannot be computed is an UnwindError with the reads so far.
 """
+from __future__ import annotations
 
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.evidence import Read

@@ -19,6 +19,7 @@ known" (not applicable, kind not-at-call-site). VFP and iWMMXt
 registers popped are skipped over, not tracked (the core's rules read
 address-sized words), so those registers are unknown in the caller.
 """
+from __future__ import annotations
 
 from dataclasses import replace
 from typing import List, Optional

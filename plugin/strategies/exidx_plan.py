@@ -6,6 +6,7 @@ CFA+n, or at an address a DWARF expression computes when a `vsp = r[n]`
 came between. The caller's pc is the popped r15 if there was one, else
 r14 (the `finish` rule).
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import List, Optional

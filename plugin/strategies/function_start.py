@@ -16,6 +16,7 @@ Tried in this order (plugin.strategies.analysis follows each until one decides t
            signal handler, a thread's start routine).
 Each start carries the sentence the evidence gives for it.
 """
+from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass

@@ -23,6 +23,7 @@ switch, for systemstack and mcall) has its caller on the goroutine's stack,
 saved in the goroutine's g, not above it on this stack: stack_switch says
 so, and the walk stops there instead of reading g0's stale words as frames.
 """
+from __future__ import annotations
 
 from typing import NamedTuple, Optional
 

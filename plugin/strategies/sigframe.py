@@ -22,6 +22,7 @@ unwinds it by the kernel's layout: every register of the interrupted frame
 read from the saved context at sp + the arch's offset, the interrupted
 frame then looked up at its exact pc.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional

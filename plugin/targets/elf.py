@@ -12,6 +12,7 @@ p_memsz would otherwise have the decoders walk gigabytes of zeros. The file
 is mapped (mmap), never read whole; only regular files are opened (a FIFO
 would block, /dev/zero never ends).
 """
+from __future__ import annotations
 
 import bisect
 import mmap

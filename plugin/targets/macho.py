@@ -18,6 +18,7 @@ from the load commands read from the file.
 Function names come from LC_SYMTAB (symbols are not needed to unwind, and
 the table lives in __LINKEDIT, which a debugger has its own way to read).
 """
+from __future__ import annotations
 
 import os
 import struct

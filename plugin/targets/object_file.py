@@ -9,6 +9,7 @@ pc_begin relocation names, and is shown against that section
 ("[.text+0x0, .text+0x26)"). Other tables of an object (.sframe,
 .ARM.exidx) are not decoded; the dump says so.
 """
+from __future__ import annotations
 
 import io
 import struct

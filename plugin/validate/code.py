@@ -12,6 +12,7 @@ function saved the caller's value. Everything the analysis cannot decide
 is UNKNOWN, never wrong. Rows reached only by assuming an unresolved
 indirect jump's frame are never reported wrong.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum

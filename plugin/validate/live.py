@@ -14,6 +14,7 @@ and one whose row cannot be applied for want of a register is "unknown".
 This module holds no debugger code: the adapters (gdb_unwinder/validate.py,
 lldb_commands/validate.py) feed it registers and tell it how stepping ended.
 """
+from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum

@@ -6,6 +6,7 @@ the analysis at every instruction (plugin.validate.code). The file is laid
 out as the loader would (FileTarget), so tables and code are read through
 the same paths as in a live debugger.
 """
+from __future__ import annotations
 
 import bisect
 import json

@@ -4,6 +4,7 @@ An adapter (gdb_unwinder/validate.py, lldb_commands/validate.py) implements
 Stepper; run() drives it and a plugin.validate.live.LiveValidation until
 the function returns or the bound on steps is reached.
 """
+from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
 

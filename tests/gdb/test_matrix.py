@@ -18,6 +18,7 @@ The counts are saved for the README's table (tests/.build/matrix-results.json;
 `python tests/helpers/matrix.py --update-readme` writes it). About 70 s for
 all rows here (23 rows, 3 debugger sessions each).
 """
+from __future__ import annotations
 
 import pytest
 

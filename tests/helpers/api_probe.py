@@ -6,6 +6,7 @@ an option its way ("-json" in GDB, "--json" in LLDB). The script prints one
 line "@@@" + JSON: for each probe [what plugin.api returned, what the command
 printed], and the api's error for a level that does not exist.
 """
+from __future__ import annotations
 
 import json
 

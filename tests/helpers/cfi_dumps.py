@@ -8,6 +8,7 @@ the same keys by `readelf_key` / `llvm_key`. What each tool cannot show is
 dropped from *both* sides, and each such normalization is explained where
 it is done.
 """
+from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field

@@ -18,6 +18,7 @@ launches processes when LLDB_DEBUGSERVER_PATH names that version's
 lldb-server, and an unpacked version finds its libLLVM through
 LD_LIBRARY_PATH.
 """
+from __future__ import annotations
 
 import functools
 import json

@@ -26,6 +26,7 @@ in GDB (`unwind backtrace`), LLDB alone and the plugin's walk in LLDB.
 writes the README's table from the results the last test run saved
 (tests/.build/matrix-results.json); tests/gdb/test_matrix.py runs it.
 """
+from __future__ import annotations
 
 import json
 import os

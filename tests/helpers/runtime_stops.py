@@ -12,6 +12,7 @@ not callers (past __start_context the context's stale words, past
 runtime.goexit a 0 return address, past runtime.systemstack g0's stale
 words); the plugin's walk must end there, with the stop reason `ends_by`.
 """
+from __future__ import annotations
 
 import hashlib
 import os

@@ -1,5 +1,6 @@
 """The forms `unwind backtrace` printed before lldb_commands/json_lines.py and text_lines.py,
 for tests/lldb/test_lldb_lines.py (run inside LLDB by its "py" actions through runpy)."""
+from __future__ import annotations
 
 import lldb
 

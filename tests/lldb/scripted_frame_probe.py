@@ -5,6 +5,7 @@ PROBE_FORM in the environment: "dict" ({"idx", "pc"}: LLDB makes a plain StackFr
 "scripted" (a ScriptedFrame whose register context is LLDB's own registers of that frame,
 laid out as the template's INTEL64_GPR says). Every other frame is LLDB's own (its index).
 """
+from __future__ import annotations
 
 import os
 

@@ -108,9 +108,11 @@ def test_v2_and_v3_encodings_of_one_program_agree():
     """DATA-V2 and DATA2 encode the same program in v2 and v3."""
     v2 = _raw_section(DECODE_246 + "DATA-V2", 0)
     v3 = _raw_section(DECODE_246 + "DATA2", 0)
-    for a, b in zip(v2.fdes, v3.fdes, strict=True):
+    assert len(v2.fdes) == len(v3.fdes)
+    for a, b in zip(v2.fdes, v3.fdes):
         assert (a.start, a.size, a.pc_type) == (b.start, b.size, b.pc_type)
-        for fa, fb in zip(v2.fres(a), v3.fres(b), strict=True):
+        assert len(list(v2.fres(a))) == len(list(v3.fres(b)))
+        for fa, fb in zip(v2.fres(a), v3.fres(b)):
             assert v2.row(a, fa) == v3.row(b, fb)
 
 

@@ -14,6 +14,7 @@ restore. llvm-dwarfdump prints no row for such an FDE. So the FDEs of such
 a CIE are found in readelf's raw listing (`--debug-dump=frames`) and counted,
 not compared.
 """
+from __future__ import annotations
 
 import re
 import subprocess

@@ -13,6 +13,7 @@ since its exec: an upper bound for this file)}. The command's exit status is kep
 exception that escapes the command is reported as a failure, and after a
 MemoryError the worker exits so the next file gets a fresh process.
 """
+from __future__ import annotations
 
 import gc
 import json

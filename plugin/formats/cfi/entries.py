@@ -8,6 +8,7 @@ augmentation says so, and its instructions (decoded by
 plugin/formats/cfi/instructions.py). The choices this file makes are listed
 in the package docstring (plugin/formats/cfi/__init__.py).
 """
+from __future__ import annotations
 
 import struct
 from collections.abc import Callable

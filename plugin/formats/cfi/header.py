@@ -3,6 +3,7 @@
 Found by PT_GNU_EH_FRAME; the table maps each FDE's initial location to the
 FDE's address, in DW_EH_PE_* encodings (LSB "Exception Frames").
 """
+from __future__ import annotations
 
 from typing import NamedTuple
 

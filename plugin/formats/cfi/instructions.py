@@ -8,6 +8,7 @@ listing.py prints them. References: DWARF 5 section 6.4.2, GNU and vendor
 extensions (DW_CFA_GNU_*, DW_CFA_MIPS_advance_loc8, AArch64's
 negate_ra_state).
 """
+from __future__ import annotations
 
 from plugin.errors import DecodeError
 from plugin.formats.cfi.entries import CIE, FDE

@@ -1,4 +1,5 @@
 """A CIE's or FDE's instructions as text, one line per instruction."""
+from __future__ import annotations
 
 from plugin.arch import Arch
 from plugin.formats.cfi.entries import CIE, FDE

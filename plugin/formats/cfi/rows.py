@@ -6,6 +6,7 @@ here (restore, remember/restore state, def_cfa_register with no CFA, rows
 at advances, the guards against hostile programs) are listed in the package
 docstring (plugin/formats/cfi/__init__.py).
 """
+from __future__ import annotations
 
 from plugin.arch import Arch
 from plugin.errors import DecodeError

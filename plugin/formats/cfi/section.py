@@ -7,6 +7,7 @@ padding in .debug_frame) and find_fde, which uses an .eh_frame_hdr search
 table when there is a usable one and otherwise a sorted index of all FDEs,
 built once.
 """
+from __future__ import annotations
 
 import bisect
 import struct
