@@ -19,7 +19,7 @@ sys.path.insert(0, str(TESTS.parent))
 sys.path.insert(0, str(TESTS / "helpers"))
 
 # folder under tests/ -> marker (the same names as the folders)
-FOLDER_MARKERS = ("unit", "oracle", "emulated", "gdb", "lldb", "realworld", "bench")
+FOLDER_MARKERS = ("unit", "oracle", "emulated", "gdb", "lldb", "realworld", "bench", "pythons")
 
 collect_ignore = ["helpers"]
 

@@ -73,3 +73,8 @@ if [ "${1:-all}" != demo ]; then
         LD_LIBRARY_PATH="$dest/usr/lib/x86_64-linux-gnu" "$dest/usr/lib/llvm-$version/bin/lldb" --version
     done
 fi
+
+# A virtual environment per supported Python for tests/pythons/ (3.9 to 3.13, from pyenv).
+if [ "${1:-all}" != demo ]; then
+    bash tests/setup_pythons.sh
+fi
