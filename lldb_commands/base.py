@@ -13,6 +13,7 @@ from plugin.engine import DEFAULT_SOURCES
 from plugin.strategies.cfi import CfiTables
 
 from . import native, provider
+from .levels import LldbLevels
 from .options import UsageError, parse_lldb
 from .state import state_for
 from .target import live_process
@@ -90,22 +91,27 @@ class _Command:
         return target, modules, thread, selected, bt
 
     def _walk_thread(self, sbtarget, thread, selected, sources, limit=None, fast=False):
-        """(LldbTarget, ModuleMap, the plugin's walk of `thread` from SBFrame `selected` or frame #0)."""
+        """(LldbTarget, ModuleMap, the plugin's walk of `thread` from SBFrame `selected` or frame #0),
+        at LLDB's frame numbers (levels.py)."""
         target, modules = self.state.live(sbtarget)
         start = selected or thread.GetFrameAtIndex(0)
         frame, level, newer = native.physical_frame(thread, start)
-        skip = 0
+        skip = None
         if level in self._supplied(thread):
-            skip, (frame, level, newer) = level, native.physical_frame(thread, thread.GetFrameAtIndex(0))
+            skip = level        # the walk starts at frame #0: the provider's frames have no registers
+            frame, level, newer = native.physical_frame(thread, thread.GetFrameAtIndex(0))
+            start = thread.GetFrameAtIndex(0)
         registers = native.registers(frame.first, target.arch)
         # The innermost pc is the instruction itself; so is the pc of a frame
         # interrupted by a signal (the frame below it is the trampoline).
         exact = newer is None or _is_signal_trampoline(target, modules, newer.first.GetPC())
         step = target.plans.stepper(target.generation) if fast else None
+        placed = LldbLevels(thread, frame, start.GetFrameID())
         bt = reports.backtrace(target, modules, registers, exact, sources, self.state.max_frames,
-                               first_level=level, limit=None if skip else limit, step=step)
-        if skip:
-            bt.frames = [f for f in bt.frames if f.level >= skip]
+                               first_level=start.GetFrameID(), limit=None if skip is not None else limit,
+                               step=step, place=placed.place)
+        if skip is not None:
+            bt.frames = bt.frames[skip:]        # physical levels from the selected frame's on
             bt = reports.limited(bt, limit)
         return target, modules, bt
 

@@ -110,12 +110,15 @@ class ExplainCommand(_Command):
 
     def run(self, given, exe_ctx):
         target, modules, thread, selected, bt = self._walk(exe_ctx, given.sources)
-        which = given.value if given.value is not None else native.physical_frame(thread, selected)[1]
+        which = given.value if given.value is not None else selected.GetFrameID()
         native_frames = self._native(thread, len(bt.frames) + 1)
         reports.attach_native(bt, native_frames, self.state.context(target, modules, given.sources))
         width = self.debugger.GetTerminalWidth()
         data, text = reports.explain_report(bt, target.arch, which, given.verbose, width or None)
-        supplied = sorted(level for level in self._supplied(thread) if which == "all" or level == which)
+        # The walk starts at frame #0, so its frame k is LLDB's physical frame k, which the provider
+        # supplied by its physical level.
+        supplied = sorted(bt.frames[k].level for k in self._supplied(thread) if k < len(bt.frames)
+                          and (which == "all" or which in bt.frames[k].levels))
         if supplied:
             data["supplied"] = supplied
             text += "\n\nSupplied to LLDB by \"unwind provider\" (LLDB's own unwinder did not find %s): %s." % (

@@ -21,20 +21,25 @@ LLDB 16 lists more frames than there are on the stack:
   information; it has no frame on the stack, so it is left out (GDB's
   TAILCALL_FRAME is left out the same way).
 
-The plugin recovers physical frames, so levels here count physical frames
-from the innermost one.
+The plugin recovers physical frames; levels.py numbers them as LLDB does
+(inline and artificial frames included), from the groups physical() yields.
 """
 
 import lldb
 
 
 class Physical:
-    """One physical frame: `first` holds the real pc and registers, `concrete` the function."""
+    """One physical frame: `first` holds the real pc and registers, `concrete` the function.
 
-    def __init__(self, first, concrete, indices):
+    indices: LLDB's frame indices of the group (its inline frames, then the concrete frame);
+    tails: the indices of the artificial (tail-call) frames LLDB lists right after it.
+    """
+
+    def __init__(self, first, concrete, indices, tails=()):
         self.first = first
         self.concrete = concrete
         self.indices = indices
+        self.tails = list(tails)
 
     def entry(self):
         return {"pc": self.first.GetPC(), "sp": self.first.GetSP(),
@@ -47,30 +52,37 @@ def _stack_id(frame):
 
 
 def _next_real(thread, index):
-    """(index, SBFrame) of the first frame from `index` on that is not artificial, or (None, None)."""
+    """(index, SBFrame, [indices of the artificial frames skipped]) of the first frame from `index`
+    on that is not artificial, or (None, None, skipped)."""
+    skipped = []
     while True:
         frame = thread.GetFrameAtIndex(index)
         if not frame.IsValid():
-            return None, None
+            return None, None, skipped
         if not frame.IsArtificial():
-            return index, frame
+            return index, frame, skipped
+        skipped.append(index)
         index += 1
 
 
 def physical(thread, last_index=None):
-    """Yield LLDB's physical frames innermost first (up to the one holding frame index last_index)."""
-    group = []
-    index, frame = _next_real(thread, 0)
+    """Yield LLDB's physical frames innermost first (up to the one holding frame index last_index).
+
+    Artificial frames before the first physical frame (none, as LLDB lists them) are left out;
+    those after a physical frame are its tails."""
+    group, tails = [], []
+    index, frame, _ = _next_real(thread, 0)
     while frame is not None:
         group.append(index)
-        next_index, next_frame = _next_real(thread, index + 1)
+        next_index, next_frame, skipped = _next_real(thread, index + 1)
+        tails += skipped
         joins = (frame.IsInlined() and next_frame is not None
                  and _stack_id(next_frame) == _stack_id(frame))
         if not joins:
-            yield Physical(thread.GetFrameAtIndex(group[0]), frame, group)
+            yield Physical(thread.GetFrameAtIndex(group[0]), frame, group, tails)
             if last_index is not None and index >= last_index:
                 break
-            group = []
+            group, tails = [], []
         index, frame = next_index, next_frame
 
 

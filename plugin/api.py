@@ -11,8 +11,8 @@ Each function returns the very object the command's `-json` (GDB) or
 fields README.md's "JSON" section documents and a "version" field where
 the command has one. Arguments are read by the same declarations as the
 commands' (plugin/commands/catalog.py), so the checks and defaults are the
-same: sources default to the `unwind sources` setting, levels count
-physical frames. Bad input or a debuggee that is not stopped raises
+same: sources default to the `unwind sources` setting, levels are the
+debugger's (as its `bt` numbers frames). Bad input or a debuggee that is not stopped raises
 UnwindError with the one-line message the command would print.
 
 It works in the debugger whose Python runs it (GDB's `python` command or
@@ -27,6 +27,7 @@ from typing import Optional, Sequence, Union
 from plugin.commands import catalog
 from plugin.commands.options import parse_gdb, parse_lldb
 from plugin.commands.spec import OPTIONS, Debugger
+from plugin.settings import parse_sources
 
 
 class UnwindError(ValueError):
@@ -35,7 +36,7 @@ class UnwindError(ValueError):
 
 def walk(limit: Optional[int] = None, sources: Optional[Sequence[str]] = None) -> dict:
     """The plugin's backtrace from the selected frame: {"version", "frames", "stop_reason", ...}."""
-    return _run(catalog.BACKTRACE, [] if limit is None else [str(limit)], sources, count=limit)
+    return _run(catalog.BACKTRACE, [] if limit is None else [str(limit)], sources)
 
 
 def explain(level: Union[int, str, None] = None, sources: Optional[Sequence[str]] = None) -> dict:
@@ -54,20 +55,25 @@ def compare(sources: Optional[Sequence[str]] = None) -> dict:
 
 
 def _options(sources, debugger):
-    """The JSON option (a command may build only the form it prints), and the sources asked for."""
+    """The JSON option (a command may build only the form it prints), and the sources asked for,
+    checked here so an error names no command-line option."""
     asked = [OPTIONS["json"].spelled(debugger)]
     if sources is None:
         return asked
     if isinstance(sources, str):
         raise UnwindError("sources is a list of names, e.g. [\"cfi\", \"frame-pointer\"]")
+    try:
+        parse_sources(",".join(sources))
+    except ValueError as exc:
+        raise UnwindError(str(exc)) from None
     return asked + [OPTIONS["sources"].spelled(debugger), ",".join(sources)]
 
 
-def _run(spec, words, sources, count=None):
+def _run(spec, words, sources):
     try:
         import gdb  # noqa: F401
     except ImportError:
-        return _run_lldb(spec, words, sources, count)
+        return _run_lldb(spec, words, sources)
     return _run_gdb(spec, words, sources)
 
 
@@ -79,19 +85,17 @@ def _run_gdb(spec, words, sources):
     try:
         given = parse_gdb(spec, _options(sources, Debugger.GDB) + ["--"] + words, state.sources)
         return RUN[spec.name](state, given)[0]
-    except (ValueError, gdb.error) as exc:      # gdb.GdbError is a gdb.error
+    except (ValueError, gdb.error, gdb.GdbError) as exc:    # gdb.GdbError is no gdb.error: both are caught
         raise UnwindError(str(exc)) from None
 
 
-def _run_lldb(spec, words, sources, count):
+def _run_lldb(spec, words, sources):
     import lldb
     from lldb_commands import commands
     debugger = lldb.debugger
     command = next(c for c in vars(commands).values()
                    if isinstance(c, type) and getattr(c, "spec", None) is spec)(debugger, None)
-    if spec is catalog.BACKTRACE:
-        words = [] if count is None else [OPTIONS["count"].spelled(Debugger.LLDB), str(count)]
-    line = " ".join(shlex.quote(w) for w in _options(sources, Debugger.LLDB) + words)
+    line = " ".join(shlex.quote(w) for w in _options(sources, Debugger.LLDB) + ["--"] + words)
     try:
         given = parse_lldb(spec, line, command.state.sources)
         return command.run(given, lldb.SBExecutionContext(debugger.GetSelectedTarget()))[0]

@@ -22,3 +22,22 @@ def test_api_matches_the_json_commands(tmp_path):
     out = check(proc.stdout + proc.stderr, NAMES)
     assert out["explain"][0]["version"] == 1
     assert out["explain"][0]["frames"][0]["evidence"]["rule"]["cfa"]["register"] in ("rsp", "rbp")
+
+
+def test_api_errors_are_unwind_errors_without_a_process(tmp_path):
+    """No process, a symbol GDB cannot evaluate: UnwindError with the command's line, no gdb.GdbError."""
+    probe = tmp_path / "noprocess.py"
+    probe.write_text("import plugin.api as u\n"
+                     "for call in ('u.walk()', 'u.explain()', 'u.compare()', \"u.tables('nosuch')\"):\n"
+                     "    try:\n"
+                     "        eval(call)\n"
+                     "        print('@@@ returned', call)\n"
+                     "    except u.UnwindError as exc:\n"
+                     "        print('@@@ UnwindError', call, exc)\n")
+    proc = subprocess.run([need_tool("gdb"), "-q", "-batch", "-nx", "-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT,
+                           "-ex", "source %s" % probe], capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if line.startswith("@@@")]
+    assert len(lines) == 4 and all(line.startswith("@@@ UnwindError") for line in lines), out
+    assert "the program is not being run" in lines[0]
+    assert "Traceback" not in out and "GdbError" not in out, out

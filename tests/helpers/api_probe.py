@@ -19,6 +19,11 @@ PROBES = {          # name -> (api call, command line with {json}/{sources}/{cou
 }
 
 
+# Bad arguments: each raises UnwindError with the command's message, naming no command-line option.
+BAD_CALLS = {"sources": "u.walk(sources=['nosuch'])", "count": "u.walk(0)", "level": "u.explain('x')",
+             "symbol": "u.tables('no_such_symbol_anywhere')"}
+
+
 def script(prelude: str, spell: dict, names) -> str:
     lines = ["import json", "import plugin.api as u", prelude,
              "def same(obj):", "    return json.loads(json.dumps(obj))", "out = {}"]
@@ -26,6 +31,12 @@ def script(prelude: str, spell: dict, names) -> str:
         call, line = PROBES[name]
         lines.append("out[%r] = [same(%s), command(%r)]" % (name, call, line.format(**spell)))
     lines += ["try:", "    u.explain(99)", "except u.UnwindError as exc:", "    out['error'] = str(exc)",
+              "out['errors'] = {}",
+              "for name, call in %r.items():" % BAD_CALLS,
+              "    try:", "        eval(call)", "        out['errors'][name] = None",
+              "    except u.UnwindError as exc:", "        out['errors'][name] = str(exc)",
+              "    except Exception as exc:", "        out['errors'][name] = 'not UnwindError: %s' % type(exc).__name__",
+              "out['outermost2'] = [f['function'] for f in u.walk(-2)['frames']]",
               "print('@@@' + json.dumps(out))"]
     return "\n".join(lines) + "\n"
 
@@ -42,4 +53,9 @@ def check(stdout: str, names) -> dict:
     assert [f["function"] for f in out["walk"][0]["frames"]][:4] == ["level3", "level2", "level1", "main"]
     assert out["walk2"][0]["stop_reason"] == "limit" and len(out["walk2"][0]["frames"]) == 2
     assert out["error"].startswith("no frame at level 99")
+    for name, message in out["errors"].items():
+        assert message is not None and not message.startswith("not UnwindError"), (name, message)
+        assert "options:" not in message and "-sources" not in message and "-c " not in message, (name, message)
+    assert out["errors"]["sources"].startswith("unknown source 'nosuch'; choose from: cfi")
+    assert out["outermost2"] == [f["function"] for f in out["walk"][0]["frames"]][-2:]
     return out

@@ -187,14 +187,23 @@ def physical(frames):
     outermost (as `thread backtrace` prints them). An inlined frame on a
     stack of its own (LLDB flags some so) is a physical frame by itself.
     """
-    real = [frame for frame in frames if not frame["artificial"]]
+    return [{"pc": head["pc"], "sp": head["sp"], "function": frame["function"]} for head, frame, _ in _groups(frames)]
+
+
+def physical_levels(frames):
+    """LLDB's frame number of each physical frame's concrete frame (its `bt` number), innermost first."""
+    return [index for _, _, index in _groups(frames)]
+
+
+def _groups(frames):
+    """(first frame, concrete frame, the concrete frame's index) of each physical frame (see physical())."""
+    real = [(index, frame) for index, frame in enumerate(frames) if not frame["artificial"]]
     out, first = [], None
-    for frame, after in zip(real, real[1:] + [None]):
+    for (index, frame), after in zip(real, [f for _, f in real[1:]] + [None]):
         joins = frame["inlined"] and after is not None and (after["cfa"], after["sp"]) == (frame["cfa"], frame["sp"])
         if joins:
             first = first or frame
             continue
-        head = first or frame
-        out.append({"pc": head["pc"], "sp": head["sp"], "function": frame["function"]})
+        out.append((first or frame, frame, index))
         first = None
     return out

@@ -27,7 +27,7 @@ import sys
 import pytest
 
 from chain_scenarios import BUILDS, LLDB_SCENARIOS, LLDB_SIGNAL
-from lldbrun import batch_json, batch_outputs, lldb_argv, lldb_env, physical, run_batch, run_lldb, version
+from lldbrun import physical_levels, batch_json, batch_outputs, lldb_argv, lldb_env, physical, run_batch, run_lldb, version
 from support import ROOT, assert_cfi_walk_matches, build, corrupted_return_row, pcs, system_library
 
 STEPS = [
@@ -73,7 +73,11 @@ def test_backtrace_matches_lldb(scenario, flags):
     assert pcs(lldb_frames) == lldb_pcs            # the text and the SB API tell the same story
     assert_cfi_walk_matches(results["ours"], lldb_frames)
     ours = results["ours"]["frames"]
-    assert [f["level"] for f in ours] == list(range(len(ours)))
+    # Levels are LLDB's frame numbers: inline frames before a physical frame and artificial
+    # (tail-call) frames after it are counted, as LLDB's `bt` numbers them.
+    levels = [f["level"] for f in ours]
+    assert levels[:len(lldb_frames)] == physical_levels(results["frames"])[:len(ours)]
+    assert all(a < b for a, b in zip(levels, levels[1:]))
     # `unwind compare` does the same comparison inside LLDB and sees no difference.
     compare = results["compare"]
     assert compare["agree"], compare["summary"]
