@@ -5,23 +5,25 @@ tracking the stack pointer's offset from the CFA, which registers hold
 stack addresses (a frame pointer, a DRAP register), where the caller's
 callee-saved registers and the return address are stored, and what is in
 each register. The result per instruction is a State, or no state with a
-reason. Per-architecture instruction patterns live in x86_64.py and
-aarch64.py; plugin.analysis.rows turns a State into an unwind row.
+reason. Per-architecture instruction patterns live in x86.py (x86_64.py
+and i386.py give its registers) and aarch64.py; plugin.analysis.rows turns
+a State into an unwind row.
 
 CodeAnalysis serves one module: it decodes lazily from the target's memory,
 decides which called functions never return (by name, through PLT stubs,
-and by analysing the callee), and analyses a function's `.cold` part with
+and by analysing the callee), which are i386 pc thunks and how many
+argument bytes a callee's return pops, and analyses a function's `.cold` part with
 the frame of the jump that reaches it.
 """
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from plugin.analysis import aarch64, landing, x86_64
-from plugin.analysis.flow import Analyser, FunctionAnalysis, entry_like, entry_state
+from plugin.analysis import aarch64, i386, landing, x86_64
+from plugin.analysis.flow import NO_CALLEE, Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
 
-FACTS = {"x86_64": x86_64, "aarch64": aarch64}
+FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386}
 
 # Functions that never return, by symbol name (C library, C++ runtime, CPython).
 NORETURN_NAMES = frozenset((
@@ -37,6 +39,7 @@ NORETURN_NAMES = frozenset((
     "__libc_start_main",
 ))
 MAX_NESTING = 64                 # callees analysed to decide "does not return", one inside another
+MAX_RETURN_SWEEP = 256           # instructions of a callee read in order for its first return
 
 
 def supported(arch) -> bool:
@@ -79,6 +82,7 @@ class CodeAnalysis:
         self._seeds: Dict[int, list] = {}
         self._busy: List[int] = []
         self._noreturn: Dict[int, bool] = {}
+        self._callees: Dict[int, Callee] = {}
 
     # -- decoding --
 
@@ -117,10 +121,11 @@ class CodeAnalysis:
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
             seeds = [seed for seed in seeds if seed[0] != start] + self._seeds[start]
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
-                            is_boundary=self._decoded.__contains__)
+                            is_boundary=self._decoded.__contains__, callee=self._callee)
         self._busy.append(start)
         try:
-            pads = landing.call_sites(self.read, self.lsda[start], start) if start in self.lsda else ()
+            pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
+                if start in self.lsda else ()
             result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()
@@ -149,9 +154,10 @@ class CodeAnalysis:
             insn = self.decode_at(address)
             if insn is None:
                 break
-            if previous_ends_path and not insn.text.startswith(("nop", "xchg ax, ax")):
+            padding = insn.text.startswith(self.facts.PLT_PADDING)
+            if previous_ends_path and not padding:
                 seeds.append(address)
-            if not insn.text.startswith(("nop", "xchg ax, ax")):
+            if not padding:
                 previous_ends_path = insn.flow in (Flow.JUMP, Flow.INDIRECT)
             if insn.flow == Flow.JUMP:
                 jumped_to.add(insn.target)
@@ -247,3 +253,38 @@ class CodeAnalysis:
                 return None
             address = insn.end
         return None
+
+    # -- what a returning call leaves behind --
+
+    def _callee(self, insn) -> Callee:
+        """A direct call's callee: a pc thunk (i386 PIC), or a function whose return pops arguments."""
+        target = insn.target
+        if target is None or not (self.facts.PC_THUNKS or self.facts.CALLEE_POPS):
+            return NO_CALLEE
+        found = self._callees.get(target)
+        if found is None:
+            found = self._callees[target] = self._decide_callee(target)
+        return found
+
+    def _decide_callee(self, target) -> Callee:
+        first = self.decode_at(target)
+        if first is None:
+            return NO_CALLEE
+        if self.facts.PC_THUNKS:
+            thunk = self.facts.pc_thunk(first, self.decode_at(first.end))
+            if thunk is not None:
+                return Callee(thunk=thunk)
+        if not self.facts.CALLEE_POPS:
+            return NO_CALLEE
+        if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
+            pops = self.function(target).pops
+            return Callee(popped=next(iter(pops))) if len(pops) == 1 else NO_CALLEE
+        # No known extent: the first return in the callee's code, read in order, says how it returns.
+        insn = first
+        for _ in range(MAX_RETURN_SWEEP):
+            if insn is None or insn.flow == Flow.STOP or self.facts.is_padding(insn.text):
+                return NO_CALLEE
+            if insn.flow == Flow.RET:
+                return Callee(popped=insn.popped) if insn.popped else NO_CALLEE
+            insn = self.decode_at(insn.end)
+        return NO_CALLEE

@@ -115,7 +115,8 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     arch = module.arch
     report = ModuleReport(module.name, arch.name)
     if not code_analysis.supported(arch):
-        report.problems.append("the instruction analysis supports x86_64 and aarch64, not %s" % arch.name)
+        report.problems.append("the instruction analysis supports %s, not %s"
+                               % (", ".join(sorted(code_analysis.FACTS)), arch.name))
         return report
     cfi_tables = CfiTables.of(module, target)
     fdes = _cfi_entries(cfi_tables, report.problems)
@@ -220,17 +221,19 @@ def _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep
 def _table_entries(analysis, fdes, arch):
     """{start: (address, State or None)} for functions whose table says they are not entered by a call.
 
-    A leading nop is skipped: GCC starts an FDE with one when its first
+    Leading nops are skipped: GCC starts an FDE with one when its first
     real instruction is a landing pad (a pad at offset 0 would read as "no
-    pad"), and the row after the nop is the pad's frame.
+    pad"), and the row after the nop is the pad's frame; glibc's i386
+    `_dl_runtime_resolve` FDE starts at the `lea esi, [esi]` padding before it.
     """
     facts = analysis.facts
     out = {}
     for start, fde in fdes.items():
         address = start
         insn = analysis.decode_at(start)
-        if insn is not None and insn.text.startswith("nop") and insn.end < fde.end:
+        while insn is not None and facts.is_padding(insn.text) and insn.end < fde.end:
             address = insn.end
+            insn = analysis.decode_at(address)
         try:
             first = cfi.row_at(fde, address, arch)
         except DecodeError:

@@ -139,3 +139,24 @@ def test_symbolic_plt_expression_uses_the_pc():
     assert rows.symbolic(expression, state, pc=0x1030, pc_register=16) == stack(CFA, 0)
     assert rows.symbolic(expression, state, pc=0x103b, pc_register=16) == stack(CFA, 8)
     assert rows.symbolic(expression, state) is None          # rip unknown without the pc
+
+
+def test_i386_pc_thunk_call_next_and_callee_pops():
+    # f: push ebx; call thunk; add ebx, 0x1000; call .+5; pop ecx; push eax; call g; pop ebx; ret
+    # thunk: mov ebx, [esp]; ret     g: ret 4
+    f = x86("53", "e815000000", "81c300100000", "e800000000", "59", "50", "e807000000", "5b", "c3")
+    code = f + x86("90", "8b1c24", "c3", "c20400")
+    thunk, g = BASE + 27, BASE + 31
+    functions = [(BASE, BASE + len(f)), (thunk, g), (g, g + 3)]
+    analysis, result = analyse(code, "i386", functions)
+    sp, ebx = 4, 3
+    assert len(f) == 26 and [i.target for a, i in sorted(result.insns.items()) if i.target] == [thunk, g]
+    after_thunk = result.states[BASE + 6]
+    assert after_thunk.reg(ebx) == (Kind.ADDR, BASE + 6)          # the thunk's return address ...
+    assert after_thunk.reg(sp) == stack(CFA, -8) and after_thunk.reg(0)[1] == "not tracked"   # not clobbered
+    assert result.states[BASE + 17].reg(sp) == stack(CFA, -12)    # call .+5 pushed its address
+    assert result.states[BASE + 17].mem[(CFA, -12)] == (Kind.ADDR, BASE + 17)
+    assert result.states[BASE + 18].reg(sp) == stack(CFA, -8)     # ... and pop ecx took it
+    assert result.states[BASE + 24].reg(sp) == stack(CFA, -8)     # g's `ret 4` popped the pushed eax
+    assert analysis.function(g, g + 3).pops == {4}
+    assert cfa(result, analysis, BASE + 25) == (sp, 4, False) and result.states[BASE + 25].reg(ebx) == caller(3)
