@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from plugin.analysis import aarch64, i386, landing, x86_64
+from plugin.analysis import aarch64, arm, i386, landing, x86_64
 from plugin.analysis.flow import NO_CALLEE, Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
 
-FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386}
+FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386, "arm": arm}
 
 # Functions that never return, by symbol name (C library, C++ runtime, CPython).
 NORETURN_NAMES = frozenset((
@@ -57,17 +57,20 @@ class CodeAnalysis:
     read(address, size) -> bytes reads code; functions is the sorted list of
     (start, end) ranges with table entries (or symbols); symbol(address) ->
     name or None; stubs: (start, end) ranges of PLT sections, whose every
-    stub is an entry.
+    stub is an entry; thumb: the code is Thumb (Arm only: one CodeAnalysis per
+    instruction set).
     """
 
     def __init__(self, arch, read: Callable[[int, int], bytes],
                  functions: Sequence[Tuple[int, int]] = (), symbol=None, got_names=None,
-                 stubs: Sequence[Tuple[int, int]] = (), lsda=None, entry_states=None):
+                 stubs: Sequence[Tuple[int, int]] = (), lsda=None, entry_states=None, thumb=False):
         import capstone
         self.arch = arch
         self.facts = FACTS[arch.name]
         self.read = read
-        cs_arch, cs_mode = self.facts.CAPSTONE
+        cs_arch, cs_mode = self.facts.CAPSTONE_THUMB if thumb else self.facts.CAPSTONE
+        self.thumb = thumb
+        self._decode = self.facts.decode_thumb if thumb else self.facts.decode
         self._cs = capstone.Cs(getattr(capstone, cs_arch), getattr(capstone, cs_mode))
         self._decoded: Dict[int, object] = {}
         self.functions = {start: end for start, end in functions}
@@ -94,7 +97,7 @@ class CodeAnalysis:
             except Exception:       # unreadable: no instruction here
                 return None
             for found in self._cs.disasm_lite(code, address, 1):
-                insn = self._decoded[address] = self.facts.decode(*found)
+                insn = self._decoded[address] = self._decode(*found)
         return insn
 
     def decode_range(self, start, end):
@@ -103,7 +106,7 @@ class CodeAnalysis:
             code = self.read(start, end - start)
         except Exception:
             return
-        decode = self.facts.decode
+        decode = self._decode
         cache = self._decoded
         for found in self._cs.disasm_lite(code, start):
             if found[0] not in cache:

@@ -206,6 +206,9 @@ class Analyser:
             if insn.popped:
                 result.pops.add(insn.popped)
             return []
+        if flow == Flow.COND_RET:
+            result.returns = True
+            return [(insn.end, state)]
         if flow == Flow.STOP:
             return []
         return self._indirect(result, insn, state)
@@ -245,6 +248,12 @@ class Analyser:
                 return
 
     def _indirect(self, result, insn, state):
+        expr = insn.indirect
+        if expr is not None and expr[0] == "pc_table":     # a table branch: never a tail call
+            targets = self._pc_table_targets(result, expr, state)
+            if not targets:
+                result.unresolved.append(insn.address)
+            return [(t, state) for t in targets + ([insn.end] if expr[5] else [])]
         targets = self._table_targets(result, insn, state)
         if targets:
             return [(t, state) for t in targets]
@@ -255,6 +264,27 @@ class Analyser:
             return []                                  # through a GOT slot: another function's code
         result.unresolved.append(insn.address)
         return []
+
+    def _pc_table_targets(self, result, expr, state):
+        """("pc_table", table, entry size, unit, base, falls through): target i = base + unit * entry i
+        (entry size 0: no table, target i = base + unit * i), for i up to the last compared immediate."""
+        _, table, size, unit, base, _ = expr
+        bound = state.regs.get(BOUND)
+        if bound is None or bound[0] != Kind.ADDR or not 0 <= bound[1] < MAX_TABLE_ENTRIES:
+            return []
+        targets = []
+        for index in range(bound[1] + 1):
+            entry = index
+            if size:
+                try:
+                    entry = int.from_bytes(self.read(table + index * size, size), "little")
+                except Exception:       # the table runs out of readable memory
+                    return []
+            target = base + unit * entry
+            if not result.start <= target < result.end:
+                return []
+            targets.append(target)
+        return sorted(set(targets))
 
     def _table_targets(self, result, insn, state):
         """Targets of a jump table the code indexes, read while they stay inside the function."""
@@ -285,6 +315,8 @@ class Analyser:
                 break
             entry = int.from_bytes(raw, "little", signed=relative is not None)
             target = relative + entry if relative is not None else entry
+            if self.facts.INTERWORKING:
+                target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
             if not result.start <= target < result.end or not self.is_boundary(target):
                 break               # past the table: data, or an entry of another table
             insn = self.decode_at(target)

@@ -24,6 +24,7 @@ CALL_CLOBBERED = (0, 1, 2)
 POINTER_SIZE = 4
 DIRECT_CALL_SIZES = (5,)                # the length of a direct call: `call rel32`
 PC_THUNKS = True                    # calls to `mov reg, [esp]; ret` set reg to the return address
+INTERWORKING = False                # code addresses are exact (no Thumb bit)
 CALLEE_POPS = True                  # a function returning a struct pops its hidden pointer: `ret 4`
 
 REGISTERS = {}                      # name -> (DWARF number, is the full 32-bit register)

@@ -33,6 +33,7 @@ class Flow(str, Enum):
     BRANCH = "branch"        # conditional: target or next
     CALL = "call"            # direct (target) or indirect (None) call, then next
     RET = "ret"
+    COND_RET = "conditional return"   # returns if its condition holds, else falls through unchanged
     STOP = "stop"            # hlt, ud2, brk: the path ends here
     INDIRECT = "indirect"    # jump to a computed address (jump table or tail call)
 

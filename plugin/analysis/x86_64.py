@@ -13,6 +13,7 @@ CALLEE_SAVED = (3, 6, 12, 13, 14, 15)
 CALL_CLOBBERED = (0, 1, 2, 4, 5, 8, 9, 10, 11)
 POINTER_SIZE = 8
 PLT_PADDING = ("nop", "xchg ax, ax")                # between PLT stubs
+INTERWORKING = False                # code addresses are exact (no Thumb bit)
 CALLEE_POPS = False                 # no callee pops its arguments (`ret N`)
 DIRECT_CALL_SIZES = (5,)                # the length of a direct call: `call rel32`
 PC_THUNKS = False                   # no `mov reg, [rsp]; ret` thunks in 64-bit code

@@ -1,4 +1,4 @@
-"""The instruction analysis against execution: i386 code built by GCC, run in Unicorn.
+"""The instruction analysis against execution: i386, Arm and Thumb-2 code built by GCC, run in Unicorn.
 
 tests/fixtures/analysis_run.c is built freestanding with `gcc -m32` at -O0,
 -O2 (position-independent, GCC's default here: pc thunks and GOT-relative
@@ -10,14 +10,21 @@ must give the real CFA and the caller's return address and callee-saved
 registers; no executed instruction may be left undecided. Controls: the
 same check with the pc-thunk or the callee-pops knowledge switched off
 finds wrong rows, so the oracle sees what those parts decide.
+
+Arm: the same program with tests/fixtures/analysis_run_arm.S (an IT-block
+conditional return, vpush/vpop, stmdb/ldmia, `ldr pc, [sp], #4`, Arm
+code's `ldmfdne sp!, {..., pc}` and r11 frame, interworking calls), built
+with arm-linux-gnueabihf-gcc -mthumb and -marm at -O0, -O2, -O3 and -Os.
+Control: with conditions ignored the conditional returns give wrong rows.
 """
+import hashlib
 
 import pytest
 
 from emulated_analysis import file_reader, functions_of, run_checked
-from support import build, need_tool
+from support import FIXTURES, build, need_tool
 
-from plugin.analysis import CodeAnalysis, i386
+from plugin.analysis import CodeAnalysis, arm, i386
 from plugin.analysis.ops import Flow
 from plugin.arch import BY_NAME
 
@@ -49,8 +56,8 @@ def test_i386_jump_tables_are_read_not_assumed(name):
     path = program_i386(name)
     functions = functions_of(path)
     read = file_reader(path)
-    analysis = CodeAnalysis(BY_NAME["i386"], read, [(s, e) for s, e, _ in functions])
-    [(start, end)] = [(s, e) for s, e, n in functions if n == "pick"]
+    analysis = CodeAnalysis(BY_NAME["i386"], read, [(s, e) for s, e, _, _ in functions])
+    [(start, end)] = [(s, e) for s, e, n, _ in functions if n == "pick"]
     result = analysis.function(start, end)
     indirect = [i for i in result.insns.values() if i.flow == Flow.INDIRECT]
     assert indirect and not result.unresolved and not result.assumed
@@ -62,3 +69,36 @@ def test_the_execution_oracle_sees_what_thunks_and_callee_pops_decide(switch, mo
     monkeypatch.setattr(i386, switch, False)
     report = run_checked(program_i386("O2"), "i386", 3)
     assert report.wrong, "the oracle did not notice %s off" % switch
+
+
+ARM_ASM = FIXTURES / "analysis_run_arm.S"
+ARM_BUILDS = {"%s-%s" % (mode, level): ["-m" + mode, "-" + level]
+              for mode in ("thumb", "arm") for level in ("O0", "O2", "O3", "Os")}
+ARM_FUNCTIONS = FUNCTIONS | {"scaled", "early", "asm_shapes", "it_return", "ldr_pc", "ldr_pc_arm", "leaf_thumb"}
+
+
+def program_arm(name):
+    digest = hashlib.sha256(ARM_ASM.read_bytes()).hexdigest()[:8]
+    return build("analysis_run.c", [*ARM_BUILDS[name], *FREESTANDING[:-2], str(ARM_ASM), "-e", "run", "-lgcc"],
+                 name="analysis_run-arm-" + digest, compiler=need_tool("arm-linux-gnueabihf-gcc"))
+
+
+@pytest.mark.parametrize("name", sorted(ARM_BUILDS))
+@pytest.mark.parametrize("argument", [0, 3])
+def test_every_executed_arm_and_thumb_instruction_has_the_real_frame(name, argument):
+    report = run_checked(program_arm(name), "arm", argument)
+    assert report.wrong == [], report.wrong[:10]
+    assert report.undecided == [], report.undecided[:10]
+    assert report.checked >= 500
+    named = {n.split(".")[0] for n in report.functions}
+    assert ARM_FUNCTIONS <= named, ARM_FUNCTIONS - named
+    rules = {text for function, text in report.rules if function == "it_return"}
+    assert "CFA=r7+8 => r4=[CFA-12] r7=[CFA-8] lr=[CFA-4]" in rules or \
+        "CFA=sp+12 => r4=[CFA-12] r7=[CFA-8] lr=[CFA-4]" in rules, rules
+
+
+def test_the_execution_oracle_sees_conditional_returns(monkeypatch):
+    original = arm.split_mnemonic
+    monkeypatch.setattr(arm, "split_mnemonic", lambda mnemonic: original(mnemonic)[:1] + (None, False))
+    report = run_checked(program_arm("thumb-O2"), "arm", 3)
+    assert report.wrong or report.undecided

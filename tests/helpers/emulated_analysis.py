@@ -5,8 +5,11 @@ is loaded by its program headers and `run(argument)` is called with a
 sentinel return address and distinct values in the callee-saved registers.
 A shadow stack of frames follows the execution: at a function's first
 instruction (its ELF symbol) a frame begins, with the real CFA (the stack
-pointer before the call pushed the return address: on i386 esp+4) and the
-caller's register values; it ends when the stack pointer rises to its CFA.
+pointer before the call pushed the return address: on i386 esp+4, on Arm
+sp itself) and the caller's register values and return address; it ends
+when execution reaches that return address with the stack pointer back at
+or above the CFA. Thumb functions (odd symbol values) run and are analysed
+as Thumb.
 At every executed instruction the analysis's row for the innermost frame's
 function is evaluated on the real registers and memory: its CFA must be the
 real one, a register saved at CFA+k must be the caller's value there, a
@@ -18,7 +21,7 @@ from typing import Dict, List, Tuple
 
 import unicorn
 from elftools.elf.elffile import ELFFile
-from unicorn import x86_const
+from unicorn import arm_const, x86_const
 
 from plugin.analysis import CodeAnalysis, unwind_row
 from plugin.arch import BY_NAME
@@ -32,6 +35,9 @@ MACHINES = {                           # arch -> (Unicorn arch, mode, DWARF numb
              {0: x86_const.UC_X86_REG_EAX, 1: x86_const.UC_X86_REG_ECX, 2: x86_const.UC_X86_REG_EDX,
               3: x86_const.UC_X86_REG_EBX, 4: x86_const.UC_X86_REG_ESP, 5: x86_const.UC_X86_REG_EBP,
               6: x86_const.UC_X86_REG_ESI, 7: x86_const.UC_X86_REG_EDI, 8: x86_const.UC_X86_REG_EIP}),
+    "arm": (unicorn.UC_ARCH_ARM, unicorn.UC_MODE_ARM,
+            dict(enumerate([getattr(arm_const, "UC_ARM_REG_R%d" % n) for n in range(13)]
+                           + [arm_const.UC_ARM_REG_SP, arm_const.UC_ARM_REG_LR, arm_const.UC_ARM_REG_PC]))),
 }
 
 
@@ -42,6 +48,7 @@ class Frame:
     name: str
     cfa: int
     caller: Dict[int, int]                 # DWARF number -> the caller's value (the return address for ra)
+    ra: int                                # where it returns to (Thumb bit cleared)
 
 
 @dataclass
@@ -55,11 +62,17 @@ class Report:
 
 
 def functions_of(path):
-    """[(start, end, name)] of the ELF's sized function symbols."""
+    """[(start, end, name, thumb)] of the ELF's sized function symbols (Arm: bit 0 of a value means Thumb)."""
     with open(path, "rb") as f:
-        symtab = ELFFile(f).get_section_by_name(".symtab")
-        return sorted({(s["st_value"], s["st_value"] + s["st_size"], s.name) for s in symtab.iter_symbols()
-                       if s["st_info"]["type"] == "STT_FUNC" and s["st_size"]})
+        elf = ELFFile(f)
+        arm = elf["e_machine"] == "EM_ARM"
+        out = set()
+        for s in elf.get_section_by_name(".symtab").iter_symbols():
+            if s["st_info"]["type"] == "STT_FUNC" and s["st_size"]:
+                thumb = arm and bool(s["st_value"] & 1)
+                start = s["st_value"] & ~1 if arm else s["st_value"]
+                out.add((start, start + s["st_size"], s.name, thumb))
+        return sorted(out)
 
 
 def file_reader(path):
@@ -93,15 +106,20 @@ def run_checked(path, arch_name, argument) -> Report:
     arch = BY_NAME[arch_name]
     uc_arch, uc_mode, regs = MACHINES[arch_name]
     uc = unicorn.Uc(uc_arch, uc_mode)
+    if arch_name == "arm":                   # VFP on: coprocessors 10 and 11 accessible, FPEXC.EN
+        uc.reg_write(arm_const.UC_ARM_REG_C1_C0_2, uc.reg_read(arm_const.UC_ARM_REG_C1_C0_2) | (0xF << 20))
+        uc.reg_write(arm_const.UC_ARM_REG_FPEXC, 0x40000000)
     _load(uc, path)
     uc.mem_map(STACK_TOP - STACK_SIZE, STACK_SIZE)
     uc.mem_map(SENTINEL, 0x1000)
     functions = functions_of(path)
-    starts = {start: (start, end, name) for start, end, name in functions}
+    starts = {start: (start, end, name, thumb) for start, end, name, thumb in functions}
 
     def read(address, size):
         return bytes(uc.mem_read(address, size))
-    analysis = CodeAnalysis(arch, read, [(s, e) for s, e, _ in functions])
+    analyses = {thumb: CodeAnalysis(arch, read, [(s, e) for s, e, _, t in functions if t == thumb], thumb=thumb)
+                for thumb in ({t for _, _, _, t in functions} or {False})}
+    entry_sp = analysis_facts(arch).ENTRY_SP
     word = arch.address_size
 
     def value(number):
@@ -110,7 +128,11 @@ def run_checked(path, arch_name, argument) -> Report:
     def load(address):
         return int.from_bytes(read(address, word), "little")
     sp = STACK_TOP - 0x200
-    uc.mem_write(sp, SENTINEL.to_bytes(word, "little") + argument.to_bytes(word, "little"))
+    if arch.ra == arch.pc:                   # the return address on the stack, the argument above it
+        uc.mem_write(sp, SENTINEL.to_bytes(word, "little") + argument.to_bytes(word, "little"))
+    else:                                    # in the link register and r0
+        uc.reg_write(regs[arch.ra], SENTINEL)
+        uc.reg_write(regs[0], argument)
     for number in arch.callee_saved:
         uc.reg_write(regs[number], 0x1100 * (number + 1) + 0x11)
     uc.reg_write(regs[arch.sp], sp)
@@ -118,25 +140,26 @@ def run_checked(path, arch_name, argument) -> Report:
 
     def on_code(uc_, address, size, _):
         sp_now = value(arch.sp)
-        while frames and frames[-1].cfa <= sp_now:
+        while frames and address == frames[-1].ra and sp_now >= frames[-1].cfa:
             frames.pop()                     # returned (a `ret 4` leaves sp above the CFA)
         if address in starts:
-            if frames and frames[-1].cfa == sp_now + word:
+            start, end, name, thumb = starts[address]
+            ra = load(sp_now) if arch.ra == arch.pc else value(arch.ra)
+            if frames and frames[-1].cfa == sp_now - entry_sp and frames[-1].caller[arch.ra] == ra:
                 frames.pop()                 # a tail call: the frame is the caller's
-            start, end, name = starts[address]
             caller = {n: value(n) for n in arch.callee_saved}
-            caller[arch.ra] = load(sp_now)
-            frames.append(Frame(start, end, name, sp_now + word, caller))
+            caller[arch.ra] = ra
+            frames.append(Frame(start, end, name, sp_now - entry_sp, caller, ra & ~1 if arch_name == "arm" else ra))
         if not frames:
             return
         top = frames[-1]
         if not top.start <= address < top.end:
             report.outside += 1
             return
-        _check(analysis.function(top.start, top.end), top, address, report, arch, value, load)
+        _check(analyses[starts[top.start][3]].function(top.start, top.end), top, address, report, arch, value, load)
     uc.hook_add(unicorn.UC_HOOK_CODE, on_code)
-    uc.emu_start(starts[next(s for s, (_, _, n) in starts.items() if n == "run")][0], SENTINEL,
-                 count=2_000_000)
+    run = next((s | 1 if t else s) for s, e, n, t in functions if n == "run")
+    uc.emu_start(run, SENTINEL, count=2_000_000)
     return report
 
 

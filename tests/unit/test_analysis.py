@@ -160,3 +160,27 @@ def test_i386_pc_thunk_call_next_and_callee_pops():
     assert result.states[BASE + 24].reg(sp) == stack(CFA, -8)     # g's `ret 4` popped the pushed eax
     assert analysis.function(g, g + 3).pops == {4}
     assert cfa(result, analysis, BASE + 25) == (sp, 4, False) and result.states[BASE + 25].reg(ebx) == caller(3)
+
+
+def test_arm_mnemonics_split_into_base_condition_and_flags():
+    from plugin.analysis.arm import split_mnemonic
+    assert split_mnemonic("bls") == ("b", "ls", False) and split_mnemonic("ble") == ("b", "le", False)
+    assert split_mnemonic("blx") == ("blx", None, False) and split_mnemonic("bleq") == ("bl", "eq", False)
+    assert split_mnemonic("popne") == ("pop", "ne", False) and split_mnemonic("pop.w") == ("pop", None, False)
+    assert split_mnemonic("adds") == ("add", None, True) and split_mnemonic("addseq") == ("add", "eq", True)
+    assert split_mnemonic("ldmfdne") == ("ldmfd", "ne", False) and split_mnemonic("rsbpl") == ("rsb", "pl", False)
+    assert split_mnemonic("ite") == ("ite", None, False) and split_mnemonic("bics") == ("bic", None, True)
+    assert split_mnemonic("teq") == ("teq", None, False) and split_mnemonic("lslscs") == ("lsl", "cs", True)
+
+
+def test_thumb_conditional_return_keeps_the_other_path():
+    # push {r4, lr}; cmp r0, #0; it ne; popne {r4, pc}; movs r0, #1; pop {r4, pc}
+    code = bytes.fromhex("10b5" "0028" "18bf" "10bd" "0120" "10bd")
+    functions = [(BASE, BASE + len(code))]
+    padded = code + bytes(64)
+    analysis = CodeAnalysis(BY_NAME["arm"], lambda a, n: padded[a - BASE:a - BASE + n], functions, thumb=True)
+    result = analysis.function(BASE, BASE + len(code))
+    assert [result.insns[a].text for a in sorted(result.insns)] == [
+        "push {r4, lr}", "cmp r0, #0", "it ne", "popne {r4, pc}", "movs r0, #1", "pop {r4, pc}"]
+    assert result.returns and rows.cfa_of(result.states[BASE + 8], analysis.facts) == (13, 8, False)
+    assert result.states[BASE + 8].mem[(CFA, -4)] == caller(14)
