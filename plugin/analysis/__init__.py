@@ -128,7 +128,7 @@ class CodeAnalysis:
         self._busy.append(start)
         try:
             pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
-                if start in self.lsda else ()
+                if self.lsda.get(start) else ()
             result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()

@@ -1,0 +1,46 @@
+"""The `analysis` source on 32-bit Arm live: ehabi.cpp under `qemu-arm -g PORT`, gdb-multiarch.
+
+Oracle: GDB's own frames (the plugin's unwinder disabled) on the same
+binary, which has .ARM.exidx and .debug_frame: the tables are GDB's, the
+plugin reads only the code (`-sources analysis`: no table at all). For Arm
+and Thumb-2 code at -O0 and -O2, with and without frame pointers, in every
+mode of the fixture (alloca: vsp from r7/r11; float: vpush; varargs; a big
+frame; a destructor run while an exception is in flight), every frame GDB
+shows down to main must be the plugin's, by (pc, sp), each recovered by
+`analysis` with the instruction behind each rule in its evidence.
+"""
+
+import pytest
+
+from gdb_actions import native_frames
+from gdbrun import run_gdb
+from qemu_arm import BUILDS, arm_program, qemu_arm
+
+MODES = ["plain", "alloca", "float", "varargs", "big", "throw"]
+
+
+def _run(binary, mode, sources, breakpoint="stop_here"):
+    with qemu_arm(binary, [mode]) as address:
+        return run_gdb(binary, [
+            ("ours", "json", "unwind backtrace -json -sources %s" % sources),
+            ("explain", "json", "unwind explain -json -sources %s all" % sources),
+            *native_frames(),
+        ], breakpoint=breakpoint, gdb_program="gdb-multiarch", remote=address, timeout=300)
+
+
+def _pc_sp(frames):
+    return [(f["pc"], f["sp"]) for f in frames]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_analysis_alone_equals_gdb(name, mode):
+    results, transcript = _run(arm_program(BUILDS[name]), mode, "analysis")
+    native = results["native"]
+    assert native[0]["name"] == "stop_here" and native[-1]["name"] == "main", transcript
+    ours = results["ours"]["frames"]
+    assert _pc_sp(ours)[:len(native)] == _pc_sp(native), transcript
+    assert all(f["method"] == "analysis" for f in ours[1:len(native)])
+    for frame in results["explain"]["frames"][1:len(native)]:
+        notes = " ".join(frame["evidence"]["notes"])
+        assert "CFA=" in notes and ("lr=" in notes or "pc=" in notes), notes
