@@ -183,6 +183,9 @@ def _evidence(frame, ctx, start, result, address, row, facts) -> StepEvidence:
                             entry={"start": start.address, "function": start.name, "start_by": start.by.value,
                                    "instructions": len(result.states)})
     evidence.notes.append(start.why)
+    ehabi = function_start.exidx_note(ctx, address)
+    if ehabi:
+        evidence.notes.append(ehabi)
     setters = unwind_row.setters(result, address, row, facts)
     cfa_insn = setters.get("cfa")
     evidence.notes.append("CFA=%s: %s" % (row.cfa.text(arch), "set by 0x%x `%s`" % (cfa_insn.address, cfa_insn.text)

@@ -31,6 +31,7 @@ from plugin.arch import arm
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.exidx import EntryKind
 from plugin.model.vocabulary import Found, Vocabulary
+from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.scan import read_stack_words
 from plugin.strategies.sframe import SFrameTables
@@ -113,21 +114,41 @@ def _symbol_name(ctx):
 
 def _start_from_exidx(ctx, pc) -> Optional[Start]:
     """The start of the .ARM.exidx entry covering pc: a function's first instruction."""
-    from plugin.strategies.exidx import ExidxTables
-    module = ctx.modules.find(pc)
-    if module is None:
-        return None
-    try:
-        tables = ExidxTables.of(module, ctx.target)
-        table = tables.table()
-        entry = table.find(pc) if table is not None else None
-        if entry is None or pc >= tables.end_of(entry) or pc - entry.function >= MAX_FUNCTION:
-            return None
-    except (DecodeError, MemoryReadError):
+    entry = _exidx_entry(ctx, pc)
+    if entry is None or pc - entry.function >= MAX_FUNCTION:
         return None
     what = "marked EXIDX_CANTUNWIND" if entry.kind == EntryKind.CANTUNWIND else "%s entry" % entry.kind.value
     return Start(entry.function, StartBy.TABLE, "the function starts at 0x%x: the .ARM.exidx entry %d covering "
                  "the pc starts there (%s)" % (entry.function, entry.index, what))
+
+
+def exidx_note(ctx, pc) -> Optional[str]:
+    """Why EHABI left an Arm frame to its code: its entry says EXIDX_CANTUNWIND, or no entry covers pc."""
+    module = ctx.modules.find(pc)
+    if ctx.arch.name != "arm" or module is None or exidx_strategy.SECTION not in module.tables:
+        return None
+    entry = _exidx_entry(ctx, pc)
+    if entry is None:
+        return ("no .ARM.exidx entry covers 0x%x (past the last entry, or in a gap the linker filled): "
+                "the code decided" % pc)
+    if entry.kind == EntryKind.CANTUNWIND:
+        return ("the .ARM.exidx entry %d for 0x%x says EXIDX_CANTUNWIND: the table marks the function as not "
+                "unwindable by exceptions, and its code decided" % (entry.index, entry.function))
+    return None
+
+
+def _exidx_entry(ctx, pc):
+    """The .ARM.exidx entry covering pc, or None."""
+    module = ctx.modules.find(pc)
+    if module is None:
+        return None
+    try:
+        tables = exidx_strategy.ExidxTables.of(module, ctx.target)
+        table = tables.table()
+        entry = table.find(pc) if table is not None else None
+        return entry if entry is not None and pc < tables.end_of(entry) else None
+    except (DecodeError, MemoryReadError):
+        return None
 
 
 # -- a neighbouring function's table --------------------------------------------------

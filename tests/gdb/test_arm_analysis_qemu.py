@@ -8,6 +8,10 @@ mode of the fixture (alloca: vsp from r7/r11; float: vpush; varargs; a big
 frame; a destructor run while an exception is in flight), every frame GDB
 shows down to main must be the plugin's, by (pc, sp), each recovered by
 `analysis` with the instruction behind each rule in its evidence.
+
+EXIDX_CANTUNWIND means "read the code": stopped inside the personality
+routine, under libgcc's CANTUNWIND ___Unwind_RaiseException, `-sources
+exidx,analysis` goes on to main as GDB does.
 """
 
 import pytest
@@ -44,3 +48,27 @@ def test_analysis_alone_equals_gdb(name, mode):
     for frame in results["explain"]["frames"][1:len(native)]:
         notes = " ".join(frame["evidence"]["notes"])
         assert "CFA=" in notes and ("lr=" in notes or "pc=" in notes), notes
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_exidx_cantunwind_is_left_to_the_code(name):
+    """Inside the personality routine, libgcc's hand-written ___Unwind_RaiseException is
+    EXIDX_CANTUNWIND: with `-sources exidx,analysis` the walk goes on from it by reading its
+    code, and equals GDB's to main; the explanation says the table marks the function as not
+    unwindable by exceptions and that the code decided."""
+    results, transcript = _run(arm_program(BUILDS[name]), "throw", "exidx,analysis",
+                               breakpoint="__gxx_personality_v0")
+    native = results["native"]
+    names = [f["name"] for f in native]
+    assert names[0] == "__gxx_personality_v0" and "__cxa_throw" in names and names[-1] == "main", transcript
+    ours = results["ours"]["frames"]
+    assert _pc_sp(ours)[:len(native)] == _pc_sp(native), transcript
+    level = names.index("___Unwind_RaiseException") + 1
+    assert ours[level]["method"] == "analysis" and ours[level]["function"] == "__cxa_throw", ours[level]
+    assert [f["method"] for f in ours[1:len(native)] if f is not ours[level]] == ["exidx"] * (len(native) - 2)
+    explained = results["explain"]["frames"][level]
+    notes = " ".join(explained["evidence"]["notes"])
+    assert "EXIDX_CANTUNWIND" in notes and "not unwindable by exceptions" in notes and "code decided" in notes
+    [tried] = [a for a in explained["attempts"] if a["source"] == "exidx"]
+    assert tried["outcome"] == "failed" and "EXIDX_CANTUNWIND" in tried["reason"] \
+        and "its code decides" in tried["reason"], tried
