@@ -11,7 +11,9 @@ shows down to main must be the plugin's, by (pc, sp), each recovered by
 
 EXIDX_CANTUNWIND means "read the code": stopped inside the personality
 routine, under libgcc's CANTUNWIND ___Unwind_RaiseException, `-sources
-exidx,analysis` goes on to main as GDB does.
+exidx,analysis` goes on to main as GDB does. Without symbols (--strip-all)
+a function starts where its .ARM.exidx entry does (where the linker merged
+identical entries, at the target of the call that reached it).
 """
 
 import pytest
@@ -19,6 +21,7 @@ import pytest
 from gdb_actions import native_frames
 from gdbrun import run_gdb
 from qemu_arm import BUILDS, arm_program, qemu_arm
+from support import build, need_tool
 
 MODES = ["plain", "alloca", "float", "varargs", "big", "throw"]
 
@@ -72,3 +75,35 @@ def test_exidx_cantunwind_is_left_to_the_code(name):
     [tried] = [a for a in explained["attempts"] if a["source"] == "exidx"]
     assert tried["outcome"] == "failed" and "EXIDX_CANTUNWIND" in tried["reason"] \
         and "its code decides" in tried["reason"], tried
+
+
+def _stripped(name):
+    need_tool("arm-linux-gnueabihf-objcopy")
+    return build("ehabi.cpp", ["-funwind-tables", "-static", *BUILDS[name]], name="ehabi-arm-stripped",
+                 compiler="arm-linux-gnueabihf-g++",
+                 post=[["arm-linux-gnueabihf-objcopy", "--strip-all", "{out}"]])
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_without_symbols_functions_start_at_their_exidx_entries(name):
+    """The program stripped of its symbols: each function's start is the start of the .ARM.exidx
+    entry covering its pc. Oracle: GDB's frames on the unstripped twin (the same code; the
+    stacks' heights differ with the programs' names, so sp is compared relative to frame 0's)."""
+    twin = arm_program(BUILDS[name])
+    truth, transcript = _run(twin, "plain", "analysis")
+    native = truth["native"]
+    assert [f["name"] for f in native[:2]] == ["stop_here", "level3"], transcript
+    results, transcript = _run(_stripped(name), "plain", "analysis", breakpoint="*0x%x" % native[0]["pc"])
+    ours = results["ours"]["frames"]
+    relative = lambda frames: [(f["pc"], f["sp"] - frames[0]["sp"]) for f in frames]
+    assert relative(ours)[:len(native)] == relative(native), transcript
+    by = []
+    for frame in results["explain"]["frames"][1:len(native)]:
+        entry = frame["evidence"]["entry"]
+        by.append(entry["start_by"])
+        assert entry["function"] is None, entry
+        if entry["start_by"] == "table":
+            assert "the .ARM.exidx entry" in frame["evidence"]["notes"][0], frame["evidence"]["notes"]
+    # the linker merges identical neighbouring entries: a function inside a merged range is not
+    # reached from the entry's start, and the call that reached it gives its start instead
+    assert set(by) <= {"table", "call"} and by.count("table") >= 2, by
