@@ -21,6 +21,12 @@ return address the call left is known: the analysis leaves that frame to
 the frame-pointer source's edge rule (a call to a non-code address). The
 child side of clone/clone3 is outermost, as for the other fallbacks.
 
+On 32-bit Arm the frame's CPSR.T says whether its code is Arm or Thumb
+(one CodeAnalysis per instruction set), landing pads come from the LSDA its
+.ARM.extab entry names, and where the .ARM.exidx entry says EXIDX_CANTUNWIND
+(the table marks the function as not unwindable by exceptions) or no entry
+covers the pc, the evidence says so: the code decided.
+
 Like every fallback it answers only where no table covers the frame, and
 GDB's `bt` uses it only with `set unwind fallback on`.
 """
