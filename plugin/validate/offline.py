@@ -144,19 +144,41 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     symbol = getattr(target, "symbol", None)
 
     def symbol_name(address):
-        found = symbol(address) if symbol else None
-        return found[0] if found and found[1] == address else None
+        found = symbol(address | 1 if arch.name == "arm" else address) if symbol else None
+        return found[0] if found and (found[1] == address or found[1] == address | 1 and arch.name == "arm") \
+            else None
 
-    analysis = code_analysis.CodeAnalysis(arch, target.read_memory, sorted(functions.items()),
-                                          symbol=symbol_name, got_names=_got_names(target, bias),
-                                          stubs=stubs,
-                                          lsda={s: f.lsda for s, f in fdes.items() if f.lsda})
-    analysis.entry_states.update(_table_entries(analysis, fdes, arch))
-    chosen = sorted((s, e) for s, e in functions.items() if select is None or select(s, e))
-    check = _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail)
+    for thumb, subset in _instruction_sets(arch, functions, symbol).items():
+        analysis = code_analysis.CodeAnalysis(arch, target.read_memory, sorted(subset.items()),
+                                              symbol=symbol_name, got_names=_got_names(target, bias),
+                                              stubs=stubs, thumb=thumb,
+                                              lsda={s: f.lsda for s, f in fdes.items() if f.lsda})
+        analysis.entry_states.update(_table_entries(analysis, fdes, arch))
+        chosen = sorted((s, e) for s, e in subset.items() if select is None or select(s, e))
+        check = _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail)
+        _check_all(analysis, subset, chosen, check)
+    report.disagreements.sort(key=lambda d: (d.address, d.source))
+    report.functions_detail.sort(key=lambda f: f["start"])
+    report.seconds = time.perf_counter() - began
+    return report
+
+
+def _instruction_sets(arch, functions, symbol):
+    """{thumb: {start: end}}: on Arm a function is Thumb code when its symbol's value has bit 0 set."""
+    if arch.name != "arm":
+        return {False: functions}
+    out = {False: {}, True: {}}
+    for start, end in functions.items():
+        found = symbol(start | 1) if symbol else None      # a Thumb symbol's value is start + 1
+        out[bool(found and found[1] == start | 1)][start] = end
+    return out
+
+
+def _check_all(analysis, functions, chosen, check):
+    """check each chosen function. Memory: each is checked as soon as its analysis is final and its
+    states are then dropped; only the parts a jump may still re-enter (.cold parts) wait for
+    analyse_continuations()."""
     wanted = dict(chosen)
-    # Memory: each function is checked as soon as its analysis is final and its states are then
-    # dropped; only the parts a jump may still re-enter (.cold parts) wait for analyse_continuations().
     done = set()
     for start, end in sorted(functions.items()):
         analysis.function(start, end)
@@ -170,10 +192,6 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     for start, end in chosen:
         if start not in done:
             check(start, end)
-    report.disagreements.sort(key=lambda d: (d.address, d.source))
-    report.functions_detail.sort(key=lambda f: f["start"])
-    report.seconds = time.perf_counter() - began
-    return report
 
 
 def _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail):
