@@ -46,8 +46,9 @@ class ArmArch(Arch):
         return ra & ~1
 
     def call_before(self, read, address: int) -> Optional[str]:
-        """The call that ends at a return address (bit 0 cleared: either instruction set): Thumb's
-        32-bit `bl`/`blx #imm` or 16-bit `blx rm`, Arm's `bl`/`blx #imm` or `blx rm`."""
+        """The call that ends at a return address (a Thumb one may keep its bit 0): Thumb's 32-bit
+        `bl`/`blx #imm` or 16-bit `blx rm`, Arm's `bl`/`blx #imm` or `blx rm`."""
+        address &= ~1
         code = read(address - 4, 4)
         if code is None:
             return None
