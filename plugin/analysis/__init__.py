@@ -282,12 +282,14 @@ class CodeAnalysis:
         if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
             pops = self.function(target).pops
             return Callee(popped=next(iter(pops))) if len(pops) == 1 else NO_CALLEE
-        # No known extent: the first return in the callee's code, read in order, says how it returns.
-        insn = first
+        # No known extent: the first return in the callee's code, read in order, says how it returns
+        # (padding after a jump ends the function: what follows is another one).
+        insn, jumped = first, False
         for _ in range(MAX_RETURN_SWEEP):
-            if insn is None or insn.flow == Flow.STOP or self.facts.is_padding(insn.text):
+            if insn is None or insn.flow == Flow.STOP or (jumped and self.facts.is_padding(insn.text)):
                 return NO_CALLEE
             if insn.flow == Flow.RET:
                 return Callee(popped=insn.popped) if insn.popped else NO_CALLEE
+            jumped = insn.flow in (Flow.JUMP, Flow.INDIRECT)
             insn = self.decode_at(insn.end)
         return NO_CALLEE

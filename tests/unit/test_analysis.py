@@ -184,3 +184,14 @@ def test_thumb_conditional_return_keeps_the_other_path():
         "push {r4, lr}", "cmp r0, #0", "it ne", "popne {r4, pc}", "movs r0, #1", "pop {r4, pc}"]
     assert result.returns and rows.cfa_of(result.states[BASE + 8], analysis.facts) == (13, 8, False)
     assert result.states[BASE + 8].mem[(CFA, -4)] == caller(14)
+
+
+def test_i386_callee_pops_read_from_its_code_without_a_function_table():
+    # f: push eax; call g; ret     g (no table entry, as in a live process): nop; ret 4
+    code = x86("50", "e802000000", "c3", "90", "90", "c20400")
+    padded = code + bytes(64)
+    analysis = CodeAnalysis(BY_NAME["i386"], lambda a, n: padded[a - BASE:a - BASE + n])
+    result = analysis.function(BASE, BASE + 7)
+    assert result.insns[BASE + 1].target == BASE + 8
+    assert result.states[BASE + 6].reg(4) == stack(CFA, -4)      # g's `ret 4` took the pushed eax
+    assert cfa(result, analysis, BASE + 6) == (4, 4, False)
