@@ -46,6 +46,18 @@ def supported(arch) -> bool:
     return arch.name in FACTS
 
 
+def instruction_sets(arch, functions: Dict[int, int], symbol) -> Dict[bool, Dict[int, int]]:
+    """{thumb: {start: end}}: on Arm a function is Thumb code when its symbol's value (symbol(address)
+    -> (name, value)) is its start + 1; elsewhere all is one set."""
+    if arch.name != "arm":
+        return {False: functions}
+    out: Dict[bool, Dict[int, int]] = {False: {}, True: {}}
+    for start, end in functions.items():
+        found = symbol(start | 1) if symbol else None
+        out[bool(found and found[1] == start | 1)][start] = end
+    return out
+
+
 def is_noreturn_name(name: str) -> bool:
     name = name.split("@")[0]
     return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)

@@ -148,7 +148,7 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
         return found[0] if found and (found[1] == address or found[1] == address | 1 and arch.name == "arm") \
             else None
 
-    for thumb, subset in _instruction_sets(arch, functions, symbol).items():
+    for thumb, subset in code_analysis.instruction_sets(arch, functions, symbol).items():
         analysis = code_analysis.CodeAnalysis(arch, target.read_memory, sorted(subset.items()),
                                               symbol=symbol_name, got_names=_got_names(target, bias),
                                               stubs=stubs, thumb=thumb,
@@ -163,21 +163,9 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     return report
 
 
-def _instruction_sets(arch, functions, symbol):
-    """{thumb: {start: end}}: on Arm a function is Thumb code when its symbol's value has bit 0 set."""
-    if arch.name != "arm":
-        return {False: functions}
-    out = {False: {}, True: {}}
-    for start, end in functions.items():
-        found = symbol(start | 1) if symbol else None      # a Thumb symbol's value is start + 1
-        out[bool(found and found[1] == start | 1)][start] = end
-    return out
-
-
 def _check_all(analysis, functions, chosen, check):
-    """check each chosen function. Memory: each is checked as soon as its analysis is final and its
-    states are then dropped; only the parts a jump may still re-enter (.cold parts) wait for
-    analyse_continuations()."""
+    """Check each chosen function as soon as its analysis is final, then drop its states (memory);
+    the parts a jump may still re-enter (.cold parts) wait for analyse_continuations()."""
     wanted = dict(chosen)
     done = set()
     for start, end in sorted(functions.items()):
