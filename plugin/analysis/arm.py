@@ -12,8 +12,9 @@ state in a linear sweep): a conditional return (`popne {r7, pc}`, `bxeq
 lr`) ends one path and lets the other fall through with nothing changed;
 any other conditional write leaves the register unknown. Table branches
 are followed up to the bound the last `cmp r, #n` set: Thumb's `tbb`/`tbh`
-and Arm's `addls pc, pc, r, lsl #2` (a branch per entry), and GCC's -O0
-`adr r2, T; ldr r3, [r2, r3, lsl #2]; add r2, r3; bx r2`.
+and Arm's `addls pc, pc, r, lsl #2` (a branch per entry), GCC's -O0
+`adr r2, T; ldr r3, [r2, r3, lsl #2]; add r2, r3; bx r2` and Clang's
+`adr r1, T; ldr r0, [r1, r0, lsl #2]; add pc, r1, r0`.
 
 The mode (Arm or Thumb) is the code's, chosen by the caller of
 plugin.analysis.CodeAnalysis (thumb=True: CAPSTONE_THUMB, decode_thumb);
@@ -198,6 +199,11 @@ def _table_branch(insn, base, cond, ops, pc):
         return True
     if base == "add" and len(ops) == 4 and ops[:2] == ["pc", "pc"] and ops[3] == "lsl #2":
         insn.flow, insn.indirect = Flow.INDIRECT, ("pc_table", None, 0, 4, pc, bool(cond))
+        return True
+    if base == "add" and len(ops) == 3 and ops[0] == "pc" and not cond \
+            and all(REGISTERS.get(o) not in (None, SP, PC) for o in ops[1:]):
+        # Clang: adr r1, T; ldr r0, [r1, r0, lsl #2]; add pc, r1, r0 (table base + entry)
+        insn.flow, insn.indirect = Flow.INDIRECT, ("target", REGISTERS[ops[1]], REGISTERS[ops[2]])
         return True
     return False
 

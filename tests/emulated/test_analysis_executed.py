@@ -16,6 +16,9 @@ conditional return, vpush/vpop, stmdb/ldmia, `ldr pc, [sp], #4`, Arm
 code's `ldmfdne sp!, {..., pc}` and r11 frame, interworking calls), built
 with arm-linux-gnueabihf-gcc -mthumb and -marm at -O0, -O2, -O3 and -Os.
 Control: with conditions ignored the conditional returns give wrong rows.
+
+Clang (clang-16) builds of the same sources, i386 and Arm/Thumb-2 at -O0
+and -O2, are held to the same check.
 """
 import hashlib
 
@@ -102,3 +105,32 @@ def test_the_execution_oracle_sees_conditional_returns(monkeypatch):
     monkeypatch.setattr(arm, "split_mnemonic", lambda mnemonic: original(mnemonic)[:1] + (None, False))
     report = run_checked(program_arm("thumb-O2"), "arm", 3)
     assert report.wrong or report.undecided
+
+
+CLANG_BUILDS = {"i386-O0": ("i386", ["-m32", "-O0"]), "i386-O2": ("i386", ["-m32", "-O2"]),
+                "thumb-O0": ("arm", ["-mthumb", "-O0"]), "thumb-O2": ("arm", ["-mthumb", "-O2"]),
+                "arm-O0": ("arm", ["-marm", "-O0"]), "arm-O2": ("arm", ["-marm", "-O2"])}
+
+
+def program_clang(name):
+    arch, flags = CLANG_BUILDS[name]
+    common = ["-ffreestanding", "-fno-stack-protector", "-nostdlib", "-static", "-Wl,-e,run"]
+    if arch == "arm":
+        digest = hashlib.sha256(ARM_ASM.read_bytes()).hexdigest()[:8]
+        # cortex-a15 divides in hardware: no libgcc helper to link
+        flags = ["--target=armv7a-linux-gnueabihf", "-mcpu=cortex-a15", *flags, *common,
+                 "-fuse-ld=" + need_tool("arm-linux-gnueabihf-ld"), str(ARM_ASM)]
+        return arch, build("analysis_run.c", flags, name="analysis_run-clang-arm-" + digest,
+                           compiler=need_tool("clang-16"))
+    return arch, build("analysis_run.c", [*flags, *common], name="analysis_run-clang-i386",
+                       compiler=need_tool("clang-16"))
+
+
+@pytest.mark.parametrize("name", sorted(CLANG_BUILDS))
+def test_every_executed_instruction_of_clang_code_has_the_real_frame(name):
+    arch, path = program_clang(name)
+    report = run_checked(path, arch, 3)
+    assert report.wrong == [], report.wrong[:10]
+    assert report.undecided == [], report.undecided[:10]
+    assert report.checked >= 500
+    assert FUNCTIONS <= {n.split(".")[0] for n in report.functions}
