@@ -5,23 +5,25 @@ tracking the stack pointer's offset from the CFA, which registers hold
 stack addresses (a frame pointer, a DRAP register), where the caller's
 callee-saved registers and the return address are stored, and what is in
 each register. The result per instruction is a State, or no state with a
-reason. Per-architecture instruction patterns live in x86_64.py and
-aarch64.py; plugin.analysis.rows turns a State into an unwind row.
+reason. Per-architecture instruction patterns live in x86.py (x86_64.py
+and i386.py give its registers) and aarch64.py; plugin.analysis.rows turns
+a State into an unwind row.
 
 CodeAnalysis serves one module: it decodes lazily from the target's memory,
 decides which called functions never return (by name, through PLT stubs,
-and by analysing the callee), and analyses a function's `.cold` part with
+and by analysing the callee), which are i386 pc thunks and how many
+argument bytes a callee's return pops, and analyses a function's `.cold` part with
 the frame of the jump that reaches it.
 """
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from plugin.analysis import aarch64, landing, x86_64
-from plugin.analysis.flow import Analyser, FunctionAnalysis, entry_like, entry_state
+from plugin.analysis import aarch64, arm, i386, landing, x86_64
+from plugin.analysis.flow import NO_CALLEE, Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
 
-FACTS = {"x86_64": x86_64, "aarch64": aarch64}
+FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386, "arm": arm}
 
 # Functions that never return, by symbol name (C library, C++ runtime, CPython).
 NORETURN_NAMES = frozenset((
@@ -37,10 +39,23 @@ NORETURN_NAMES = frozenset((
     "__libc_start_main",
 ))
 MAX_NESTING = 64                 # callees analysed to decide "does not return", one inside another
+MAX_RETURN_SWEEP = 256           # instructions of a callee read in order for its first return
 
 
 def supported(arch) -> bool:
     return arch.name in FACTS
+
+
+def instruction_sets(arch, functions: Dict[int, int], symbol) -> Dict[bool, Dict[int, int]]:
+    """{thumb: {start: end}}: on Arm a function is Thumb code when its symbol's value (symbol(address)
+    -> (name, value)) is its start + 1; elsewhere all is one set."""
+    if arch.name != "arm":
+        return {False: functions}
+    out: Dict[bool, Dict[int, int]] = {False: {}, True: {}}
+    for start, end in functions.items():
+        found = symbol(start | 1) if symbol else None
+        out[bool(found and found[1] == start | 1)][start] = end
+    return out
 
 
 def is_noreturn_name(name: str) -> bool:
@@ -54,17 +69,20 @@ class CodeAnalysis:
     read(address, size) -> bytes reads code; functions is the sorted list of
     (start, end) ranges with table entries (or symbols); symbol(address) ->
     name or None; stubs: (start, end) ranges of PLT sections, whose every
-    stub is an entry.
+    stub is an entry; thumb: the code is Thumb (Arm only: one CodeAnalysis per
+    instruction set).
     """
 
     def __init__(self, arch, read: Callable[[int, int], bytes],
                  functions: Sequence[Tuple[int, int]] = (), symbol=None, got_names=None,
-                 stubs: Sequence[Tuple[int, int]] = (), lsda=None, entry_states=None):
+                 stubs: Sequence[Tuple[int, int]] = (), lsda=None, entry_states=None, thumb=False):
         import capstone
         self.arch = arch
         self.facts = FACTS[arch.name]
         self.read = read
-        cs_arch, cs_mode = self.facts.CAPSTONE
+        cs_arch, cs_mode = self.facts.CAPSTONE_THUMB if thumb else self.facts.CAPSTONE
+        self.thumb = thumb
+        self._decode = self.facts.decode_thumb if thumb else self.facts.decode
         self._cs = capstone.Cs(getattr(capstone, cs_arch), getattr(capstone, cs_mode))
         self._decoded: Dict[int, object] = {}
         self.functions = {start: end for start, end in functions}
@@ -79,6 +97,7 @@ class CodeAnalysis:
         self._seeds: Dict[int, list] = {}
         self._busy: List[int] = []
         self._noreturn: Dict[int, bool] = {}
+        self._callees: Dict[int, Callee] = {}
 
     # -- decoding --
 
@@ -90,7 +109,7 @@ class CodeAnalysis:
             except Exception:       # unreadable: no instruction here
                 return None
             for found in self._cs.disasm_lite(code, address, 1):
-                insn = self._decoded[address] = self.facts.decode(*found)
+                insn = self._decoded[address] = self._decode(*found)
         return insn
 
     def decode_range(self, start, end):
@@ -99,7 +118,7 @@ class CodeAnalysis:
             code = self.read(start, end - start)
         except Exception:
             return
-        decode = self.facts.decode
+        decode = self._decode
         cache = self._decoded
         for found in self._cs.disasm_lite(code, start):
             if found[0] not in cache:
@@ -117,10 +136,11 @@ class CodeAnalysis:
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
             seeds = [seed for seed in seeds if seed[0] != start] + self._seeds[start]
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
-                            is_boundary=self._decoded.__contains__)
+                            is_boundary=self._decoded.__contains__, callee=self._callee)
         self._busy.append(start)
         try:
-            pads = landing.call_sites(self.read, self.lsda[start], start) if start in self.lsda else ()
+            pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
+                if self.lsda.get(start) else ()
             result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()
@@ -149,9 +169,10 @@ class CodeAnalysis:
             insn = self.decode_at(address)
             if insn is None:
                 break
-            if previous_ends_path and not insn.text.startswith(("nop", "xchg ax, ax")):
+            padding = insn.text.startswith(self.facts.PLT_PADDING)
+            if previous_ends_path and not padding:
                 seeds.append(address)
-            if not insn.text.startswith(("nop", "xchg ax, ax")):
+            if not padding:
                 previous_ends_path = insn.flow in (Flow.JUMP, Flow.INDIRECT)
             if insn.flow == Flow.JUMP:
                 jumped_to.add(insn.target)
@@ -247,3 +268,40 @@ class CodeAnalysis:
                 return None
             address = insn.end
         return None
+
+    # -- what a returning call leaves behind --
+
+    def _callee(self, insn) -> Callee:
+        """A direct call's callee: a pc thunk (i386 PIC), or a function whose return pops arguments."""
+        target = insn.target
+        if target is None or not (self.facts.PC_THUNKS or self.facts.CALLEE_POPS):
+            return NO_CALLEE
+        found = self._callees.get(target)
+        if found is None:
+            found = self._callees[target] = self._decide_callee(target)
+        return found
+
+    def _decide_callee(self, target) -> Callee:
+        first = self.decode_at(target)
+        if first is None:
+            return NO_CALLEE
+        if self.facts.PC_THUNKS:
+            thunk = self.facts.pc_thunk(first, self.decode_at(first.end))
+            if thunk is not None:
+                return Callee(thunk=thunk)
+        if not self.facts.CALLEE_POPS:
+            return NO_CALLEE
+        if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
+            pops = self.function(target).pops
+            return Callee(popped=next(iter(pops))) if len(pops) == 1 else NO_CALLEE
+        # No known extent: the first return in the callee's code, read in order, says how it returns
+        # (padding after a jump ends the function: what follows is another one).
+        insn, jumped = first, False
+        for _ in range(MAX_RETURN_SWEEP):
+            if insn is None or insn.flow == Flow.STOP or (jumped and self.facts.is_padding(insn.text)):
+                return NO_CALLEE
+            if insn.flow == Flow.RET:
+                return Callee(popped=insn.popped) if insn.popped else NO_CALLEE
+            jumped = insn.flow in (Flow.JUMP, Flow.INDIRECT)
+            insn = self.decode_at(insn.end)
+        return NO_CALLEE

@@ -17,6 +17,10 @@ RA_REGISTER = 30                    # ... and the return address is in x30
 CALLEE_SAVED = tuple(range(19, 30)) + tuple(range(72, 80))
 CALL_CLOBBERED = tuple(range(0, 19))
 POINTER_SIZE = 8
+PC_THUNKS = False                   # no pc thunks
+PLT_PADDING = ("nop",)                              # between PLT stubs
+INTERWORKING = False                # code addresses are exact (no Thumb bit)
+CALLEE_POPS = False                 # no callee pops its arguments (`ret N`)
 DIRECT_CALL_SIZES = (4,)                # the length of a direct call: `bl`
 PADDING = ("nop", "udf #0")         # what compilers and linkers fill the gaps between functions with
 

@@ -34,6 +34,17 @@ class FunctionAnalysis:
     unresolved: List[int] = field(default_factory=list)            # indirect jumps not followed
     gave_up: Dict[int, str] = field(default_factory=dict)          # address -> why no state there
     assumed: set = field(default_factory=set)        # reached only through an unresolved indirect jump
+    pops: set = field(default_factory=set)           # argument bytes its reached returns pop (`ret 4`)
+
+
+@dataclass(frozen=True)
+class Callee:
+    """What the analysis knows of a called function besides whether it returns."""
+    thunk: Optional[int] = None      # a pc thunk: the register it sets to the return address, nothing else
+    popped: int = 0                  # argument bytes its return pops (i386 `ret 4`), the caller's sp goes up
+
+
+NO_CALLEE = Callee()
 
 
 def entry_state(arch_facts) -> State:
@@ -43,7 +54,7 @@ def entry_state(arch_facts) -> State:
     if arch_facts.RA_REGISTER is not None:
         regs[arch_facts.RA_REGISTER] = caller(arch_facts.RA_REGISTER)
     mem = {(CFA, k): caller(r) for k, r in arch_facts.ENTRY_SLOTS.items()}
-    return State(regs, mem)
+    return State(regs, mem, arch_facts.POINTER_SIZE)
 
 
 def entry_like(state: State, arch_facts) -> bool:
@@ -72,13 +83,15 @@ def evaluate(expr, state: State):
         base = state.reg(expr[1])
         bound = state.regs.get(BOUND)
         count = bound[1] + 1 if bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < 4096 else None
-        return (Kind.TABLE, base[1], expr[2], count) if base[0] == Kind.ADDR else OTHER
+        if base[0] != Kind.ADDR:
+            return OTHER
+        return (Kind.TABLE, base[1] + expr[3], expr[2], count, base[1])     # entries relative to base
     if kind == "target":
         a, b = state.reg(expr[1]), state.reg(expr[2])
         if a[0] == Kind.ADDR:
             a, b = b, a
-        if a[0] == Kind.TABLE and b[0] == Kind.ADDR and a[1] == b[1]:
-            return (Kind.TARGET, a[1], a[2], a[3])
+        if a[0] == Kind.TABLE and b[0] == Kind.ADDR and a[4] == b[1]:
+            return (Kind.TARGET, a[1], a[2], a[3], a[4])
         return OTHER
     return unknown(expr[1] if len(expr) > 1 and isinstance(expr[1], str) else "not followed")
 
@@ -104,8 +117,10 @@ class Analyser:
 
     def __init__(self, facts, decode_at: Callable[[int], Optional[Insn]],
                  read: Callable[[int, int], bytes], noreturn: Callable[[int], bool],
-                 is_boundary: Callable[[int], bool] = lambda address: True):
+                 is_boundary: Callable[[int], bool] = lambda address: True,
+                 callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE):
         self.facts = facts
+        self.callee = callee
         self.is_boundary = is_boundary
         self.decode_at = decode_at
         self.read = read
@@ -180,21 +195,34 @@ class Analyser:
         if flow == Flow.CALL:
             if self.noreturn(insn):
                 return []
-            return [(insn.end, self.after_call(insn, state))]
+            callee = self.callee(insn)
+            if callee.thunk is not None:
+                after = state.copy()
+                after.regs[callee.thunk] = addr(insn.end)
+                return [(insn.end, after)]
+            return [(insn.end, self.after_call(insn, state, callee.popped))]
         if flow == Flow.RET:
             result.returns = True
+            if insn.popped:
+                result.pops.add(insn.popped)
             return []
+        if flow == Flow.COND_RET:
+            result.returns = True
+            return [(insn.end, state)]
         if flow == Flow.STOP:
             return []
         return self._indirect(result, insn, state)
 
-    def after_call(self, insn, state):
-        """The state a call returns with (or an exception lands with): callee-saved registers kept."""
+    def after_call(self, insn, state, popped=0):
+        """The state a call returns with (or an exception lands with): callee-saved registers kept,
+        the stack pointer above the arguments the callee popped."""
         facts = self.facts
         after = state.copy()
         sp = after.reg(facts.SP)
         if sp[0] == Kind.STACK:
             after.forget_below(sp)
+            if popped:
+                after.regs[facts.SP] = plus(sp, popped)
         for number in facts.CALL_CLOBBERED:
             after.regs[number] = CLOBBERED
         if facts.RA_REGISTER is not None:
@@ -220,6 +248,12 @@ class Analyser:
                 return
 
     def _indirect(self, result, insn, state):
+        expr = insn.indirect
+        if expr is not None and expr[0] == "pc_table":     # a table branch: never a tail call
+            targets = self._pc_table_targets(result, expr, state)
+            if not targets:
+                result.unresolved.append(insn.address)
+            return [(t, state) for t in targets + ([insn.end] if expr[5] else [])]
         targets = self._table_targets(result, insn, state)
         if targets:
             return [(t, state) for t in targets]
@@ -231,16 +265,37 @@ class Analyser:
         result.unresolved.append(insn.address)
         return []
 
+    def _pc_table_targets(self, result, expr, state):
+        """("pc_table", table, entry size, unit, base, falls through): target i = base + unit * entry i
+        (entry size 0: no table, target i = base + unit * i), for i up to the last compared immediate."""
+        _, table, size, unit, base, _ = expr
+        bound = state.regs.get(BOUND)
+        if bound is None or bound[0] != Kind.ADDR or not 0 <= bound[1] < MAX_TABLE_ENTRIES:
+            return []
+        targets = []
+        for index in range(bound[1] + 1):
+            entry = index
+            if size:
+                try:
+                    entry = int.from_bytes(self.read(table + index * size, size), "little")
+                except Exception:       # the table runs out of readable memory
+                    return []
+            target = base + unit * entry
+            if not result.start <= target < result.end:
+                return []
+            targets.append(target)
+        return sorted(set(targets))
+
     def _table_targets(self, result, insn, state):
         """Targets of a jump table the code indexes, read while they stay inside the function."""
         expr = insn.indirect
         if expr is None:
             return []
         if expr[0] == "mem" and expr[1][0] == "indexed":
-            base = state.reg(expr[1][1])
+            base = addr(0) if expr[1][1] is None else state.reg(expr[1][1])    # None: an absolute table
             if base[0] != Kind.ADDR:
                 return []
-            table, size, relative = base[1], self.facts.POINTER_SIZE, False
+            table, size, relative = base[1] + expr[1][4], self.facts.POINTER_SIZE, None
             bound = state.regs.get(BOUND)
             count = bound[1] + 1 if bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < 4096 \
                 else MAX_TABLE_ENTRIES
@@ -250,7 +305,7 @@ class Analyser:
             value = evaluate(expr, state)
             if value[0] != Kind.TARGET:
                 return []
-            table, size, relative = value[1], value[2], True
+            table, size, relative = value[1], value[2], value[4]
             count = value[3] or MAX_TABLE_ENTRIES
         targets = []
         for index in range(count):
@@ -258,12 +313,14 @@ class Analyser:
                 raw = self.read(table + index * size, size)
             except Exception:       # the table runs out of readable memory: it ended
                 break
-            entry = int.from_bytes(raw, "little", signed=relative)
-            target = table + entry if relative else entry
+            entry = int.from_bytes(raw, "little", signed=relative is not None)
+            target = relative + entry if relative is not None else entry
+            if self.facts.INTERWORKING:
+                target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
             if not result.start <= target < result.end or not self.is_boundary(target):
                 break               # past the table: data, or an entry of another table
             insn = self.decode_at(target)
-            if insn is None or insn.text.startswith(("nop", "xchg ax, ax", "int3")):
+            if insn is None or self.facts.is_padding(insn.text):
                 break
             targets.append(target)
         return sorted(set(targets))
@@ -296,15 +353,14 @@ class Analyser:
                 break
             result.insns.setdefault(address, insn)
             if address not in result.states and address not in result.gave_up \
-                    and not insn.text.startswith(("nop", "xchg ax, ax", "int3")) \
+                    and not self.facts.is_padding(insn.text) \
                     and self._is_block_start(result, address):
                 self._merge(result, visits, work, address, first)
                 self._drain(result, visits, work)
             address = insn.end
         result.assumed = set(result.states) - reached_before
 
-    @staticmethod
-    def _is_block_start(result, address):
+    def _is_block_start(self, result, address):
         """Unreached code right after a path's end (padding skipped): where a jump-table target begins."""
         for _ in range(64):
             previous = next((result.insns[address - back] for back in range(1, 16)
@@ -312,7 +368,7 @@ class Analyser:
                              and result.insns[address - back].end == address), None)
             if previous is None:
                 return True
-            if previous.text.startswith(("nop", "xchg ax, ax", "int3")) and previous.address not in result.states:
+            if self.facts.is_padding(previous.text) and previous.address not in result.states:
                 address = previous.address
                 continue
             return previous.flow not in (Flow.NEXT, Flow.BRANCH)

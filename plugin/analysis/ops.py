@@ -14,7 +14,7 @@ Expressions (tuples):
   ("other",)                 a computed value
   ("unknown", reason)        anything
   ("align", expr, at)        expr rounded down: a fresh stack base named by the instruction
-  ("table", base_reg, size)  an entry of a jump table at the address in base_reg
+  ("table", base_reg, size, disp)  an entry of a jump table at base_reg + disp, relative to base_reg
   ("target", r1, r2)         table entry + table base: a jump-table target
 Effects:
   ("set", r, expr) and ("store", addr_expr, size, expr) are applied in order,
@@ -33,6 +33,7 @@ class Flow(str, Enum):
     BRANCH = "branch"        # conditional: target or next
     CALL = "call"            # direct (target) or indirect (None) call, then next
     RET = "ret"
+    COND_RET = "conditional return"   # returns if its condition holds, else falls through unchanged
     STOP = "stop"            # hlt, ud2, brk: the path ends here
     INDIRECT = "indirect"    # jump to a computed address (jump table or tail call)
 
@@ -47,6 +48,7 @@ class Insn:
     target: Optional[int] = None
     indirect: Optional[tuple] = None      # INDIRECT: expression of the target, or ("mem", expr, scale)
     through_memory: bool = False          # INDIRECT through a memory operand (GOT slot, vtable)
+    popped: int = 0                       # RET: argument bytes it pops besides the return address
 
     @property
     def end(self) -> int:

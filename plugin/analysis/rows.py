@@ -112,13 +112,13 @@ def symbolic(expression: bytes, state: State, initial=None, pc=None, pc_register
             return (Kind.ADDR, pc)
         return state.reg(number)
     try:
-        for op, operands in operations(bytes(expression), 8):
+        for op, operands in operations(bytes(expression), state.word):
             if 0x70 <= op <= 0x8F:                       # DW_OP_breg0..31
                 stack_.append(plus(register(op - 0x70), operands[0]))
             elif op == 0x92:                             # DW_OP_bregx
                 stack_.append(plus(register(operands[0]), operands[1]))
             elif op == 0x06:                             # DW_OP_deref
-                stack_.append(state.slot(stack_.pop(), 8))
+                stack_.append(state.slot(stack_.pop(), state.word))
             elif op == 0x23:                             # DW_OP_plus_uconst
                 stack_.append(plus(stack_.pop(), operands[0]))
             elif 0x30 <= op <= 0x4F:                     # DW_OP_lit0..31
@@ -183,4 +183,4 @@ def entry_from_row(row, facts) -> Optional[State]:
             mem[(CFA, rule.offset)] = caller(number)
         elif rule.kind != RuleKind.UNDEFINED:      # undefined (an outermost frame): nothing to track
             return None
-    return State(regs, mem)
+    return State(regs, mem, facts.POINTER_SIZE)

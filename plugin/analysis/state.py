@@ -78,14 +78,15 @@ def plus(value: Value, k: int) -> Value:
 class State:
     regs: Dict[int, Value]
     mem: Dict[tuple, Value]
+    word: int = 8                  # bytes in a register: only whole-word slots hold a tracked value
 
     def reg(self, number: int) -> Value:
         return self.regs.get(number, UNSET)
 
     def copy(self) -> "State":
-        return State(dict(self.regs), dict(self.mem))
+        return State(dict(self.regs), dict(self.mem), self.word)
 
-    def slot(self, address: Value, size: int = 8) -> Value:
+    def slot(self, address: Value, size: int) -> Value:
         """What a load of `size` bytes from the stack address gives."""
         if address[0] == Kind.UNKNOWN:
             return address
@@ -94,18 +95,18 @@ class State:
         found = self.mem.get((address[1], address[2]))
         if found is None:
             return unknown("loaded from a stack slot this function did not write")
-        return found if size == 8 else OTHER
+        return found if size == self.word else OTHER
 
     def store(self, address: Value, size: int, value: Value) -> None:
         """Record a store; a store through an untracked pointer is assumed not to hit saved slots."""
         if address[0] != Kind.STACK:
             return
         base, offset = address[1], address[2]
-        for key in [k for k in self.mem if k[0] == base and k[1] < offset + size and offset < k[1] + 8]:
+        for key in [k for k in self.mem if k[0] == base and k[1] < offset + size and offset < k[1] + self.word]:
             del self.mem[key]
         if value[0] == Kind.UNKNOWN:
             self.mem[(base, offset)] = value
-        elif size == 8 and value[0] != Kind.OTHER:
+        elif size == self.word and value[0] != Kind.OTHER:
             self.mem[(base, offset)] = value
         # Anything else leaves the slot absent: it holds nothing the analysis tracks.
 
@@ -123,7 +124,7 @@ def join(old: State, new: State, where: int) -> Tuple[State, bool]:
     mem = _meet(old.mem, new.mem, None, where)
     if regs is None and mem is None:
         return old, False
-    return State(old.regs if regs is None else regs, old.mem if mem is None else mem), True
+    return State(old.regs if regs is None else regs, old.mem if mem is None else mem, old.word), True
 
 
 def _meet(old: dict, new: dict, missing, where):

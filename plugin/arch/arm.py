@@ -45,6 +45,27 @@ class ArmArch(Arch):
             caller[CPSR] = (cpsr | CPSR_THUMB) if ra & 1 else (cpsr & ~CPSR_THUMB)
         return ra & ~1
 
+    def call_before(self, read, address: int) -> Optional[str]:
+        """The call that ends at a return address (a Thumb one may keep its bit 0): Thumb's 32-bit
+        `bl`/`blx #imm` or 16-bit `blx rm`, Arm's `bl`/`blx #imm` or `blx rm`."""
+        address &= ~1
+        code = read(address - 4, 4)
+        if code is None:
+            return None
+        first, second = int.from_bytes(code[:2], "little"), int.from_bytes(code[2:], "little")
+        if first & 0xF800 == 0xF000 and second & 0xD000 in (0xD000, 0xC000):
+            return "bl" if second & 0x1000 else "blx"
+        if second & 0xFF87 == 0x4780:
+            return "blx rm"
+        word = int.from_bytes(code, "little")
+        if word & 0x0F000000 == 0x0B000000 and word >> 28 != 0xF:
+            return "bl"
+        if word >> 25 == 0x7D:                  # 1111 101H: blx #imm (always Thumb)
+            return "blx"
+        if word & 0x0FFFFFF0 == 0x012FFF30 and word >> 28 != 0xF:
+            return "blx rm"
+        return None
+
 
 ARCH = ArmArch(
     name="arm", address_size=4, byteorder="little",

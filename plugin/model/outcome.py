@@ -41,6 +41,8 @@ class FailureKind(Vocabulary):
     UNDECIDED = ("undecided", "the instruction analysis cannot decide the frame at this pc")
     NOT_AT_CALL_SITE = ("not-at-call-site", "the table holds at call sites only, and the code shows the pc is in a "
                         "prologue or an epilogue")
+    CANT_UNWIND = ("cant-unwind", "the table marks the function as not unwindable by exceptions "
+                   "(EXIDX_CANTUNWIND): its code decides")
     INTERNAL_ERROR = ("internal-error", "the strategy raised an exception (a bug): recorded, and the walk goes on")
 
 

@@ -21,6 +21,12 @@ return address the call left is known: the analysis leaves that frame to
 the frame-pointer source's edge rule (a call to a non-code address). The
 child side of clone/clone3 is outermost, as for the other fallbacks.
 
+On 32-bit Arm the frame's CPSR.T says whether its code is Arm or Thumb
+(one CodeAnalysis per instruction set), landing pads come from the LSDA its
+.ARM.extab entry names, and where the .ARM.exidx entry says EXIDX_CANTUNWIND
+(the table marks the function as not unwindable by exceptions) or no entry
+covers the pc, the evidence says so: the code decided.
+
 Like every fallback it answers only where no table covers the frame, and
 GDB's `bt` uses it only with `set unwind fallback on`.
 """
@@ -33,6 +39,8 @@ from plugin.analysis import unwind_row
 from plugin.analysis.ops import Flow
 from plugin.analysis.state import OTHER
 from plugin.arch import reader
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.formats.exidx import EntryKind
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.model.rules import RuleKind
@@ -59,9 +67,13 @@ def step(frame, ctx) -> Outcome:
     pc = ctx.lookup_pc(frame)
     if not ctx.is_code(pc):
         return Outcome.not_applicable(SOURCE, "0x%x is not code" % pc, FailureKind.NO_ENTRY)
+    thumb = function_start.thumb_state(frame, ctx)
+    if thumb is None:
+        return Outcome.not_applicable(SOURCE, "the instruction set at 0x%x is unknown: no CPSR for the frame"
+                                      % pc, FailureKind.NOT_SUPPORTED)
     reasons = []
-    for start in function_start.starts(frame, ctx, pc):
-        outcome, why = _from_start(frame, ctx, start)
+    for start in function_start.starts(frame, ctx, pc, thumb):
+        outcome, why = _from_start(frame, ctx, start, thumb)
         if outcome is not None:
             return outcome
         reasons.append(why)
@@ -85,12 +97,14 @@ def _end(ctx, start, pc) -> int:
 
 # -- the row at the pc --------------------------------------------------------------
 
-def _from_start(frame, ctx, start: Start):
+def _from_start(frame, ctx, start: Start, thumb=False):
     """(Outcome, "") when the analysis from start decides the frame, else (None, why not)."""
     arch = ctx.arch
     facts = code_analysis.FACTS[arch.name]
     pc = ctx.lookup_pc(frame)
-    code = function_start.code_of(ctx, start.address)
+    code = function_start.code_of(ctx, start.address, thumb)
+    if arch.name == "arm" and start.address not in code.lsda:
+        code.lsda[start.address] = _exidx_lsda(ctx, start.address)
     result = code.function_covering(start.address, pc, _end(ctx, start.address, pc))
     where = "from 0x%x (%s)" % (start.address, start.by.value)
     address = frame.pc if frame.exact_pc else _call_before(result, frame.pc)
@@ -118,6 +132,24 @@ def _from_start(frame, ctx, start: Start):
     if problem:
         return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence), ""
     return outcome, ""
+
+
+def _exidx_lsda(ctx, start) -> Optional[int]:
+    """The LSDA the .ARM.extab entry of the function at start names (its landing pads), or None."""
+    from plugin.strategies.exidx import ExidxTables
+    module = ctx.modules.find(start)
+    if module is None:
+        return None
+    try:
+        tables = ExidxTables.of(module, ctx.target)
+        table = tables.table()
+        entry = table.find(start) if table is not None else None
+        if entry is None or entry.function != start or entry.kind == EntryKind.CANTUNWIND:
+            return None
+        unwind, _ = tables.planned(entry, ctx.symbol)
+    except (DecodeError, MemoryReadError):
+        return None
+    return unwind.lsda or None
 
 
 def _call_before(result, return_address) -> Optional[int]:
@@ -157,6 +189,9 @@ def _evidence(frame, ctx, start, result, address, row, facts) -> StepEvidence:
                             entry={"start": start.address, "function": start.name, "start_by": start.by.value,
                                    "instructions": len(result.states)})
     evidence.notes.append(start.why)
+    ehabi = function_start.exidx_note(ctx, address)
+    if ehabi:
+        evidence.notes.append(ehabi)
     setters = unwind_row.setters(result, address, row, facts)
     cfa_insn = setters.get("cfa")
     evidence.notes.append("CFA=%s: %s" % (row.cfa.text(arch), "set by 0x%x `%s`" % (cfa_insn.address, cfa_insn.text)

@@ -192,9 +192,10 @@ def step(frame, ctx) -> Outcome:
     entry = table.find(pc)
     if entry is None or pc >= tables.end_of(entry):
         return Outcome.not_applicable(SOURCE, "no .ARM.exidx entry of %s covers 0x%x" % (module.name, pc), FailureKind.NO_ENTRY)
-    if entry.kind == exidx.EntryKind.CANTUNWIND:
-        return Outcome.not_applicable(SOURCE, "the .ARM.exidx entry %d for 0x%x says EXIDX_CANTUNWIND"
-                                      % (entry.index, entry.function), FailureKind.NO_ENTRY)
+    if entry.kind == exidx.EntryKind.CANTUNWIND:      # an entry, but no rule: the code must say (analysis)
+        return Outcome.failed(SOURCE, "the .ARM.exidx entry %d for 0x%x says EXIDX_CANTUNWIND: the table marks "
+                              "the function as not unwindable by exceptions, so its code decides"
+                              % (entry.index, entry.function), FailureKind.CANT_UNWIND)
     try:
         unwind, steps = tables.planned(entry, ctx.symbol)
     except DecodeError as exc:

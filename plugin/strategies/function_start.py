@@ -6,6 +6,8 @@ Tried in this order (plugin.strategies.analysis follows each until one decides t
            FDE or SFrame FDE that ends nearest below the pc (no entry covering
            the pc), its end then moved past the alignment padding the compiler
            or linker put after it (runs of nop and int3; aarch64 nop and udf #0);
+           on Arm first the .ARM.exidx entry covering the pc: each entry starts
+           a function, even one marked EXIDX_CANTUNWIND;
   call     the call that reached it: a direct call (`call rel32`, `bl`) just
            before a return address on the stack (or, on aarch64, in the link
            register) whose target lies at or below the pc. The row from that
@@ -14,7 +16,8 @@ Tried in this order (plugin.strategies.analysis follows each until one decides t
   prologue the nearest frame-record prologue before the pc (`push rbp; mov rbp,
            rsp`, `stp x29, x30, [sp, #-N]!`), for functions no call reached (a
            signal handler, a thread's start routine).
-Each start carries the sentence the evidence gives for it.
+Each start carries the sentence the evidence gives for it. On Arm the code
+is read in the frame's instruction set (CPSR.T), one CodeAnalysis per set.
 """
 from __future__ import annotations
 
@@ -24,8 +27,11 @@ from typing import Iterator, List, Optional, Tuple
 
 from plugin import analysis as code_analysis
 from plugin.analysis.ops import Flow
+from plugin.arch import arm
 from plugin.errors import DecodeError, MemoryReadError
+from plugin.formats.exidx import EntryKind
 from plugin.model.vocabulary import Found, Vocabulary
+from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.scan import read_stack_words
 from plugin.strategies.sframe import SFrameTables
@@ -56,41 +62,98 @@ class Start(Found):
     return_address: Optional[int] = None    # CALL: that return address
 
 
-def starts(frame, ctx, pc) -> Iterator[Start]:
+def starts(frame, ctx, pc, thumb=False) -> Iterator[Start]:
     found = ctx.symbol(pc)
-    if found is not None and 0 <= pc - found[1] < MAX_FUNCTION:
-        yield Start(found[1], StartBy.SYMBOL, "the function starts at 0x%x: the symbol %s" % (found[1], found[0]),
+    start = None if found is None else found[1] & ~1 if ctx.arch.name == "arm" else found[1]
+    if found is not None and 0 <= pc - start < MAX_FUNCTION:
+        yield Start(start, StartBy.SYMBOL, "the function starts at 0x%x: the symbol %s" % (start, found[0]),
                     found[0])
         return
-    from_table = start_from_table(ctx, pc)
+    if ctx.arch.name == "arm":
+        from_exidx = _start_from_exidx(ctx, pc)
+        if from_exidx is not None:
+            yield from_exidx
+    from_table = start_from_table(ctx, pc, thumb)
     if from_table is not None:
         yield from_table
-    yield from _starts_from_calls(frame, ctx, pc)
-    yield from _starts_from_prologues(ctx, pc)
+    yield from _starts_from_calls(frame, ctx, pc, thumb)
+    if ctx.arch.name != "arm":               # no frame-record prologue pattern is declared for Arm
+        yield from _starts_from_prologues(ctx, pc)
 
 
-def code_of(ctx, address) -> code_analysis.CodeAnalysis:
-    """The module's CodeAnalysis (kept with the module), or a fresh one for code outside every module."""
+def thumb_state(frame, ctx) -> Optional[bool]:
+    """Is the frame's code Thumb (Arm: its CPSR.T; None when unknown)? False on other architectures."""
+    if ctx.arch.name != "arm":
+        return False
+    cpsr = frame.registers.get(arm.CPSR)
+    return None if cpsr is None else bool(cpsr & arm.CPSR_THUMB)
+
+
+def code_of(ctx, address, thumb=False) -> code_analysis.CodeAnalysis:
+    """The module's CodeAnalysis for an instruction set (kept with the module), or a fresh one for
+    code outside every module."""
     module = ctx.modules.find(address)
     if module is None:
-        return code_analysis.CodeAnalysis(ctx.arch, ctx.read_memory, symbol=_symbol_name(ctx))
-    code = module.cache.get(CODE_CACHE_KEY)
+        return code_analysis.CodeAnalysis(ctx.arch, ctx.read_memory, symbol=_symbol_name(ctx), thumb=thumb)
+    key = CODE_CACHE_KEY + (" (thumb)" if thumb else "")
+    code = module.cache.get(key)
     if code is None:
-        code = module.cache[CODE_CACHE_KEY] = code_analysis.CodeAnalysis(ctx.arch, ctx.read_memory,
-                                                                         symbol=_symbol_name(ctx))
+        code = module.cache[key] = code_analysis.CodeAnalysis(ctx.arch, ctx.read_memory,
+                                                              symbol=_symbol_name(ctx), thumb=thumb)
     return code
 
 
 def _symbol_name(ctx):
     def name(address):
         found = ctx.symbol(address)
-        return found[0] if found and found[1] == address else None
+        return found[0] if found and found[1] & ~1 == address & ~1 else None
     return name
+
+
+# -- the .ARM.exidx entry covering the pc ----------------------------------------------
+
+def _start_from_exidx(ctx, pc) -> Optional[Start]:
+    """The start of the .ARM.exidx entry covering pc: a function's first instruction."""
+    entry = _exidx_entry(ctx, pc)
+    if entry is None or pc - entry.function >= MAX_FUNCTION:
+        return None
+    what = "marked EXIDX_CANTUNWIND" if entry.kind == EntryKind.CANTUNWIND else "%s entry" % entry.kind.value
+    return Start(entry.function, StartBy.TABLE, "the function starts at 0x%x: the .ARM.exidx entry %d covering "
+                 "the pc starts there (%s)" % (entry.function, entry.index, what))
+
+
+def exidx_note(ctx, pc) -> Optional[str]:
+    """Why EHABI left an Arm frame to its code: its entry says EXIDX_CANTUNWIND, or no entry covers pc."""
+    module = ctx.modules.find(pc)
+    if ctx.arch.name != "arm" or module is None or exidx_strategy.SECTION not in module.tables:
+        return None
+    entry = _exidx_entry(ctx, pc)
+    if entry is None:
+        return ("no .ARM.exidx entry covers 0x%x (past the last entry, or in a gap the linker filled): "
+                "the code decided" % pc)
+    if entry.kind == EntryKind.CANTUNWIND:
+        return ("the .ARM.exidx entry %d for 0x%x says EXIDX_CANTUNWIND: the table marks the function as not "
+                "unwindable by exceptions, and its code decided" % (entry.index, entry.function))
+    return None
+
+
+def _exidx_entry(ctx, pc):
+    """The .ARM.exidx entry covering pc, or None."""
+    module = ctx.modules.find(pc)
+    if module is None:
+        return None
+    try:
+        tables = exidx_strategy.ExidxTables.of(module, ctx.target)
+        table = tables.table()
+        entry = table.find(pc) if table is not None else None
+        return entry if entry is not None and pc < tables.end_of(entry) else None
+    except (DecodeError, MemoryReadError):
+        return None
 
 
 # -- a neighbouring function's table --------------------------------------------------
 
-def start_from_table(ctx, pc) -> Optional[Start]:
+def start_from_table(ctx, pc, thumb=False) -> Optional[Start]:
     """The first instruction after the table entry that ends nearest below pc, past its padding."""
     module = ctx.modules.find(pc)
     if module is None:
@@ -101,7 +164,7 @@ def start_from_table(ctx, pc) -> Optional[Start]:
     end, what = below
     if pc - end >= MAX_FUNCTION:
         return None
-    code = code_of(ctx, pc)
+    code = code_of(ctx, pc, thumb)
     address, padding = end, []
     while address < pc and address - end < MAX_PADDING:
         insn = code.decode_at(address)
@@ -153,7 +216,7 @@ def _entries(module, ctx):
 
 # -- the call that reached it ----------------------------------------------------------
 
-def _starts_from_calls(frame, ctx, pc) -> Iterator[Start]:
+def _starts_from_calls(frame, ctx, pc, thumb=False) -> Iterator[Start]:
     arch = ctx.arch
     facts = code_analysis.FACTS[arch.name]
     candidates = []
@@ -165,10 +228,13 @@ def _starts_from_calls(frame, ctx, pc) -> Iterator[Start]:
     seen, tried = set(), 0
     for slot, value in candidates:
         address = arch.strip_pointer_auth(value)
+        caller_thumb = False
+        if arch.name == "arm":               # bit 0: the caller's instruction set
+            address, caller_thumb = value & ~1, bool(value & 1)
         if address in seen or not ctx.is_code(address):
             continue
         seen.add(address)
-        target = _direct_call_target(ctx, address)
+        target = _direct_call_target(ctx, address, caller_thumb)
         if target is None or not 0 <= pc - target < MAX_FUNCTION:
             continue
         tried += 1
@@ -181,9 +247,9 @@ def _starts_from_calls(frame, ctx, pc) -> Iterator[Start]:
             return
 
 
-def _direct_call_target(ctx, return_address) -> Optional[int]:
+def _direct_call_target(ctx, return_address, thumb=False) -> Optional[int]:
     """The target of the direct call instruction that ends at return_address, or None."""
-    code = code_of(ctx, return_address)
+    code = code_of(ctx, return_address, thumb)
     for size in code.facts.DIRECT_CALL_SIZES:
         insn = code.decode_at(return_address - size)
         if insn is not None and insn.end == return_address and insn.flow == Flow.CALL and insn.target is not None:

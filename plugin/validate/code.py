@@ -75,7 +75,7 @@ def judge_cfa(row, state: State, facts, arch, explain: bool = True, pc: int = No
     else:
         value = arows.plus(state.reg(cfa.register), cfa.offset)
         if cfa.deref:
-            value = state.slot(value, 8)
+            value = state.slot(value, state.word)
     if value is None or value[0] != Kind.STACK or value[1] != CFA:
         verdict, detail = Verdict.UNKNOWN, _why(value)
     elif value[2] == 0:
@@ -260,7 +260,8 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
         if state is None:
             reason = result.gave_up.get(address)
             if reason is None:
-                if insn.text.startswith(("nop", "int3", "xchg ax, ax", "data16")) or insn.text == "hlt":
+                if insn.text.startswith(("nop", "int3", "xchg ax, ax", "data16")) or insn.text == "hlt" \
+                        or facts.is_padding(insn.text):
                     address = insn.end
                     report.instructions -= 1            # padding between blocks: not an instruction of any path
                     continue

@@ -115,7 +115,8 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     arch = module.arch
     report = ModuleReport(module.name, arch.name)
     if not code_analysis.supported(arch):
-        report.problems.append("the instruction analysis supports x86_64 and aarch64, not %s" % arch.name)
+        report.problems.append("the instruction analysis supports %s, not %s"
+                               % (", ".join(sorted(code_analysis.FACTS)), arch.name))
         return report
     cfi_tables = CfiTables.of(module, target)
     fdes = _cfi_entries(cfi_tables, report.problems)
@@ -143,19 +144,29 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     symbol = getattr(target, "symbol", None)
 
     def symbol_name(address):
-        found = symbol(address) if symbol else None
-        return found[0] if found and found[1] == address else None
+        found = symbol(address | 1 if arch.name == "arm" else address) if symbol else None
+        return found[0] if found and (found[1] == address or found[1] == address | 1 and arch.name == "arm") \
+            else None
 
-    analysis = code_analysis.CodeAnalysis(arch, target.read_memory, sorted(functions.items()),
-                                          symbol=symbol_name, got_names=_got_names(target, bias),
-                                          stubs=stubs,
-                                          lsda={s: f.lsda for s, f in fdes.items() if f.lsda})
-    analysis.entry_states.update(_table_entries(analysis, fdes, arch))
-    chosen = sorted((s, e) for s, e in functions.items() if select is None or select(s, e))
-    check = _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail)
+    for thumb, subset in code_analysis.instruction_sets(arch, functions, symbol).items():
+        analysis = code_analysis.CodeAnalysis(arch, target.read_memory, sorted(subset.items()),
+                                              symbol=symbol_name, got_names=_got_names(target, bias),
+                                              stubs=stubs, thumb=thumb,
+                                              lsda={s: f.lsda for s, f in fdes.items() if f.lsda})
+        analysis.entry_states.update(_table_entries(analysis, fdes, arch))
+        chosen = sorted((s, e) for s, e in subset.items() if select is None or select(s, e))
+        check = _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail)
+        _check_all(analysis, subset, chosen, check)
+    report.disagreements.sort(key=lambda d: (d.address, d.source))
+    report.functions_detail.sort(key=lambda f: f["start"])
+    report.seconds = time.perf_counter() - began
+    return report
+
+
+def _check_all(analysis, functions, chosen, check):
+    """Check each chosen function as soon as its analysis is final, then drop its states (memory);
+    the parts a jump may still re-enter (.cold parts) wait for analyse_continuations()."""
     wanted = dict(chosen)
-    # Memory: each function is checked as soon as its analysis is final and its states are then
-    # dropped; only the parts a jump may still re-enter (.cold parts) wait for analyse_continuations().
     done = set()
     for start, end in sorted(functions.items()):
         analysis.function(start, end)
@@ -169,10 +180,6 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     for start, end in chosen:
         if start not in done:
             check(start, end)
-    report.disagreements.sort(key=lambda d: (d.address, d.source))
-    report.functions_detail.sort(key=lambda f: f["start"])
-    report.seconds = time.perf_counter() - began
-    return report
 
 
 def _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep_detail):
@@ -220,17 +227,19 @@ def _checker(report, analysis, fdes, compact, sframe_section, symbol, arch, keep
 def _table_entries(analysis, fdes, arch):
     """{start: (address, State or None)} for functions whose table says they are not entered by a call.
 
-    A leading nop is skipped: GCC starts an FDE with one when its first
+    Leading nops are skipped: GCC starts an FDE with one when its first
     real instruction is a landing pad (a pad at offset 0 would read as "no
-    pad"), and the row after the nop is the pad's frame.
+    pad"), and the row after the nop is the pad's frame; glibc's i386
+    `_dl_runtime_resolve` FDE starts at the `lea esi, [esi]` padding before it.
     """
     facts = analysis.facts
     out = {}
     for start, fde in fdes.items():
         address = start
         insn = analysis.decode_at(start)
-        if insn is not None and insn.text.startswith("nop") and insn.end < fde.end:
+        while insn is not None and facts.is_padding(insn.text) and insn.end < fde.end:
             address = insn.end
+            insn = analysis.decode_at(address)
         try:
             first = cfi.row_at(fde, address, arch)
         except DecodeError:

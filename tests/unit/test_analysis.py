@@ -139,3 +139,59 @@ def test_symbolic_plt_expression_uses_the_pc():
     assert rows.symbolic(expression, state, pc=0x1030, pc_register=16) == stack(CFA, 0)
     assert rows.symbolic(expression, state, pc=0x103b, pc_register=16) == stack(CFA, 8)
     assert rows.symbolic(expression, state) is None          # rip unknown without the pc
+
+
+def test_i386_pc_thunk_call_next_and_callee_pops():
+    # f: push ebx; call thunk; add ebx, 0x1000; call .+5; pop ecx; push eax; call g; pop ebx; ret
+    # thunk: mov ebx, [esp]; ret     g: ret 4
+    f = x86("53", "e815000000", "81c300100000", "e800000000", "59", "50", "e807000000", "5b", "c3")
+    code = f + x86("90", "8b1c24", "c3", "c20400")
+    thunk, g = BASE + 27, BASE + 31
+    functions = [(BASE, BASE + len(f)), (thunk, g), (g, g + 3)]
+    analysis, result = analyse(code, "i386", functions)
+    sp, ebx = 4, 3
+    assert len(f) == 26 and [i.target for a, i in sorted(result.insns.items()) if i.target] == [thunk, g]
+    after_thunk = result.states[BASE + 6]
+    assert after_thunk.reg(ebx) == (Kind.ADDR, BASE + 6)          # the thunk's return address ...
+    assert after_thunk.reg(sp) == stack(CFA, -8) and after_thunk.reg(0)[1] == "not tracked"   # not clobbered
+    assert result.states[BASE + 17].reg(sp) == stack(CFA, -12)    # call .+5 pushed its address
+    assert result.states[BASE + 17].mem[(CFA, -12)] == (Kind.ADDR, BASE + 17)
+    assert result.states[BASE + 18].reg(sp) == stack(CFA, -8)     # ... and pop ecx took it
+    assert result.states[BASE + 24].reg(sp) == stack(CFA, -8)     # g's `ret 4` popped the pushed eax
+    assert analysis.function(g, g + 3).pops == {4}
+    assert cfa(result, analysis, BASE + 25) == (sp, 4, False) and result.states[BASE + 25].reg(ebx) == caller(3)
+
+
+def test_arm_mnemonics_split_into_base_condition_and_flags():
+    from plugin.analysis.arm import split_mnemonic
+    assert split_mnemonic("bls") == ("b", "ls", False) and split_mnemonic("ble") == ("b", "le", False)
+    assert split_mnemonic("blx") == ("blx", None, False) and split_mnemonic("bleq") == ("bl", "eq", False)
+    assert split_mnemonic("popne") == ("pop", "ne", False) and split_mnemonic("pop.w") == ("pop", None, False)
+    assert split_mnemonic("adds") == ("add", None, True) and split_mnemonic("addseq") == ("add", "eq", True)
+    assert split_mnemonic("ldmfdne") == ("ldmfd", "ne", False) and split_mnemonic("rsbpl") == ("rsb", "pl", False)
+    assert split_mnemonic("ite") == ("ite", None, False) and split_mnemonic("bics") == ("bic", None, True)
+    assert split_mnemonic("teq") == ("teq", None, False) and split_mnemonic("lslscs") == ("lsl", "cs", True)
+
+
+def test_thumb_conditional_return_keeps_the_other_path():
+    # push {r4, lr}; cmp r0, #0; it ne; popne {r4, pc}; movs r0, #1; pop {r4, pc}
+    code = bytes.fromhex("10b5" "0028" "18bf" "10bd" "0120" "10bd")
+    functions = [(BASE, BASE + len(code))]
+    padded = code + bytes(64)
+    analysis = CodeAnalysis(BY_NAME["arm"], lambda a, n: padded[a - BASE:a - BASE + n], functions, thumb=True)
+    result = analysis.function(BASE, BASE + len(code))
+    assert [result.insns[a].text for a in sorted(result.insns)] == [
+        "push {r4, lr}", "cmp r0, #0", "it ne", "popne {r4, pc}", "movs r0, #1", "pop {r4, pc}"]
+    assert result.returns and rows.cfa_of(result.states[BASE + 8], analysis.facts) == (13, 8, False)
+    assert result.states[BASE + 8].mem[(CFA, -4)] == caller(14)
+
+
+def test_i386_callee_pops_read_from_its_code_without_a_function_table():
+    # f: push eax; call g; ret     g (no table entry, as in a live process): nop; ret 4
+    code = x86("50", "e802000000", "c3", "90", "90", "c20400")
+    padded = code + bytes(64)
+    analysis = CodeAnalysis(BY_NAME["i386"], lambda a, n: padded[a - BASE:a - BASE + n])
+    result = analysis.function(BASE, BASE + 7)
+    assert result.insns[BASE + 1].target == BASE + 8
+    assert result.states[BASE + 6].reg(4) == stack(CFA, -4)      # g's `ret 4` took the pushed eax
+    assert cfa(result, analysis, BASE + 6) == (4, 4, False)

@@ -129,3 +129,21 @@ def test_a_return_elsewhere_is_not_taken():
         ctx = _ctx(arch, code, _compact_module(arch, PC - 0x40))
         outcome = compact_strategy.step(_frame(arch), ctx)
         assert "ABI rule" not in (outcome.evidence.found_by if outcome.evidence else "")
+
+
+def test_arm_call_before_knows_both_instruction_sets():
+    """Each encoding as capstone reads it, then ArmArch.call_before on the return address after it
+    (a Thumb return address with and without its bit 0)."""
+    import capstone
+    from plugin.arch import arm
+    cases = [(capstone.CS_MODE_THUMB, "fff7b3ff", "bl"), (capstone.CS_MODE_THUMB, "00bf9847", "blx rm"),
+             (capstone.CS_MODE_ARM, "020000eb", "bl"), (capstone.CS_MODE_ARM, "010000fa", "blx"),
+             (capstone.CS_MODE_ARM, "33ff2fe1", "blx rm"), (capstone.CS_MODE_ARM, "0000a0e1", None),
+             (capstone.CS_MODE_THUMB, "00bf7047", None)]
+    for mode, code, expected in cases:
+        raw = bytes.fromhex(code)
+        last = list(capstone.Cs(capstone.CS_ARCH_ARM, mode).disasm_lite(raw, 0x1000))[-1]
+        assert last[2].startswith(("bl", "blx")) == (expected is not None), (code, last)
+        read = lambda address, size: raw[address - 0x1000:address - 0x1000 + size]
+        for ra in ((0x1004, 0x1005) if mode == capstone.CS_MODE_THUMB else (0x1004,)):
+            assert arm.ARCH.call_before(read, ra) == expected, (code, hex(ra))
