@@ -8,10 +8,10 @@ live debugger. Errors are one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 
 from plugin.commands.spec import OPTIONS, Debugger, convert
+from plugin.errors import bad_file_errors
 from plugin.render import tables
 from plugin.modules import ModuleMap
 
@@ -134,11 +134,7 @@ def _forget_tables_not_in_file(target, modules):
 
 def unusable_input() -> tuple:
     """What the file system, pyelftools and the decoders raise for input that cannot be used."""
-    from elftools.common.exceptions import ELFError, ELFParseError
-    from elftools.construct import ConstructError
-    from plugin.errors import DecodeError
-    return (DecodeError, OSError, ValueError, OverflowError, EOFError, struct.error, ELFError,
-            ELFParseError, ConstructError)
+    return bad_file_errors()
 
 
 def _open_file(path, arch):

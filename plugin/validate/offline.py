@@ -364,7 +364,7 @@ def _symbol_starts(target, name):
 
 def run(args) -> int:
     """The offline command: FILE, --function, --address, --json. Returns the exit status."""
-    from elftools.common.exceptions import ELFError
+    from plugin.errors import bad_file_errors
     from plugin.targets import open_file
     try:
         import capstone  # noqa: F401
@@ -372,7 +372,7 @@ def run(args) -> int:
         return _fail("validate needs capstone: pip install 'capstone>=5'")
     try:
         target = open_file(args.file)
-    except (OSError, ELFError, ValueError, DecodeError) as exc:
+    except bad_file_errors() as exc:
         return _fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc))
     modules = ModuleMap(target)
     chosen = modules.all()
