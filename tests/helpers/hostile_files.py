@@ -133,3 +133,26 @@ def _address_of(path, name):
     handle, elf = _elf(path)
     with handle:
         return elf.get_section_by_name(name)["sh_addr"]
+
+
+def section_count(tmp, source, count=0x7FFF):
+    """A copy of the 64-bit ELF `source` claiming `count` section headers, with no section
+    name table (e_shstrndx 0): the table runs past the end of the file, the program
+    headers are whole."""
+    out = copy(source, tmp, Path(source).name + "-shnum")
+    patch(out, 0x3C, struct.pack("<HH", count, 0))     # e_shnum, e_shstrndx
+    return out
+
+
+def sframe_fde_fres(tmp, index, count):
+    """The SFrame program with FDE `index`'s FRE count set to `count` (more than the
+    FRE sub-section holds)."""
+    from plugin.formats.sframe import SFrameSection
+    from plugin.memory import Region
+    out = copy(sframe_program(), tmp, "sframe-fres")
+    _, sections, _ = _layout(out)
+    _, offset, size = sections[".sframe"]
+    data = out.read_bytes()[offset:offset + size]
+    fde = SFrameSection(Region.from_bytes(".sframe", 0, data)).fdes[index]
+    patch(out, offset + fde.offset + 12, struct.pack("<I", count))     # after start, size, FRE offset
+    return out

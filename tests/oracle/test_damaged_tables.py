@@ -101,3 +101,37 @@ def test_strtab_offset_through_validate(tmp_path):
     out = subprocess.run([sys.executable, "-m", "plugin", "validate", str(path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert "Traceback" not in out.stderr and out.returncode in (0, 1, 2), out.stderr
+
+
+# Found by the fuzzer (tests/realworld/fuzz_targets.py, target "validate"): `validate`
+# let a DecodeError and pyelftools' errors through where `tables` listed a problem.
+
+def validate(path, *options):
+    out = subprocess.run([sys.executable, "-m", "plugin", "validate", str(path), *options], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def test_sframe_fde_with_more_fres_than_the_section_holds(tmp_path):
+    path = hostile_files.sframe_fde_fres(tmp_path, 3, 0x2001)
+    cause = "FDE 3: 8193 FREs cannot fit"
+    out = tables(path)
+    assert out.returncode == 1 and cause in out.stdout.splitlines()[-1]
+    out = validate(path)
+    assert out.returncode in (0, 1) and cause in out.stdout, out.stdout[-2000:]
+    assert "cfi:" in out.stdout         # the CFI rows are still checked
+
+
+def test_section_header_table_past_the_end_of_the_file(tmp_path):
+    from support import build
+    path = hostile_files.section_count(tmp_path, build("chain.c", ["-O2"]))
+    out = tables(path)
+    assert out.returncode == 1 and "FDE at" in out.stdout
+    for options in ((), ("--json",), ("--function", "main")):
+        out = validate(path, *options)
+        assert out.returncode in (0, 1, 2), out.stderr
+        if options == ("--function", "main"):
+            assert out.returncode == 2 and "its symbols cannot be read" in out.stderr
+        elif not options:
+            assert "problem: section headers" in out.stdout and "cfi:" in out.stdout

@@ -69,7 +69,8 @@ def tables_command(path: str, rng: random.Random) -> str:
 
 
 def validate_command(path: str, rng: random.Random) -> str:
-    argv = ["validate", path] + (["--json"] if rng.random() < 0.5 else [])
+    argv = ["validate", path] + (["--json"] if rng.random() < 0.5 else []) + \
+        rng.choice(([], [], ["--function", "main"], ["--address", hex(rng.randrange(1 << 24))]))
     status, out, _ = cli(argv)
     if status != 2 and "--json" in argv:
         try:
