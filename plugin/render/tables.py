@@ -50,7 +50,7 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None, want=
         if kinds is None or "cfi" in kinds:
             yield from _guarded(lambda: object_file.table_sources(target, address, problems), problems,
                                 "%s: cfi" % getattr(target, "name", "file"))
-        yield from _file_problems(target, problems)
+        _note_file_problems(target, problems)
         return
     for module in chosen:
         cfi_sources = lambda *args: cfi_dump.sources(*args, want=want)     # noqa: E731
@@ -61,7 +61,7 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None, want=
                                     "%s: %s" % (module.name, kind))
     for ref, reason in modules.failed:
         problems.append("%s: %s" % (ref.name, reason))
-    yield from _file_problems(target, problems)
+    _note_file_problems(target, problems)
 
 
 def _guarded(produce, problems, what):
@@ -90,13 +90,12 @@ class GuardedEntries:
             yield from self._entries
 
 
-def _file_problems(target, problems):
+def _note_file_problems(target, problems):
     """What the target met reading the file after it was opened (its symbols), once."""
     noted = getattr(target, "problems", None)
     if noted:
         problems.extend(noted)
         del noted[:]
-    return ()
 
 
 def collect(target, modules, address=None):
