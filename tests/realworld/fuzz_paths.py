@@ -126,6 +126,38 @@ def pcs_in_code(target, rng: random.Random, count: int) -> list:
     return [rng.randrange(m.start, m.end) for m in (rng.choice(code) for _ in range(count))] if code else []
 
 
+def pcs_in_tables(modules, process, rng: random.Random, count: int) -> list:
+    """Addresses inside the entries of each source's tables (a bad table gives none)."""
+    from plugin.strategies.cfi import CfiTables
+    from plugin.strategies.compact import CompactTables
+    from plugin.strategies.exidx import ExidxTables
+    from plugin.strategies.sframe import SFrameTables
+    ranges = []
+    for module in modules.all():
+        readers = (
+            lambda: [(f.start, f.end) for _, section in CfiTables.of(module, process).sections()
+                     for f in section.fdes()[:64]],
+            lambda: [(f.start, f.end) for f in (SFrameTables.of(module, process).section() or _NONE).fdes[:64]],
+            lambda: [(e.function, e.end or e.function + 16) for e in (ExidxTables.of(module, process).table()
+                                                                     or _NONE).entries()[:64]],
+            lambda: [(s, e) for s, e, _ in (CompactTables.of(module, process).unwind_info() or _NONE).entries()[:64]])
+        for read in readers:
+            try:
+                ranges += [r for r in read() if r[1] > r[0]]
+            except DecodeError:
+                continue
+    return [rng.randrange(*rng.choice(ranges)) for _ in range(count)] if ranges else []
+
+
+class _NONE:
+    """A missing table: no entries."""
+    fdes = ()
+
+    @staticmethod
+    def entries():
+        return []
+
+
 def fake_registers(arch, pc: int, rng: random.Random) -> dict:
     registers = {}
     for number in arch.registers:
@@ -156,10 +188,11 @@ def walk_explain_evaluate(path: str, rng: random.Random) -> str:
     modules = ModuleMap(process)
     arch = process.arch
     stops = []
-    for pc in pcs_in_code(target, rng, 3):
+    for pc in pcs_in_code(target, rng, 1) + pcs_in_tables(modules, process, rng, 3):
         registers = fake_registers(arch, pc, rng)
         sources = list(DEFAULT_SOURCES) + (["scan"] if rng.random() < 0.3 else [])
-        bt = unwind(process, registers, sources=sources, max_frames=6, modules=modules)
+        bt = unwind(process, registers, sources=sources, max_frames=6, modules=modules,
+                    exact_pc=rng.random() < 0.7)
         stops.append(str(bt.stop_reason))
         explain.backtrace_text(bt, arch)
         json.dumps(explain.backtrace_json(bt, arch, detail=True))
