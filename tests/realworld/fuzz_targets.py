@@ -52,6 +52,7 @@ import fuzz_offline  # noqa: E402
 import fuzz_paths  # noqa: E402
 
 ORACLES = Path(os.environ.get("UNWIND_ORACLES", ROOT.parent / "shared" / "oracles"))
+TABLE_SEGMENTS = (0x70000001, 0x6474E550, 0x6474E554)      # PT_ARM_EXIDX, PT_GNU_EH_FRAME, PT_GNU_SFRAME
 ELF_HEADERS = (".symtab", ".strtab", ".dynsym", ".dynstr", ".shstrtab")
 # A few real DWARF expressions: the x86-64 PLT's CFA (every x86-64 .eh_frame has it),
 # a saved-register address as the kernel's signal frames give them, a branch.
@@ -208,11 +209,33 @@ def mutated(rng: random.Random, seed: Seed) -> bytes:
     is mutated as its content half the time, then compressed again."""
     if seed.zlib_section and rng.random() < 0.5:
         return recompressed(rng, seed)
+    if seed.data[:4] == b"\x7fELF" and rng.random() < 0.1:
+        return shrunk_segment(rng, seed.data)
     hot = seed.ranges if rng.random() < 0.9 else []
     out = fuzz_offline.mutate(rng, seed.data, hot)
     if hot and rng.random() < 0.8:      # most inputs keep their length: the layout stays, decoders are reached
         out = out[:len(seed.data)] + seed.data[len(out):]
     return out
+
+
+def shrunk_segment(rng: random.Random, data: bytes) -> bytes:
+    """One program header's file and memory sizes made a few table entries (8 bytes
+    each) smaller: a table segment that ends early, its last entries cut off."""
+    is64, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    phoff, = struct.unpack_from(order + ("Q" if is64 else "I"), data, 0x20 if is64 else 0x1C)
+    phentsize, phnum = struct.unpack_from(order + "HH", data, 0x36 if is64 else 0x2A)
+    if not phnum or phoff + phnum * phentsize > len(data):
+        return data
+    headers = [phoff + i * phentsize for i in range(phnum)]
+    tables = [h for h in headers if struct.unpack_from(order + "I", data, h)[0] in TABLE_SEGMENTS]
+    chosen = rng.choice(tables if tables and rng.random() < 0.7 else headers)
+    at = chosen + (32 if is64 else 16)      # p_filesz, then p_memsz
+    word = order + ("QQ" if is64 else "II")
+    filesz, memsz = struct.unpack_from(word, data, at)
+    cut = 8 * rng.randrange(1, 7)
+    out = bytearray(data)
+    struct.pack_into(word, out, at, max(0, filesz - cut), max(0, memsz - cut))
+    return bytes(out)
 
 
 def recompressed(rng: random.Random, seed: Seed) -> bytes:
