@@ -26,6 +26,11 @@ registers over a fake stack, every frame explained (text, JSON) and the rows
 at those pcs evaluated. Prints, per target, the executions, outcomes and
 findings (exceptions escaping an entry point documented not to raise them,
 JSON that does not parse, inputs over the time limit or killed).
+
+A source added later is dumped through render/tables.iter_sources and walked
+through the engine, so the file targets reach it once their seeds hold its
+table: give it a target (its section names and seeds) in targets(), and its
+bare decoder an exercise_* in fuzz_paths.py.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ Two drivers, both forking a child per input with limits (fuzz_offline.py:
   explanation (text and JSON) and the evaluation of the rows in force.
 
 In CI each target runs a fixed number of inputs from a fixed seed (the same
-inputs every run; about 30 s in all). A longer run, on demand:
+inputs every run; about 20 s in all on one core). A longer run, on demand:
 
     FUZZ_SECONDS=120 .venv/bin/python -m pytest -q -s -p no:cacheprovider tests/realworld/test_fuzz_offline.py
 
