@@ -8,10 +8,10 @@ live debugger. Errors are one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 
 from plugin.commands.spec import OPTIONS, Debugger, convert
+from plugin.errors import bad_file_errors
 from plugin.render import tables
 from plugin.modules import ModuleMap
 
@@ -101,16 +101,25 @@ def tables_of(path, args):
     a bad instruction) could not be, each listed as a problem; 2: the input
     cannot be used at all (one line on stderr)."""
     try:
-        target = _open_file(path, args.arch)
+        target, modules = load(path, args.arch)
     except unusable_input() as exc:
         return _fail("cannot open %s: %s" % (path, getattr(exc, "strerror", None) or exc))
+    write = tables.write_json if args.json else tables.write_text
+    problems = write(target, modules, args.address, sys.stdout, args.sources)
+    return 1 if len(problems) > problems.misses else 0
+
+
+def load(path, arch=None):
+    """(target, modules) of a file as the offline commands read it: laid out by
+    plugin.targets.open_file, its modules found in that memory (an object file's
+    built from its sections). Raises one of bad_file_errors() for a file that
+    cannot be used at all."""
+    target = _open_file(path, arch)
     modules = ModuleMap(target)
     if target.header_address is None and not getattr(target, "relocatable", False):
         modules.add(target.section_module())
     _forget_tables_not_in_file(target, modules)
-    write = tables.write_json if args.json else tables.write_text
-    problems = write(target, modules, args.address, sys.stdout, args.sources)
-    return 1 if len(problems) > problems.misses else 0
+    return target, modules
 
 
 def _forget_tables_not_in_file(target, modules):
@@ -134,11 +143,7 @@ def _forget_tables_not_in_file(target, modules):
 
 def unusable_input() -> tuple:
     """What the file system, pyelftools and the decoders raise for input that cannot be used."""
-    from elftools.common.exceptions import ELFError, ELFParseError
-    from elftools.construct import ConstructError
-    from plugin.errors import DecodeError
-    return (DecodeError, OSError, ValueError, OverflowError, EOFError, struct.error, ELFError,
-            ELFParseError, ConstructError)
+    return bad_file_errors()
 
 
 def _open_file(path, arch):

@@ -1,4 +1,6 @@
 """The two error types the core raises on purpose."""
+from __future__ import annotations
+
 
 
 class DecodeError(Exception):
@@ -22,3 +24,39 @@ class MemoryReadError(Exception):
         self.address = address
         self.size = size
         super().__init__("cannot read %d bytes at 0x%x: %s" % (size, address, cause))
+
+
+def bad_file_errors() -> tuple:
+    """Everything reading a damaged file can raise: the decoders' DecodeError, the
+    file system's OSError, pyelftools' errors (ELFError, ELFParseError, its construct
+    errors, and the ValueError, struct.error, EOFError and OverflowError its readers let
+    through on a bad offset or size). Defined once: plugin.errors.guard and the offline
+    commands' opening of a file use it."""
+    import struct
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.construct import ConstructError
+    return (DecodeError, MemoryReadError, OSError, ValueError, OverflowError, EOFError, struct.error,
+            ELFError, ELFParseError, ConstructError)
+
+
+class guard:
+    """`with guard(problems, what):` -- the documented outcome of a damaged file: the
+    error becomes one line, "what: reason", appended to `problems`, and the work after
+    the block goes on (`.failed` says whether it was cut short). Anything else (a
+    defect, KeyboardInterrupt) passes through."""
+
+    def __init__(self, problems: list, what: str) -> None:
+        self.problems = problems
+        self.what = what
+        self.failed = False
+
+    def __enter__(self) -> "guard":
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, bad_file_errors()):
+            return False
+        self.failed = True
+        self.problems.append("%s: %s" % (self.what, getattr(exc, "strerror", None) or exc)
+                             if self.what else str(exc))
+        return True

@@ -13,7 +13,7 @@ import struct
 from functools import lru_cache
 from typing import Iterator, NamedTuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, bad_file_errors
 from plugin.formats import compressed, elf
 from plugin.modules.model import Module, TableLocation
 
@@ -39,7 +39,6 @@ def _key(path):
 
 @lru_cache(maxsize=64)
 def _sections(key):
-    from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     path = key[0]
     out = {}
@@ -49,7 +48,7 @@ def _sections(key):
             for sec in elf.iter_sections():
                 out[sec.name] = SectionHeader(sec["sh_addr"], sec["sh_size"], sec["sh_offset"], sec["sh_type"],
                                               sec["sh_flags"], elf.elfclass == 64, elf.little_endian)
-    except (OSError, ELFError, ValueError) as exc:
+    except bad_file_errors() as exc:
         raise OSError("cannot read section headers of %s: %s" % (path, exc)) from None
     return out
 
@@ -138,7 +137,9 @@ def link_layout(path: str) -> tuple[int, int]:
 
 def function_symbols(elf) -> Iterator:
     """The defined function symbols (STT_FUNC, non-zero value) of a pyelftools ELFFile, read
-    lazily: those of .symtab, or those of .dynsym when .symtab has none (or is stripped)."""
+    lazily: those of .symtab, or those of .dynsym when .symtab has none (or is stripped).
+    A damaged table raises what pyelftools raises (plugin.errors.bad_file_errors): the
+    file targets read it under plugin.errors.guard (LaidOutFile.symbol)."""
     for name in (".symtab", ".dynsym"):
         table = elf.get_section_by_name(name)
         found = False
@@ -152,7 +153,6 @@ def function_symbols(elf) -> Iterator:
 
 @lru_cache(maxsize=64)
 def _functions_named(key, names):
-    from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
     found = []
@@ -166,7 +166,7 @@ def _functions_named(key, names):
                             and symbol["st_value"]:
                         found.append((symbol["st_value"], symbol["st_value"] + max(symbol["st_size"], 1),
                                       symbol.name))
-    except (OSError, ELFError, ValueError):
+    except bad_file_errors():
         return ()
     return tuple(sorted(set(found)))
 

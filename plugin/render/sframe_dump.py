@@ -9,6 +9,7 @@ the strategy may use it without an import cycle.
 """
 
 from plugin.formats import sframe
+from plugin.formats.sframe_records import S390X_CFA_OFFSET_ADJUSTMENT, S390X_CFA_OFFSET_ALIGNMENT_FACTOR
 from plugin.render.style import Styled, plain
 
 
@@ -98,7 +99,7 @@ def word_meanings(section, fde, fre, arch):
     base = "sp" if fre.cfa_base == "sp" else "fp"
     if section.abi == sframe.ABI_S390X_ENDIAN_BIG:
         out.append("CFA offset from %s, stored scaled: %d*%d%+d = %d" % (
-            base, words[0], sframe.S390X_CFA_OFFSET_ALIGNMENT_FACTOR, -sframe.S390X_CFA_OFFSET_ADJUSTMENT,
+            base, words[0], S390X_CFA_OFFSET_ALIGNMENT_FACTOR, -S390X_CFA_OFFSET_ADJUSTMENT,
             fre.cfa.offset))
     else:
         out.append("CFA offset from %s (%s): CFA = %s" % (

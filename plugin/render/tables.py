@@ -2,13 +2,20 @@
 
 Shared by `python -m plugin tables`, GDB's `unwind tables` and LLDB's, so
 all three print the same entries in the same JSON shape.
+
+Every dump goes through iter_sources, which is where a damaged file is
+turned into its documented outcome (plugin.errors.guard): whatever a
+source's decoder, the file's symbols or pyelftools raise on bad bytes, while
+the source is found or while its entries are produced, becomes one problem
+line naming the module and the source, and the other sources and modules
+are still dumped. A source added later is guarded without doing anything.
 """
 
 import json
 
 from plugin.validate import agreement as row_agreement
-from plugin.errors import DecodeError
-from plugin.render import cfi_dump, compact_dump, sframe_dump
+from plugin.errors import DecodeError, guard
+from plugin.render import cfi_dump, compact_dump, exidx_dump, sframe_dump
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
 from plugin.render.cfi_dump import Want
@@ -41,16 +48,54 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None, want=
                 problems.misses += 1
     if getattr(target, "relocatable", False):
         if kinds is None or "cfi" in kinds:
-            yield from object_file.table_sources(target, address, problems)
+            yield from _guarded(lambda: object_file.table_sources(target, address, problems), problems,
+                                "%s: cfi" % getattr(target, "name", "file"))
+        _note_file_problems(target, problems)
         return
     for module in chosen:
         cfi_sources = lambda *args: cfi_dump.sources(*args, want=want)     # noqa: E731
         for kind, sources_of in (("compact", compact_dump.table_sources), ("cfi", cfi_sources),
                                  ("sframe", _sframe_sources), ("exidx", exidx_strategy.table_sources)):
             if kinds is None or kind in kinds:
-                yield from sources_of(target, module, address, problems)
+                yield from _guarded(lambda: sources_of(target, module, address, problems), problems,
+                                    "%s: %s" % (module.name, kind))
     for ref, reason in modules.failed:
         problems.append("%s: %s" % (ref.name, reason))
+    _note_file_problems(target, problems)
+
+
+def _guarded(produce, problems, what):
+    """The sources `produce()` returns, each with its entries guarded: a damaged
+    file costs the rest of that source only (one problem line)."""
+    found = []
+    with guard(problems, what):
+        found = list(produce())
+    for source in found:
+        yield dict(source, entries=GuardedEntries(source["entries"], problems, what))
+
+
+class GuardedEntries:
+    """A source's entries (a list, or lazy), counted and iterated under plugin.errors.guard."""
+
+    def __init__(self, entries, problems, what):
+        self._entries, self._problems, self._what = entries, problems, what
+
+    def __len__(self):
+        with guard(self._problems, self._what):
+            return len(self._entries)
+        return 0
+
+    def __iter__(self):
+        with guard(self._problems, self._what):
+            yield from self._entries
+
+
+def _note_file_problems(target, problems):
+    """What the target met reading the file after it was opened (its symbols), once."""
+    noted = getattr(target, "problems", None)
+    if noted:
+        problems.extend(noted)
+        del noted[:]
 
 
 def collect(target, modules, address=None):
@@ -72,7 +117,11 @@ def collect(target, modules, address=None):
 def agreement_at(target, modules, address, problems):
     """The CFI and SFrame rows in force at address compared, or None."""
     module = modules.find(address)
-    return None if module is None else _agreement(target, module, address, problems)
+    if module is None:
+        return None
+    with guard(problems, "%s: rows at 0x%x" % (module.name, address)):
+        return _agreement(target, module, address, problems)
+    return None
 
 
 def write_json(target, modules, address, out, kinds=None):
@@ -174,6 +223,9 @@ def _source_lines(source, style=plain):
         if source["kind"] == "compact":
             yield from compact_dump.entry_text(entry, style)
             continue
+        if source["kind"] == "exidx":
+            yield from exidx_dump.entry_text(entry, style)
+            continue
         where = entry.get("relative_to")
         at = (lambda a: style(Styled.ADDRESS, "%s+0x%x" % (where, a) if where else "0x%x" % a))
         fast = style is plain and not where     # the offline text mode: millions of rows
@@ -194,8 +246,8 @@ def _source_lines(source, style=plain):
                 yield "\n".join(["    %s: %s" % (at(address), row_text)
                                  for address, row_text in zip(addresses, entry["rows_text"])])
         if entry.get("error"):
-            yield "    %s: unknown from here to %s: %s" % (at(entry["unknown_from"]), at(entry["end"]),
-                                                          entry["error"])
+            yield "    %s: unknown from here to %s: %s" % (at(entry.get("unknown_from", entry["start"])),
+                                                          at(entry["end"]), entry["error"])
 
 
 def _tail_lines(result):

@@ -252,10 +252,12 @@ def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:
 # -- evidence and `unwind tables` -----------------------------------------------
 
 def entry_json(entry: exidx.IndexEntry, unwind: exidx.UnwindEntry, steps: Optional[Plan],
-               found_via: Optional[str] = None) -> dict:
-    """The index entry, where its opcodes live, and each instruction with what it did."""
+               found_via: Optional[str] = None, end: Optional[int] = None) -> dict:
+    """The index entry, where its opcodes live, and each instruction with what it did.
+    `end`: where the entry's range ends when there is no Plan (ExidxTables.end_of: the
+    last entry of the index has no next entry to end it)."""
     out = {"index": entry.index, "index_offset": entry.offset, "start": entry.function,
-           "end": steps.row.end if steps else entry.end, "kind": entry.kind.value,
+           "end": steps.row.end if steps else (entry.end if end is None else end), "kind": entry.kind.value,
            "word": entry.word, "table_address": entry.table,
            "model": unwind.model.value if unwind.model else None,
            "personality_index": unwind.personality_index, "personality_name": unwind.personality_name,
@@ -296,26 +298,10 @@ def table_sources(target, module, address: Optional[int], problems: List[str]) -
                 item["error"] = str(exc)
                 problems.append("%s %s entry %d: %s" % (module.name, SECTION, entry.index, exc))
             else:
-                item.update(entry_json(entry, unwind, steps))
+                item.update(entry_json(entry, unwind, steps, end=item["end"]))
                 if steps is not None:
                     item["rows"] = [steps.row.to_json(module.arch)]
                     item["rows_text"] = [steps.row.text(module.arch)]
         entries.append(item)
     return [{"kind": "exidx", "module": module.name, "section": SECTION, "address": table.address,
              "found_by": module.tables[SECTION].found_by, "entries": entries}]
-
-
-def entry_text(entry: dict) -> List[str]:
-    """Lines for one entry of table_sources, for people."""
-    head = "  [0x%x, 0x%x) %s" % (entry["start"], entry["end"], entry["kind"])
-    if entry.get("model"):
-        who = entry["personality_name"] or "personality 0x%x" % entry["personality"]
-        head += ", %s model, %s, opcodes %s" % (entry["model"], who, entry["opcodes"] or "-")
-    lines = [head]
-    if "error" in entry:
-        lines.append("    error: %s" % entry["error"])
-    for ins in entry.get("instructions", ()):
-        lines.append("    %-8s %-28s %s" % (ins["bytes"], ins["text"], ins["effect"]))
-    for row_text in entry["rows_text"]:
-        lines.append("    row: %s" % row_text)
-    return lines

@@ -23,7 +23,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_E_MACHINE
 
 from plugin import arch as arches
-from plugin.errors import MemoryReadError
+from plugin.errors import MemoryReadError, guard
 from plugin.formats.elf import PT_LOAD, ProgramHeader, header_link_address
 from plugin.modules import on_disk
 from plugin.modules.model import Module, Segment
@@ -40,6 +40,8 @@ class LaidOutFile(Target):
 
     path = None
     header_address = None
+    _symbols = None
+    name = "file"
 
     def _lay_out(self, pieces):
         self._pieces = sorted(pieces)
@@ -65,6 +67,32 @@ class LaidOutFile(Target):
 
     def mappings(self) -> list[Mapping]:
         return [Mapping(s, e, True, False, x, self.path) for s, e, _, _, x in self._pieces]
+
+    # Symbols: every look-up (a dump naming a personality routine, explain naming a
+    # function) goes through here. They are read on first use, after the file was opened
+    # and judged usable, so a damaged symbol table is met here: it costs the names only,
+    # and says so once in `problems` (render/tables.py reports them under the dump).
+
+    @property
+    def problems(self) -> list:
+        """What went wrong reading the file after it was opened, not yet reported."""
+        if "_problems" not in self.__dict__:
+            self._problems = []
+        return self._problems
+
+    def symbol(self, address: int) -> tuple[str, int] | None:
+        return symbol_in(self._symbol_table(), address)
+
+    def _symbol_table(self) -> tuple:
+        if self._symbols is None:
+            self._symbols = ([], [])
+            with guard(self.problems, "%s: symbols not read (functions are not named)" % self.name):
+                self._symbols = self._read_symbols()
+        return self._symbols
+
+    def _read_symbols(self) -> tuple:
+        """([start], [(start, end, name)]) of the file's function symbols."""
+        return [], []
 
 
 def symbol_in(table: tuple[list, list], address: int) -> tuple[str, int] | None:
@@ -127,11 +155,8 @@ class FileTarget(LaidOutFile):
         module.segments = [Segment(s, e, x, off) for s, e, off, _, x in self._pieces]
         return module
 
-    def symbol(self, address: int) -> tuple[str, int] | None:
-        table = getattr(self, "_symbols", None)
-        if table is None:
-            table = self._symbols = function_table(self.elf, self.bias)
-        return symbol_in(table, address)
+    def _read_symbols(self) -> tuple:
+        return function_table(self.elf, self.bias)
 
 
 def map_regular_file(path: str) -> mmap.mmap:

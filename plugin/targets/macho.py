@@ -24,7 +24,7 @@ import os
 import struct
 
 from plugin.errors import DecodeError
-from plugin.targets.elf import LaidOutFile, symbol_in
+from plugin.targets.elf import LaidOutFile
 from plugin.formats import macho as mf
 from plugin.modules.macho import module_from_macho
 from plugin.modules.model import Module
@@ -72,6 +72,7 @@ class MachOFileTarget(LaidOutFile):
                 raise ValueError("%s is a thin file for cputype 0x%x, not %s"
                                  % (os.path.basename(path), self.image.cputype, arch))
         image = self.image
+        self.name = os.path.basename(path)
         self.arch = image.arch
         if self.arch is None:
             raise ValueError("unsupported Mach-O cputype 0x%x" % image.cputype)
@@ -105,20 +106,12 @@ class MachOFileTarget(LaidOutFile):
         return module_from_macho(image, os.path.basename(self.path), self.path,
                                  self._starts[0] if self._starts else self.slide)
 
-    def symbol(self, address: int) -> tuple[str, int] | None:
-        return symbol_in(self._symbol_table(), address)
-
     def function_starts(self) -> list[int]:
         """Sorted start addresses of the function symbols (a compact entry may span several)."""
         return list(self._symbol_table()[0])
 
-    def _symbol_table(self):
-        if self._symbols is None:
-            try:
-                self._symbols = _function_symbols(self.image, self.slide)
-            except DecodeError:
-                self._symbols = ([], [])        # names are cosmetic: no symbols, no error
-        return self._symbols
+    def _read_symbols(self):
+        return _function_symbols(self.image, self.slide)
 
 
 def _load_commands(image):

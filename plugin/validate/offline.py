@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 from plugin import analysis as code_analysis
 from plugin.analysis import rows as arows
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, guard
 from plugin.formats import cfi
 from plugin.modules import ModuleMap
 from plugin.modules import on_disk
@@ -94,18 +94,16 @@ def _got_names(target, bias):
     if elf is None:
         return names
     from elftools.elf.relocation import RelocationSection
-    for section in elf.iter_sections():
-        if not isinstance(section, RelocationSection) or section.name not in (".rela.plt", ".rela.dyn"):
-            continue
-        try:
+    from elftools.elf.sections import SymbolTableSection
+    lost = []       # a damaged section table or relocation section only loses stub names
+    with guard(lost, "relocations"):
+        for section in elf.iter_sections():
+            if not isinstance(section, RelocationSection) or section.name not in (".rela.plt", ".rela.dyn"):
+                continue
             symbols = elf.get_section(section["sh_link"])
-            for reloc in section.iter_relocations():
-                index = reloc["r_info_sym"]
-                if index:
-                    names[bias + reloc["r_offset"]] = symbols.get_symbol(index).name
-        except Exception as exc:        # a malformed relocation section only loses stub names
-            names.setdefault(None, str(exc))
-    names.pop(None, None)
+            for reloc in section.iter_relocations() if isinstance(symbols, SymbolTableSection) else ():
+                if reloc["r_info_sym"]:
+                    names[bias + reloc["r_offset"]] = symbols.get_symbol(reloc["r_info_sym"]).name
     return names
 
 
@@ -128,17 +126,17 @@ def validate_module(target, module, select=None, keep_detail=False) -> ModuleRep
     compact = _compact_entries(module, target, report.problems)
     for start, (end, _) in compact.items():
         functions.setdefault(start, end)
-    if sframe_section is not None:
-        starts = sorted(functions)
-        for sfde in sframe_section.fdes:
+    starts = sorted(functions)
+    with guard(report.problems, ".sframe"):     # a bad FDE: the functions only SFrame covers are not checked
+        for sfde in sframe_section.fdes if sframe_section is not None else ():
             i = bisect.bisect_right(starts, sfde.start) - 1
             inside_cfi = i >= 0 and sfde.start < functions[starts[i]]
             if sfde.end > sfde.start and not inside_cfi:
                 functions[sfde.start] = sfde.end    # only SFrame covers it: analysed on its own
     bias = module.load_bias
     stubs = []
-    if module.path and module.format == "elf":
-        for name, header in on_disk.sections(module.path).items():
+    with guard(report.problems, "section headers (PLT stubs are not named)"):
+        for name, header in on_disk.sections(module.path).items() if module.format == "elf" else ():
             if name in PLT_SECTIONS and header.size:
                 stubs.append((header.address + bias, header.address + bias + header.size))
     symbol = getattr(target, "symbol", None)
@@ -351,9 +349,11 @@ def _selector(target, args):
     if args.address is not None:
         return (lambda s, e: s <= args.address < e), None
     if args.function is not None:
-        starts = _symbol_starts(target, args.function)
+        starts, problems = set(), []
+        with guard(problems, "its symbols cannot be read"):
+            starts = _symbol_starts(target, args.function)
         if not starts:
-            return None, "no function named %r in %s" % (args.function, args.file)
+            return None, "no function named %r in %s%s" % (args.function, args.file, "".join("; " + p for p in problems))
         return (lambda s, e: any(s <= a < e for a in starts)), None
     return None, None
 
@@ -373,7 +373,7 @@ def _symbol_starts(target, name):
 
 def run(args) -> int:
     """The offline command: FILE, --function, --address, --json. Returns the exit status."""
-    from elftools.common.exceptions import ELFError
+    from plugin.errors import bad_file_errors
     from plugin.targets import open_file
     try:
         import capstone  # noqa: F401
@@ -381,7 +381,7 @@ def run(args) -> int:
         return _fail("validate needs capstone: pip install 'capstone>=5'")
     try:
         target = open_file(args.file)
-    except (OSError, ELFError, ValueError, DecodeError) as exc:
+    except bad_file_errors() as exc:
         return _fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc))
     modules = ModuleMap(target)
     chosen = modules.all()
@@ -393,13 +393,24 @@ def run(args) -> int:
     if error:
         return _fail(error)
     detail = select is not None
-    reports = [validate_module(target, module, select, keep_detail=detail) for module in chosen]
+    reports = [_validated(target, module, select, detail) for module in chosen]
     if args.json:
         json.dump({"modules": [r.to_json() for r in reports]}, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print("\n".join(text(r, detail) for r in reports))
     return 1 if any(r.disagreements for r in reports) else 0
+
+
+def _validated(target, module, select, detail) -> ModuleReport:
+    """validate_module under plugin.errors.guard: what a damaged file raises past the
+    checks' own handling is one problem of the module's report, not a traceback."""
+    problems = []
+    with guard(problems, module.name):
+        return validate_module(target, module, select, keep_detail=detail)
+    report = ModuleReport(module.name, module.arch.name)
+    report.problems.extend(problems)
+    return report
 
 
 def _fail(message):

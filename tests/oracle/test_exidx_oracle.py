@@ -200,7 +200,8 @@ def test_table_sources_decode_from_the_loaded_image():
     """The module found from memory (PT_ARM_EXIDX, extab read from its segment) gives the
     entries readelf lists, and a row per decoded entry."""
     from plugin.modules import ModuleMap
-    from plugin.strategies.exidx import entry_text, table_sources
+    from plugin.render.exidx_dump import entry_text
+    from plugin.strategies.exidx import table_sources
     from plugin.targets.elf import FileTarget
     path = _built(BUILDS["thumb-O2"])
     target = FileTarget(str(path))

@@ -82,8 +82,9 @@ def mutate(rng, data, hot):
     return bytes(out)
 
 
-def run_child(path, argv, report):
-    """In the forked child: limits, then main(); exceptions go to the report pipe."""
+def run_child(job, report):
+    """In the forked child: limits, then job(); its message or the exception escaping
+    it goes to the report pipe."""
     # On top of what the fork inherited (a test runner's address space may be large already).
     with open("/proc/self/statm") as statm:
         inherited = int(statm.read().split()[0]) * resource.getpagesize()
@@ -92,29 +93,48 @@ def run_child(path, argv, report):
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    from plugin.__main__ import main
     try:
-        rc = main(argv)
-        message = "rc %s" % rc
+        message = job()
     except SystemExit as exc:
         message = "rc %s" % exc.code
     except BaseException as exc:       # what the user would see as a traceback
-        last = traceback.extract_tb(exc.__traceback__)[-1]
-        message = "EXC %s at %s:%d: %s" % (type(exc).__name__, os.path.relpath(last.filename, ROOT),
-                                           last.lineno, str(exc)[:200])
+        message = exception_text(exc)
     os.write(report, message.encode()[:4000])
     os._exit(0)
 
 
+def exception_text(exc):
+    """"EXC type at file:line: message", the line the innermost frame of the project raised at."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if f.filename.startswith(str(ROOT)) and "/.venv/" not in f.filename] or frames
+    last = ours[-1]
+    return "EXC %s at %s:%d: %s" % (type(exc).__name__, os.path.relpath(last.filename, ROOT),
+                                    last.lineno, str(exc)[:200])
+
+
+def tables_job(argv):
+    def job():
+        from plugin.__main__ import main
+        return "rc %s" % main(argv)
+    return job
+
+
 def execute(path, argv):
-    """(message, seconds, peak KB) of one input in a forked child."""
+    """(message, seconds, peak KB) of `python -m plugin ARGV` on one input, in a forked child."""
+    return execute_job(tables_job(argv))
+
+
+def execute_job(job):
+    """(message, seconds, peak KB) of job() run in a forked child (limits: MEMORY_LIMIT,
+    TIME_LIMIT); the message is what job returned, "EXC ..." for an exception escaping
+    it, "DIED ..." when the child was killed."""
     read_end, write_end = os.pipe()
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
         try:
-            run_child(path, argv, write_end)
+            run_child(job, write_end)
         finally:
             os._exit(3)
     os.close(write_end)

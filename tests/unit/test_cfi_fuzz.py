@@ -1,15 +1,23 @@
 """Property tests: whatever the bytes, every entry point of cfi.py either
-works or raises DecodeError, and finishes."""
+works or raises DecodeError, and finishes; so do the decompression of a
+compressed .debug_frame and the dump of every entry (text and JSON) that
+decoded. The whole-file fuzz over every source is tests/realworld/fuzz_targets.py."""
 
+import json
 import struct
+import zlib
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugin.arch import aarch64, s390x, x86_64
 from plugin.errors import DecodeError, MemoryReadError
-from plugin.formats.cfi import FDE, CfiSection, EhFrameHdr, describe, execute, row_at
+from plugin.formats import compressed
+from plugin.formats.cfi import FDE, CfiSection, EhFrameHdr, describe, execute, execute_contained, row_at
 from plugin.memory import Region
+from plugin.render import tables
+from plugin.render.cfi_dump import Want, fde_converter
+from plugin.render.expression import row_rules
 from cfi_builder import X86_RBP, X86_RBX, X86_RIP, X86_RSP, Builder, hdr_bytes, sleb
 
 ARCHES = [x86_64.ARCH, aarch64.ARCH, s390x.ARCH]
@@ -23,10 +31,10 @@ def deref(address, size):
     return (address & 0xFFFF).to_bytes(size, "little")
 
 
-def valid_eh_frame():
+def valid_eh_frame(kind="eh_frame"):
     """A section using most of the format: several CIEs, augmentations,
     encodings, and a program with every kind of instruction."""
-    b = Builder(address=0x10000)
+    b = Builder(kind=kind, address=0x10000)
     plain = b.cie(bytes([0x0C, X86_RSP, 8, 0x80 | X86_RIP, 1]))
     aug = bytes([0x9B]) + struct.pack("<i", 0x100) + bytes([0x1B, 0x1B])
     fancy = b.cie(bytes([0x0C, X86_RSP, 8, 0x80 | X86_RIP, 1, 0x0A, 0x0B]), version=3,
@@ -44,6 +52,7 @@ def valid_eh_frame():
 
 
 VALID = valid_eh_frame()
+VALID_DEBUG_FRAME = valid_eh_frame("debug_frame")
 
 
 def exercise(data, kind, arch, address=0x10000):
@@ -58,6 +67,7 @@ def exercise(data, kind, arch, address=0x10000):
                 fdes.append(entry)
     except DecodeError:
         pass
+    dump(fdes, arch)
     for fde in fdes:
         try:
             rows = execute(fde, arch)
@@ -86,6 +96,20 @@ def exercise(data, kind, arch, address=0x10000):
             pass
 
 
+def dump(fdes, arch):
+    """Every FDE as `unwind tables` shows it, in JSON and in text: never raises."""
+    for want in (Want.BOTH, Want.TEXT):
+        problems = []
+        entries = [fde_converter("m", arch, None, problems, want)(fde) for fde in fdes]
+        json.dumps(entries)
+        source = {"kind": "cfi", "module": "m", "section": ".eh_frame", "address": 0x10000, "entries": entries}
+        list(tables._source_lines(source))
+    for fde in fdes[:2]:
+        rows, _ = execute_contained(fde, arch)
+        for row in rows[:8]:
+            row_rules(row, arch, verbose=True)
+
+
 def mutate(data, edits):
     out = bytearray(data)
     for position, value, action in edits:
@@ -105,6 +129,16 @@ def mutate(data, edits):
 
 edits = st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 255), st.integers(0, 3)),
                  min_size=1, max_size=6)
+
+
+def test_the_compressed_valid_section_really_is_valid():
+    plain = CfiSection(Region.from_bytes(".debug_frame", 0x10000, VALID_DEBUG_FRAME), "debug_frame", x86_64.ARCH)
+    for how in ("shf64", "shf32", "gnu"):
+        data = compress(VALID_DEBUG_FRAME, how)
+        content = compressed.gnu_zdebug("z", data) if how == "gnu" else \
+            compressed.shf_compressed("c", data, how == "shf64", True)[0]
+        section = CfiSection(Region.from_bytes(".debug_frame", 0x10000, content), "debug_frame", x86_64.ARCH)
+        assert section.fdes() and len(section.fdes()) == len(plain.fdes())
 
 
 def test_the_valid_section_really_is_valid():
@@ -193,3 +227,42 @@ def test_hdr_random_bytes(data, arch):
 @given(edits)
 def test_hdr_mutated(changes):
     exercise_hdr(mutate(VALID_HDR, changes), x86_64.ARCH)
+
+
+def compress(content, how):
+    if how == "shf64":
+        return struct.pack("<IIQQ", compressed.ELFCOMPRESS_ZLIB, 0, len(content), 1) + zlib.compress(content)
+    if how == "shf32":
+        return struct.pack("<III", compressed.ELFCOMPRESS_ZLIB, len(content), 1) + zlib.compress(content)
+    return compressed.GNU_MAGIC + len(content).to_bytes(8, "big") + zlib.compress(content)
+
+
+def exercise_compressed(data, how, arch):
+    try:
+        if how == "gnu":
+            content = compressed.gnu_zdebug(".zdebug_frame", data)
+        else:
+            content, _ = compressed.shf_compressed(".debug_frame", data, how == "shf64", True)
+    except DecodeError:
+        return
+    exercise(content, "debug_frame", arch)
+
+
+COMPRESSED_SETTINGS = settings(SETTINGS, max_examples=200)
+
+
+@COMPRESSED_SETTINGS
+@given(edits, st.sampled_from(["shf64", "shf32", "gnu"]), st.booleans(), st.sampled_from(ARCHES))
+def test_compressed_debug_frame(changes, how, content_not_stream, arch):
+    """Mutations of the section's content (compressed again) or of its compressed bytes."""
+    if content_not_stream:
+        data = compress(mutate(VALID_DEBUG_FRAME, changes), how)
+    else:
+        data = mutate(compress(VALID_DEBUG_FRAME, how), changes)
+    exercise_compressed(data, how, arch)
+
+
+@COMPRESSED_SETTINGS
+@given(st.binary(max_size=80), st.sampled_from(["shf64", "shf32", "gnu"]))
+def test_compressed_random_bytes(data, how):
+    exercise_compressed(data, how, x86_64.ARCH)
