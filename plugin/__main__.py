@@ -12,10 +12,9 @@ import sys
 
 from plugin.commands.spec import OPTIONS, Debugger, convert
 from plugin.errors import bad_file_errors
-from plugin.render import tables
-from plugin.modules import ModuleMap
 
 
+_PACKAGES = {"elftools": "pyelftools"}     # import name -> the package pip installs it with
 LLDB_STYLE = Debugger.LLDB       # `--json`, `--sources LIST`: the offline command spells options as LLDB does
 
 
@@ -100,6 +99,8 @@ def tables_of(path, args):
     """Exit status 0: every entry decoded; 1: some entries (or the rows after
     a bad instruction) could not be, each listed as a problem; 2: the input
     cannot be used at all (one line on stderr)."""
+    from plugin.render import tables
+    from plugin.targets import load
     try:
         target, modules = load(path, args.arch)
     except unusable_input() as exc:
@@ -109,46 +110,9 @@ def tables_of(path, args):
     return 1 if len(problems) > problems.misses else 0
 
 
-def load(path, arch=None):
-    """(target, modules) of a file as the offline commands read it: laid out by
-    plugin.targets.open_file, its modules found in that memory (an object file's
-    built from its sections). Raises one of bad_file_errors() for a file that
-    cannot be used at all."""
-    target = _open_file(path, arch)
-    modules = ModuleMap(target)
-    if target.header_address is None and not getattr(target, "relocatable", False):
-        modules.add(target.section_module())
-    _forget_tables_not_in_file(target, modules)
-    return target, modules
-
-
-def _forget_tables_not_in_file(target, modules):
-    """A separate debug-info file keeps the section headers of .eh_frame_hdr
-    and .eh_frame but not their bytes (SHT_NOBITS): those tables are in the
-    program it was split from, so they are not looked for here (rather than
-    each reported as unreadable); nor is a PT_GNU_EH_FRAME of size 0, which
-    such files may keep with no section behind it."""
-    elf = getattr(target, "elf", None)
-    for name in (".eh_frame_hdr", ".eh_frame") if elf is not None else ():
-        try:
-            section = elf.get_section_by_name(name)
-        except unusable_input():        # unreadable section headers: the program headers decide
-            section = None
-        for module in modules.all():
-            location = module.tables.get(name)
-            if location is not None and (location.size == 0 or section is not None
-                                         and section["sh_type"] == "SHT_NOBITS"):
-                del module.tables[name]
-
-
 def unusable_input() -> tuple:
     """What the file system, pyelftools and the decoders raise for input that cannot be used."""
     return bad_file_errors()
-
-
-def _open_file(path, arch):
-    from plugin.targets import open_file
-    return open_file(path, arch)
 
 
 def _fail(message):
@@ -172,6 +136,11 @@ def main(argv=None):
         return 0
     try:
         return getattr(args, "handler", cmd_tables)(args)
+    except ModuleNotFoundError as exc:      # the plugin's own needs, for an interpreter that lacks them
+        name = (exc.name or "a module").split(".")[0]
+        return _fail("%s is not installed for %s (Python %s): install the plugin with this interpreter's pip "
+                     "(%s -m pip install CHECKOUT), or pip install %s"
+                     % (name, sys.executable, sys.version.split()[0], sys.executable, _PACKAGES.get(name, name)))
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

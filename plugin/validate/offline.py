@@ -19,7 +19,6 @@ from plugin import analysis as code_analysis
 from plugin.analysis import rows as arows
 from plugin.errors import DecodeError, guard
 from plugin.formats import cfi
-from plugin.modules import ModuleMap
 from plugin.modules import on_disk
 from plugin.analysis.ops import Flow
 from plugin.strategies import compact as compact_strategy
@@ -374,18 +373,17 @@ def _symbol_starts(target, name):
 def run(args) -> int:
     """The offline command: FILE, --function, --address, --json. Returns the exit status."""
     from plugin.errors import bad_file_errors
-    from plugin.targets import open_file
+    from plugin.targets import load
     try:
         import capstone  # noqa: F401
     except ImportError:
         return _fail("validate needs capstone: pip install 'capstone>=5'")
     try:
-        target = open_file(args.file)
+        target, modules = load(args.file)
     except bad_file_errors() as exc:
         return _fail("cannot open %s: %s" % (args.file, getattr(exc, "strerror", None) or exc))
-    modules = ModuleMap(target)
     chosen = modules.all()
-    if target.header_address is None:
+    if target.header_address is None and not chosen:        # an object file: its sections
         chosen = [target.section_module()]
     if not chosen:
         return _fail("%s: no module found (%s)" % (args.file, "; ".join(r for _, r in modules.failed)))
@@ -399,6 +397,9 @@ def run(args) -> int:
         sys.stdout.write("\n")
     else:
         print("\n".join(text(r, detail) for r in reports))
+        for module in chosen:
+            if not module.tables:
+                print("%s: no unwind tables (nothing to check)" % module.name)
     return 1 if any(r.disagreements for r in reports) else 0
 
 

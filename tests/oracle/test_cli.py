@@ -60,7 +60,8 @@ def test_address_filter_gives_the_covering_entry_and_row():
     ([], "no command given"),
     (["tables"], "the following arguments are required: FILE"),
     (["tables", "/nonexistent/file"], "cannot open /nonexistent/file"),
-    (["tables", __file__], "cannot open"),
+    (["tables", __file__], "not an ELF or Mach-O file: it starts with 22 22 22 60 (an unknown format)"),
+    (["validate", __file__], "not an ELF or Mach-O file"),
     (["tables", "/bin/true", "--address", "zzz"], "not an address"),
     (["frobnicate"], "invalid choice"),
 ])
@@ -70,6 +71,31 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_a_pe_file_is_refused_by_name(tmp_path):
+    exe = tmp_path / "x.exe"
+    exe.write_bytes(b"MZ\x90\x00" + bytes(60))
+    result = plugin("tables", exe)
+    assert result.returncode == 2
+    assert "not an ELF or Mach-O file: it starts with 4d 5a 90 00 (a PE/COFF file (Windows)" in result.stderr
+
+
+MISSING_ELFTOOLS = ("import runpy, sys; sys.modules['elftools'] = None; sys.argv = ['plugin'] + sys.argv[1:]; "
+                    "runpy.run_module('plugin', run_name='__main__', alter_sys=True)")
+
+
+def test_gdbinit_needs_no_pyelftools_and_tables_says_what_is_missing():
+    """An interpreter without pyelftools still prints the loading line; `tables` says in one line what to install."""
+    line = subprocess.run([sys.executable, "-c", MISSING_ELFTOOLS, "gdbinit"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert line.returncode == 0, line.stderr
+    assert line.stdout.strip() == "source %s/gdb_unwinder/gdbinit.py" % ROOT
+    tables = subprocess.run([sys.executable, "-c", MISSING_ELFTOOLS, "tables", "/bin/true"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert tables.returncode == 2
+    assert "elftools is not installed for" in tables.stderr and "pip install pyelftools" in tables.stderr
+    assert len(tables.stderr.strip().splitlines()) == 1 and "Traceback" not in tables.stderr
 
 
 def test_several_files_in_one_process_each_as_alone():
@@ -98,3 +124,14 @@ def test_text_rows_are_the_json_rows():
     rows = [line for line in text.splitlines() if line.startswith("    0x")]
     assert len(expected) > 30000
     assert rows == expected
+
+
+def test_validate_on_a_file_whose_tables_objcopy_removed_says_so(tmp_path):
+    """objcopy leaves PT_GNU_EH_FRAME behind with size 0: no table, not a read problem."""
+    stripped = tmp_path / "stripped"
+    run([need_tool("objcopy"), "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
+         str(build("chain.c", ["-O2"])), str(stripped)])
+    result = plugin("validate", stripped)
+    assert result.returncode == 0, result.stderr
+    assert "stripped: no unwind tables (nothing to check)" in result.stdout
+    assert "problem" not in result.stdout and "eh_frame_hdr" not in result.stdout
