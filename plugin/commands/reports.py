@@ -165,6 +165,9 @@ def modules_report(modules):
 
 
 def tables_report(target, modules, address, style=plain):
+    if address is not None and address < 0:
+        raise ValueError("%d is not an address (it is negative); give one such as 0x401000 or a function's name"
+                         % address)
     result = tables.collect(target, modules, address)
     return result, tables.text(result, style)
 

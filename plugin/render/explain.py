@@ -177,9 +177,12 @@ def explain_text(frame, arch, callee=None, verbose=False, width=None, style=plai
         lines.append("#%d %s: recovered from %s by %s" % (frame.level, _where(frame, style), below, ev.found_by))
         lines.append("  trust: %s" % TRUST_WORDS.get(frame.method, frame.method))
         lines.append("  pc 0x%x%s" % (frame.pc, " <signal handler called>" if frame.signal_frame else ""))
-        if ev.module or ev.section:
+        if ev.module:
             lines.append("  table: %s of %s at %s, looked up at 0x%x"
-                         % (ev.section or ev.source, ev.module or "?", hexa(ev.section_address), ev.lookup_pc))
+                         % (ev.section or ev.source, ev.module, hexa(ev.section_address), ev.lookup_pc))
+        elif ev.section:        # no module's table: the stack itself, or a table only in memory
+            lines.append("  read from: %s at %s, looked up at 0x%x" % (ev.section, hexa(ev.section_address),
+                                                                    ev.lookup_pc))
         else:
             lines.append("  looked up at 0x%x" % ev.lookup_pc)
         if ev.entry:
@@ -300,7 +303,7 @@ def virtual_text(virtual, frame, arch, style=plain):
 
 def native_text(native):
     if not native.get("available", True):
-        return "no frame at this level"
+        return "has no frame at this level"
     verdict = "agrees" if native.get("agrees") else "DISAGREES"
     text = "%s (pc %s, sp %s" % (verdict, hexa(native.get("pc")), hexa(native.get("sp")))
     if native.get("function"):
@@ -318,7 +321,10 @@ def _entry_text(entry):
         if key in _SHOWN_IN_ROW:
             continue
         name = key.replace("_", " ")
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, bool):
+            if value:
+                parts.append(name)      # "signal frame"; nothing when it is not one
+        elif isinstance(value, int):
             parts.append("%s 0x%x" % (name, value))
         elif isinstance(value, (list, dict)):
             continue        # structured detail (SFrame data words, rules): the strategy adds notes for it

@@ -275,7 +275,7 @@ def step(frame, ctx):
     edge = bad_call_target_row(frame, ctx) or prologue_row(frame, ctx, function)
     if edge is not None:
         row, kind, why = edge
-        evidence.section, evidence.section_address = "stack at sp", sp
+        evidence.section, evidence.section_address = "the stack", sp
         evidence.found_by = "frame pointer: %s" % kind
         evidence.entry["kind"] = kind
         evidence.notes.append(why)

@@ -20,6 +20,7 @@ SESSION = [
     ("unwind backtrace -sources nosuch", ("unknown source 'nosuch'",)),
     ("unwind explain 99", ("no frame at level 99",)),
     ("unwind tables no_such_symbol_here", ("cannot evaluate",)),
+    ("unwind tables -1", ("-1 is not an address (it is negative)",)),
     ("set unwind sources bogus", ("unknown source",)),
     ("show unwind sources", ("cfi",)),
 ]

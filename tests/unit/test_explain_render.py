@@ -98,3 +98,19 @@ def test_gdb_options_abbreviate():
     assert parse_gdb(EXPLAIN, ["-j", "-v", "2"], DEFAULT_SOURCES).json is True
     assert parse_gdb(EXPLAIN, ["-verb"], DEFAULT_SOURCES).verbose is True
     assert parse_gdb(BACKTRACE, ["-s", "cfi"], DEFAULT_SOURCES).sources == ("cfi",)
+
+
+def test_explain_lines_read_as_sentences():
+    """A flag in an entry is named when set and left out when not; a frame read from the stack, not a
+    module's table, says so; a level the debugger has no frame at says it has none."""
+    frames = _frames()
+    frame = frames[1]
+    frame.evidence.entry = {"fde_index": 3, "signal_frame": False, "outermost": True}
+    frame.native = {"available": False}
+    lines = explain.explain_frames_text(frames, frames[1:], ARCH).splitlines()
+    assert "  entry: fde index 0x3, outermost" in lines
+    assert "  verdict: the debugger's own unwinder has no frame at this level" in lines
+    frame.evidence.module, frame.evidence.section, frame.evidence.section_address = None, "the stack", 0x7000
+    lines = explain.explain_frames_text(frames, frames[1:], ARCH).splitlines()
+    assert "  read from: the stack at 0x7000, looked up at 0x400fff" in lines
+    assert not any("?" in line for line in lines), lines
