@@ -40,6 +40,14 @@ CPUTYPES = {"x86_64": mf.CPU_TYPE_X86_64, "arm64": mf.CPU_TYPE_ARM64, "aarch64":
             "i386": mf.CPU_TYPE_X86}
 
 
+def cputype_name(cputype: int) -> str:
+    """A cputype as --arch spells it (arm64, x86_64, i386), else its number."""
+    for name, value in CPUTYPES.items():
+        if value == cputype and name != "aarch64":
+            return name
+    return "cputype 0x%x" % cputype
+
+
 def cputype_of(name: str) -> int:
     try:
         return CPUTYPES[name.lower()]
@@ -63,14 +71,14 @@ class MachOFileTarget(LaidOutFile):
             chosen = slices[0] if wanted is None else next(
                 (s for s in slices if s.cputype == wanted), None)
             if chosen is None:
-                raise ValueError("%s has no %s slice (it has cputypes %s)" % (
-                    os.path.basename(path), arch, ", ".join("0x%x" % s.cputype for s in slices)))
+                raise ValueError("%s has no %s slice (it has %s)" % (
+                    os.path.basename(path), arch, ", ".join(cputype_name(s.cputype) for s in slices)))
             self.image = mf.open_slice(region, chosen)
         else:
             self.image = mf.MachO(region)
             if wanted is not None and self.image.cputype != wanted:
-                raise ValueError("%s is a thin file for cputype 0x%x, not %s"
-                                 % (os.path.basename(path), self.image.cputype, arch))
+                raise ValueError("%s is a thin %s file, not %s: --arch picks a slice of a universal file"
+                                 % (os.path.basename(path), cputype_name(self.image.cputype), arch))
         image = self.image
         self.name = os.path.basename(path)
         self.arch = image.arch

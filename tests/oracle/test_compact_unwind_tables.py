@@ -308,8 +308,8 @@ def test_wrong_arch_options(tmp_path):
     fat = root / "framehop/fixtures/macos/arm64/fp/libmozglue-fat.dylib"
     thin = root / "framehop/fixtures/macos/arm64/fp/query-api"
     assert_one_line_error(plugin("tables", fat, "--arch", "ppc"), "unknown architecture 'ppc'")
-    assert_one_line_error(plugin("tables", fat, "--arch", "i386"), "no i386 slice")
-    assert_one_line_error(plugin("tables", thin, "--arch", "x86_64"), "not x86_64")
+    assert_one_line_error(plugin("tables", fat, "--arch", "i386"), "no i386 slice (it has x86_64, arm64)")
+    assert_one_line_error(plugin("tables", thin, "--arch", "x86_64"), "is a thin arm64 file, not x86_64")
     elf = tmp_path / "elf"
     elf.write_bytes(open(sys.executable, "rb").read(1 << 16))
     assert_one_line_error(plugin("tables", elf, "--arch", "x86_64"), "universal Mach-O")
