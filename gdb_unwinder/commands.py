@@ -295,15 +295,11 @@ class SetUnwind(gdb.Command):
             gdb.write("%s:  %s\n" % (setting.name, shown))
 
 
-PARAM_KIND = {SettingType.SOURCES: gdb.PARAM_STRING, SettingType.UNSIGNED: gdb.PARAM_ZUINTEGER,
+PARAM_KIND = {SettingType.SOURCES: gdb.PARAM_STRING, SettingType.UNSIGNED: gdb.PARAM_STRING,
               SettingType.BOOLEAN: gdb.PARAM_BOOLEAN, SettingType.CHOICE: gdb.PARAM_ENUM,
               SettingType.NAMES: gdb.PARAM_STRING}
-UNLIMITED = 2 ** 63 - 1         # what `unlimited` stores for a count with no upper bound (max-frames)
-
-
-def _unbounded(setting):
-    """A count with no maximum takes GDB's `unlimited`, as `set backtrace limit` does."""
-    return setting.type == SettingType.UNSIGNED and setting.maximum is None
+# Counts are strings to GDB, read by Setting.parse: GDB's own number parameters evaluate
+# their text as an expression ("No symbol table is loaded" for `abc`) and take -1 as unlimited.
 
 
 def _holder(state, setting):
@@ -317,7 +313,7 @@ class _SettingParameter(gdb.Parameter):
     setting: Setting = None
 
     def __init__(self, state):
-        kind = gdb.PARAM_ZUINTEGER_UNLIMITED if _unbounded(self.setting) else PARAM_KIND[self.setting.type]
+        kind = PARAM_KIND[self.setting.type]
         if self.setting.type == SettingType.CHOICE:
             super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, kind,
                              [word for word, _ in self.setting.choices])
@@ -330,17 +326,13 @@ class _SettingParameter(gdb.Parameter):
         return getattr(_holder(self.state, self.setting), self.setting.key)
 
     def _gdb_value(self, value):
-        if _unbounded(self.setting) and value >= UNLIMITED:
-            return -1           # GDB's spelling of unlimited for PARAM_ZUINTEGER_UNLIMITED
-        return self.setting.format(value) if self.setting.type in (SettingType.SOURCES, SettingType.NAMES) else value
+        return value if self.setting.type in (SettingType.BOOLEAN, SettingType.CHOICE) else self.setting.format(value)
 
     def get_set_string(self):
         setting = self.setting
         try:
             if setting.type == SettingType.BOOLEAN:
                 value = bool(self.value)
-            elif _unbounded(setting) and self.value == -1:
-                value = UNLIMITED
             else:
                 value = setting.parse("" if self.value is None else str(self.value), DEFAULT_SOURCES)
         except ValueError as exc:
@@ -351,13 +343,10 @@ class _SettingParameter(gdb.Parameter):
         self.state.reconsider_claims()
         self.value = self._gdb_value(value)
         gdb.invalidate_cached_frames()      # GDB's own frames may now unwind differently
-        return "unwind %s: %s" % (setting.name, "unlimited" if self.value == -1 else setting.format(value))
+        return "unwind %s: %s" % (setting.name, setting.format(value))
 
     def get_show_string(self, value):
-        current = self._current()
-        if _unbounded(self.setting) and current >= UNLIMITED:
-            return self.setting.show(current, DEFAULT_SOURCES).replace(str(current), "unlimited")
-        return self.setting.show(current, DEFAULT_SOURCES)
+        return self.setting.show(self._current(), DEFAULT_SOURCES)
 
 
 def _parameter_class(setting):

@@ -103,6 +103,7 @@ class SettingError(ValueError):
         self.problem = problem
 
 
+UNLIMITED = 2 ** 63 - 1         # what `unlimited` stores for a count with no maximum (max-frames)
 _SYNTAX = {SettingType.SOURCES: "LIST", SettingType.UNSIGNED: "N", SettingType.BOOLEAN: "on|off",
            SettingType.CHOICE: "WORD", SettingType.NAMES: "NAME,..."}
 _TRUE, _FALSE = ("on", "1", "yes", "true", "enable"), ("off", "0", "no", "false", "disable")
@@ -141,9 +142,9 @@ class Setting:
         return tuple(available) if self.type == SettingType.SOURCES and self.default is None else self.default
 
     def bounds(self) -> str:
-        """"of at least 1", "from 1 to 1048576" (UNSIGNED only)."""
+        """"of at least 1, or unlimited", "from 1 to 1048576" (UNSIGNED only)."""
         if self.maximum is None:
-            return "of at least %d" % (self.minimum or 0)
+            return "of at least %d, or unlimited" % (self.minimum or 0)
         return "from %d to %d" % (self.minimum or 0, self.maximum)
 
     def in_bounds(self, value: int) -> bool:
@@ -165,6 +166,8 @@ class Setting:
             if word in dict(self.choices):
                 return word
             raise SettingError(self.name, "must be one of %s, not %r" % (", ".join(w for w, _ in self.choices), text))
+        if self.maximum is None and text.strip().lower() == "unlimited":
+            return UNLIMITED
         try:
             value = int(text.strip(), 0)
         except ValueError:
@@ -179,6 +182,8 @@ class Setting:
             return ",".join(value)
         if self.type == SettingType.BOOLEAN:
             return "on" if value else "off"
+        if self.type == SettingType.UNSIGNED and self.maximum is None and value >= UNLIMITED:
+            return "unlimited"
         return str(value)
 
     def describe(self, available: Sequence[str]) -> str:
@@ -187,7 +192,7 @@ class Setting:
             return "%s (comma-separated: %s)" % (self.help, ", ".join(available))
         if self.type == SettingType.UNSIGNED:
             if self.maximum is None:
-                return "%s (at least %d)" % (self.help, self.minimum or 0)
+                return "%s (at least %d, or unlimited)" % (self.help, self.minimum or 0)
             return "%s (%d to %d)" % (self.help, self.minimum or 0, self.maximum)
         if self.type == SettingType.CHOICE:
             return "%s: %s" % (self.help, "; ".join("%s: %s" % choice for choice in self.choices))
@@ -203,7 +208,9 @@ class Setting:
             return self.shown.format(value="none")
         text = self.shown.format(value=self.format(value))
         if self.type == SettingType.SOURCES:
-            text += " Sources: %s." % ", ".join(available)
+            off = [name for name in available if name not in value]
+            if off:
+                text += " Off: %s." % ", ".join(off)
         return text
 
 

@@ -23,6 +23,11 @@ SESSION = [
     ("unwind tables -1", ("-1 is not an address (it is negative)",)),
     ("set unwind sources bogus", ("unknown source",)),
     ("show unwind sources", ("cfi",)),
+    ("set unwind max-frames abc", ("unwind max-frames: must be a whole number of at least 1, or unlimited, not 'abc'",)),
+    ("set unwind max-frames -1", ("not '-1'",)),
+    ("set unwind max-frames unlimited", ()),
+    ("show unwind max-frames", ("An unwind walk stops after unlimited frames.",)),
+    ("set unwind max-frames 20000", ()),
 ]
 # Then, after TAB completion: the plugin's unwinder disabled, the program run to its end and again.
 AFTER_COMPLETION = [

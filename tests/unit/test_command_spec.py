@@ -20,7 +20,7 @@ from plugin.commands.options import parse_gdb, parse_lldb
 from plugin.commands.spec import ArgumentError, Debugger, OPTIONS
 from plugin.engine import DEFAULT_SOURCES
 from plugin.modules import ModuleMap
-from plugin.settings import (SETTINGS, SettingError, SettingType, find_setting, parse_sources,
+from plugin.settings import (SETTINGS, UNLIMITED, SettingError, SettingType, find_setting, parse_sources,
                              settings_for)
 from plugin.targets.elf import FileTarget
 from support import ROOT, build
@@ -127,8 +127,17 @@ def test_settings_parse_format_and_bounds():
     assert str(caught.value) == "scan-words must be a whole number from 1 to 1048576, not '-1'"
     assert caught.value.problem == "must be a whole number from 1 to 1048576, not '-1'"
     frames = find_setting("max-frames", SETTINGS)
-    with pytest.raises(ValueError, match="max-frames must be a whole number of at least 1, not 'abc'"):
-        frames.parse("abc", DEFAULT_SOURCES)
+    for bad in ("abc", "-1", "0"):      # -1 is no silent "unlimited"
+        with pytest.raises(ValueError, match="max-frames must be a whole number of at least 1, or unlimited, not '%s'"
+                           % bad):
+            frames.parse(bad, DEFAULT_SOURCES)
+    assert frames.parse("unlimited", DEFAULT_SOURCES) == UNLIMITED and frames.format(UNLIMITED) == "unlimited"
+    assert frames.show(UNLIMITED, DEFAULT_SOURCES) == "An unwind walk stops after unlimited frames."
+    with pytest.raises(SettingError, match="scan-words must be a whole number from 1 to 1048576, not 'unlimited'"):
+        words.parse("unlimited", DEFAULT_SOURCES)
+    shown = find_setting("sources", SETTINGS).show(("cfi", "scan"), DEFAULT_SOURCES)
+    assert shown.count("cfi") == 1 and shown.endswith("Off: sframe, compact, exidx, analysis, frame-pointer.")
+    assert find_setting("sources", SETTINGS).show(DEFAULT_SOURCES, DEFAULT_SOURCES).count("scan") == 1
     sources = find_setting("sources", SETTINGS)
     assert sources.default_value(DEFAULT_SOURCES) == DEFAULT_SOURCES
     assert sources.parse("frame-pointer, scan", DEFAULT_SOURCES) == ("frame-pointer", "scan")
