@@ -243,11 +243,12 @@ def _attempt_lines(attempts, label):
 
 
 def stop_text(bt):
-    """`Backtrace stopped: REASON (what it means)`, then the details, one per line."""
+    """`Backtrace stopped: REASON: the one reason that applied`, or `REASON (what it means)`
+    followed by what each source tried, one per line."""
+    if bt.stop_detail and not bt.attempts:
+        return "Backtrace stopped: %s: %s" % (bt.stop_reason, bt.stop_detail)
     head = "Backtrace stopped: %s (%s)" % (bt.stop_reason, describe(bt.stop_reason))
-    if bt.attempts:
-        return "\n".join([head] + _attempt_lines(bt.attempts, "  "))
-    return head + ("\n  " + bt.stop_detail if bt.stop_detail else "")
+    return "\n".join([head] + _attempt_lines(bt.attempts, "  "))
 
 
 def wrap(line, width):

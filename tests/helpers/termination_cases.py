@@ -76,7 +76,7 @@ SESSION_SECONDS = {"deep": 300}
 DEFAULT_SESSION_SECONDS = 120
 
 _FRAME_LINE = re.compile(r"#(\d+)\s+0x[0-9a-f]+ in (.+?)(?: from \S+)?  \[found by: (.*)\]")
-_STOP_LINE = re.compile(r"Backtrace stopped: (\S+) ")
+_STOP_LINE = re.compile(r"Backtrace stopped: ([a-z-]+)[: ]")
 
 
 def summarize(text):
