@@ -9,6 +9,7 @@ from plugin.render import explain, tables
 from plugin.render.style import Styled, plain
 from plugin.engine import UnwindContext, unwind
 from plugin.model.stops import StopReason
+from plugin.model.evidence import VirtualKind
 from plugin.strategies.cfi import CfiTables
 
 
@@ -34,6 +35,7 @@ def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, f
         # The walk goes one frame past the last level wanted: unwinding that
         # frame is what computes its CFA (and says whether the walk ends there).
         place(frame)
+        _name_tail_call_modules(frame, modules)
         return until_level is not None and frame.levels[0] > until_level
     bt = unwind(state_target, registers, sources=sources, max_frames=max_frames, modules=modules,
                 exact_pc=exact_pc, first_level=first_level, until=until, step=step)
@@ -48,6 +50,15 @@ def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, f
     if bt.shown is not None:
         bt.frames = [f for f in bt.frames if f.levels[-1] >= bt.shown.start and f.levels[0] < bt.shown.stop]
     return bt
+
+
+def _name_tail_call_modules(frame, modules) -> None:
+    """A tail-call frame's function may be in another module than the frame that took its place
+    (a program's function that tail-called qsort): each is named after the module holding its pc."""
+    for virtual in frame.tail_calls + frame.inline_frames:
+        if virtual.kind == VirtualKind.TAIL_CALL and modules is not None:
+            module = modules.find(virtual.pc)
+            virtual.module = module.name if module is not None else None
 
 
 def limited(bt, limit=None):

@@ -77,6 +77,7 @@ class VirtualFrame:
     kind: VirtualKind
     pc: int
     function: str = None
+    module: str = None       # a tail call's own module (an inline frame's is its physical frame's)
 
 
 @dataclass

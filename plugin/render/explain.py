@@ -114,8 +114,9 @@ def virtual_line(virtual, frame, width=16, style=plain):
     """`#0   0x... in helper from demo  [inlined into #1 outer]`: a level with no frame of its own."""
     line = "#%-3d %s in %s" % (virtual.level, style(Styled.ADDRESS, "0x%0*x" % (width, virtual.pc)),
                                style(Styled.FUNCTION, virtual.function or "??"))
-    if frame.module:
-        line += " from %s" % style(Styled.FILE, frame.module)
+    module = virtual.module if virtual.kind == VirtualKind.TAIL_CALL else frame.module
+    if module:
+        line += " from %s" % style(Styled.FILE, module)
     tail = "" if virtual.kind == VirtualKind.INLINE else "tail call: "
     return line + "  [%s%s]" % (tail, shares_text(virtual, frame))
 

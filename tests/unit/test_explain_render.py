@@ -114,3 +114,18 @@ def test_explain_lines_read_as_sentences():
     lines = explain.explain_frames_text(frames, frames[1:], ARCH).splitlines()
     assert "  read from: the stack at 0x7000, looked up at 0x400fff" in lines
     assert not any("?" in line for line in lines), lines
+
+
+def test_a_tail_call_frame_is_named_after_its_own_module():
+    """sort_scores (the program) tail-calls qsort (libc): its line says `from demo`, not libc's name."""
+    from types import SimpleNamespace
+    from plugin.commands.reports import _name_tail_call_modules
+    from plugin.model.evidence import VirtualFrame, VirtualKind
+    frame = _frames()[1]
+    frame.module = "libc.so.6"
+    frame.tail_calls = [VirtualFrame(frame.level + 1, VirtualKind.TAIL_CALL, 0x1234, "sort_scores")]
+    frame.inline_frames = [VirtualFrame(frame.level - 1, VirtualKind.INLINE, frame.pc, "helper")]
+    demo = SimpleNamespace(name="demo")
+    _name_tail_call_modules(frame, SimpleNamespace(find=lambda pc: demo if pc == 0x1234 else None))
+    assert " in sort_scores from demo  [tail call: " in explain.virtual_line(frame.tail_calls[0], frame)
+    assert " in helper from libc.so.6  [inlined into " in explain.virtual_line(frame.inline_frames[0], frame)
