@@ -43,7 +43,7 @@ class Source:
         return self.name.description
 
 
-# In the canonical order a frame tries them (see DESIGN.md). `context` is not
+# In the canonical order a frame tries them (see docs/design.md). `context` is not
 # a source: it marks the innermost frame, whose registers the debugger gave.
 SOURCES: Tuple[Source, ...] = (
     Source(Trust.CFI, SourceKind.TABLE, "DWARF CFI: .eh_frame, .debug_frame, __eh_frame"),

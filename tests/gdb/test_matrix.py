@@ -14,7 +14,7 @@ Asserted for every row:
   settings and fallback on), and the plugin's LLDB walk never fewer than
   LLDB alone.
 
-The counts are saved for the README's table (tests/.build/matrix-results.json;
+The counts are saved for docs/matrix.md's table (tests/.build/matrix-results.json;
 `python tests/helpers/matrix.py --update-readme` writes it). About 70 s for
 all rows here (23 rows, 3 debugger sessions each).
 """

@@ -23,7 +23,7 @@ Columns: GDB alone (the plugin's unwinder disabled), GDB with the plugin
 in GDB (`unwind backtrace`), LLDB alone and the plugin's walk in LLDB.
 
     python tests/helpers/matrix.py --update-readme
-writes the README's table from the results the last test run saved
+writes docs/matrix.md's table from the results the last test run saved
 (tests/.build/matrix-results.json); tests/gdb/test_matrix.py runs it.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE))
 from support import BUILD, FIXTURES, ROOT, build, need_tool  # noqa: E402
 
 RESULTS = BUILD / "matrix-results.json"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "matrix.md"     # the table the README used to hold; the flag keeps its name
 BEGIN, END = "<!-- matrix: begin (tests/helpers/matrix.py) -->", "<!-- matrix: end -->"
 NO_TABLES = ["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
              "--remove-section", ".debug_frame"]
@@ -384,7 +384,7 @@ def _pie_bias(truth, ranges):
     return 0
 
 
-# -- the README table --------------------------------------------------------------------
+# -- the table in docs/matrix.md --------------------------------------------------------------------
 
 def save(results: List[RowResult]) -> None:
     BUILD.mkdir(parents=True, exist_ok=True)
@@ -404,7 +404,7 @@ def update_readme(results: List[dict]) -> None:
     text = README.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     if not pattern.search(text):
-        raise SystemExit("README.md has no matrix markers (%s ... %s)" % (BEGIN, END))
+        raise SystemExit("docs/matrix.md has no matrix markers (%s ... %s)" % (BEGIN, END))
     README.write_text(pattern.sub(lambda _: "%s\n%s\n%s" % (BEGIN, table(results), END), text))
 
 
@@ -414,4 +414,4 @@ if __name__ == "__main__":
     if not RESULTS.exists():
         raise SystemExit("no %s: run `pytest tests/gdb/test_matrix.py` first" % RESULTS)
     update_readme(json.loads(RESULTS.read_text()))
-    print("README.md: matrix table updated from %s" % RESULTS)
+    print("docs/matrix.md: matrix table updated from %s" % RESULTS)

@@ -1,0 +1,111 @@
+"""What docs/commands.md and docs/json.md say GDB's commands do is what they do.
+
+Every command and option the GDB command table of docs/commands.md names is
+run in GDB (each option on its own); none fails. Every top-level JSON field
+docs/json.md documents for a GDB command's `-json` output is present in real
+output. Both lists are parsed from the docs, so the docs and this test
+cannot drift apart.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Set, Tuple
+
+from gdbrun import run_gdb
+from support import ROOT, build
+
+COMMANDS_MD = ROOT / "docs" / "commands.md"
+JSON_MD = ROOT / "docs" / "json.md"
+
+# What an option's or argument's placeholder becomes when run.
+VALUES = {"-sources": "-sources cfi,frame-pointer", "-steps": "-steps 200"}
+TARGETS = {"tables": "level2", "explain": "1", "backtrace": "2"}
+
+
+def documented_gdb_commands() -> Dict[str, List[str]]:
+    """{command: [option...]} from the first table of docs/commands.md (GDB's)."""
+    commands: Dict[str, List[str]] = {}
+    for line in COMMANDS_MD.read_text().splitlines():
+        match = re.match(r"^\| `unwind (\w+)([^`]*)` \|", line)
+        if match:
+            name = match.group(1)
+            if name in commands:        # the GDB table comes first; later tables repeat it
+                continue
+            commands[name] = re.findall(r"\[(-[a-z]+)", match.group(2))
+    return commands
+
+
+def top_level_keys(text: str) -> List[str]:
+    """The "keys" at brace depth 1 of the first JSON-like object in text (values after a colon are skipped)."""
+    keys, depth, started = [], 0, False
+    for match in re.finditer(r'[{}]|"([A-Za-z_]+)"\s*(?=[:,}`])|:\s*"[^"]*"', text):
+        token = match.group(0)
+        if token == "{":
+            depth += 1
+            started = True
+        elif token == "}":
+            depth -= 1
+            if started and depth == 0:
+                break
+        elif match.group(1) and depth == 1:
+            keys.append(match.group(1))
+    return keys
+
+
+def documented_json() -> Dict[str, List[str]]:
+    """{command: [top-level key...]} for each "`unwind NAME -json`" paragraph of docs/json.md."""
+    text = JSON_MD.read_text()
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"^`unwind (\w+) -json`", text, re.M)]
+    found = {}
+    for index, (start, name) in enumerate(starts):
+        end = starts[index + 1][0] if index + 1 < len(starts) else len(text)
+        heading = text.find("\n## ", start, end)
+        found[name] = top_level_keys(text[start:end if heading < 0 else heading])
+    return found
+
+
+def test_the_docs_parse():
+    commands = documented_gdb_commands()
+    assert set(commands) >= {"backtrace", "explain", "tables", "compare", "modules", "validate"}, commands
+    assert "-json" in commands["backtrace"] and "-sources" in commands["backtrace"]
+    fields = documented_json()
+    assert fields["backtrace"][:2] == ["version", "frames"], fields
+    assert "frames" in fields["explain"] and "modules" in fields["modules"], fields
+
+
+def _line(name: str, option: str) -> str:
+    words = ["unwind", name]
+    if option:
+        words.append(VALUES.get(option, option))
+    if name in TARGETS:
+        words.append(TARGETS[name])
+    return " ".join(words)
+
+
+def test_documented_commands_and_json_fields_hold_in_gdb():
+    commands = documented_gdb_commands()
+    fields = documented_json()
+    actions: List[Tuple[str, str, str]] = []
+    for name in commands:
+        for option in [""] + [o for o in commands[name] if o != "-json"]:
+            actions.append(("%s %s" % (name, option), "cmd", _line(name, option)))
+        actions.append(("%s json" % name, "json", _line(name, "-json")))
+    binary = build("chain.c", ["-O2"])
+    # validate steps one real call of the function the program stopped at the
+    # entry of, and leaves the program after it: one session each.
+    stepped = [action for action in actions if action[2].startswith("unwind validate")]
+    results, _ = run_gdb(binary, [action for action in actions if action not in stepped], args=["plain"])
+    for action in stepped:
+        results.update(run_gdb(binary, [action], args=["plain"])[0])
+    failed = {key: value for key, value in results.items()
+              if isinstance(value, dict) and set(value) == {"error"}}
+    assert not failed, failed
+    missing: Dict[str, Set[str]] = {}
+    for name, keys in fields.items():
+        if name not in commands:
+            continue
+        got = results["%s json" % name]
+        absent = set(keys) - set(got)
+        if absent:
+            missing[name] = absent
+    assert not missing, "fields docs/json.md documents but GDB does not print: %s" % missing
