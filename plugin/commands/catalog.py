@@ -24,7 +24,8 @@ as the levels asked for.
 N shows the innermost N frames, -N the outermost N (as "bt -N" does). {sources} picks and orders the sources for
 this walk only (see "set unwind sources").
 Sources: {source_names}.""",
-           LLDB: """Levels count physical frames (LLDB's inlined frames are not separate frames here).
+           LLDB: """Levels are LLDB's frame numbers, as "bt" numbers frames: inlined and artificial
+(tail-call) frames appear, marked, beside the physical frame they share.
 N (or {count} N) shows the innermost N frames, -N the outermost N; {sources} picks and orders the sources for
 this walk. Sources: {source_names}.
 "all" first (as in "bt all") shows every thread's backtrace, each from its innermost frame."""},
@@ -45,8 +46,9 @@ raw DWARF operations. Text wraps at the terminal's width.""",
 frame). An inline or tail-call frame is explained as the physical frame it
 shares. A frame GDB's bt took from the plugin says what GDB's Python
 unwinder API loses there.""",
-           LLDB: """LEVEL counts physical frames from the innermost one (default: the selected
-frame's)."""},
+           LLDB: """LEVEL is LLDB's frame number, as "bt" numbers frames (default: the selected
+frame). An inlined or artificial (tail-call) frame is explained as the physical
+frame it shares."""},
     json_keys=("version", "frames", "stop_reason", "stop_detail"),
     json_sometimes={"supplied": "LLDB: the levels \"unwind provider\" supplied to LLDB"})
 
@@ -67,8 +69,8 @@ COMPARE = CommandSpec(
     about="""Each disagreement is marked, with which side looks right where the code can
 tell (a return address must be executable and follow a call instruction).""",
     notes={GDB: "GDB's frames are computed with the plugin's unwinder disabled.",
-           LLDB: """LLDB's frames are the thread's physical frames (inlined frames collapsed into
-the frame they were inlined into)."""},
+           LLDB: """LLDB's inlined and artificial frames are compared as the physical frame they
+share; each row is labelled with that frame's LLDB number."""},
     json_keys=("frames", "agree", "summary", "stop_reason"))
 
 MODULES = CommandSpec(

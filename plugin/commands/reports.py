@@ -4,6 +4,8 @@ Each function returns (json_object, text). The GDB and LLDB adapters only
 gather registers and native frames, call these, and print one of the two.
 """
 
+from __future__ import annotations
+
 from plugin.validate import compare as comparing
 from plugin.render import explain, tables
 from plugin.render.style import Styled, plain

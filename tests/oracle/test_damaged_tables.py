@@ -132,6 +132,8 @@ def test_section_header_table_past_the_end_of_the_file(tmp_path):
         out = validate(path, *options)
         assert out.returncode in (0, 1, 2), out.stderr
         if options == ("--function", "main"):
-            assert out.returncode == 2 and "its symbols cannot be read" in out.stderr
+            # pyelftools 0.33 raises on the damaged headers; 0.32 (the last for Python 3.9) reads no symbol
+            assert out.returncode == 2 and ("its symbols cannot be read" in out.stderr
+                                            or "no function named 'main'" in out.stderr), out.stderr
         elif not options:
             assert "problem: section headers" in out.stdout and "cfi:" in out.stdout
