@@ -21,8 +21,9 @@ return address the call left is known: the analysis leaves that frame to
 the frame-pointer source's edge rule (a call to a non-code address). The
 child side of clone/clone3 is outermost, as for the other fallbacks.
 
-Like every fallback it answers only where no table covers the frame, and
-GDB's `bt` uses it only with `set unwind fallback on`.
+Like every fallback it answers only where no table covers the frame. It is
+no guess (settings.SourceKind.PROOF): GDB's `bt` takes its frames by default
+where GDB's own unwinders give another caller (gdb_unwinder/claim.py).
 """
 from __future__ import annotations
 
@@ -139,10 +140,10 @@ def _return_address_problem(outcome, ctx) -> Optional[str]:
     ra = outcome.registers.get(ctx.arch.pc)
     if not ra or not ctx.is_code(ra):
         return None                     # the engine's checks judge these
+    if not ctx.follows_call(ra):
+        return "return address 0x%x does not follow a call instruction" % ra
     if ctx.arch.call_before(reader(ctx.read_memory), ra) is None:
         trampoline = sigframe.recognise(ctx, ra)
-        if trampoline is None:
-            return "return address 0x%x does not follow a call instruction" % ra
         outcome.evidence.notes.append("return address 0x%x is a signal trampoline (%s): the kernel planted "
                                       "it, no call precedes it" % (ra, trampoline.why))
     return None

@@ -203,6 +203,10 @@ def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
         segment_start = next((s.start for s in module.segments if s.start <= pc < s.end), None)
         if segment_start is not None:
             low = max(low, segment_start)
+    elif ctx.knows_mappings():      # code outside every module (JIT code): within its mapping
+        mapping = ctx.mapping_at(pc)
+        if mapping is not None:
+            low = max(low, mapping.start)
     try:
         code = bytes(ctx.read_memory(low, pc + 1 - low))
     except Exception:           # unreadable code: no prologue can be found
