@@ -146,6 +146,9 @@ class PluginUnwinder(Unwinder):
         if pc is None:
             return None
         level = pending_frame.level()
+        if pc == 0 and level > 0:       # GDB's own unwinders ended on a return address of 0
+            self.declines.append((level, pc, "pc 0 is the end of the stack: left to GDB"))
+            return None
         ctx = state.unwinder_context(inferior)
         if state.claim == Claim.AUTO and level > 0 and not inferior.after_signal:
             depth, reason = self._covered_caller(pc, ctx, pending_frame, inferior)

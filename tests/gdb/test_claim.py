@@ -127,19 +127,36 @@ def test_core_without_the_executable(tmp_path, mode, breakpoint):
     made = _gdb_alone(["-ex", "break %s" % breakpoint, "-ex", "run %s" % mode, "-ex", "gcore %s" % core,
                        str(binary)], plugin=False)
     assert core.exists(), made.stdout + made.stderr
-    commands = ["-c", str(core), "-ex", "bt", "-ex", "info frame", "-ex", "frame 1", "-ex", "info frame"]
+    commands = ["-c", str(core), "-ex", "bt", "-ex", "info frame", "-ex", "frame 1", "-ex", "info frame",
+                "-ex", PHYSICAL_PCS]
     alone = _gdb_alone(commands, plugin=False)
     loaded = _gdb_alone(commands + ["-ex", "unwind backtrace", "-ex", "unwind modules"], plugin=True)
     assert "Fatal signal" not in loaded.stderr and loaded.returncode == 0, loaded.stderr[-2000:]
     assert "#1" in alone.stdout
-    assert loaded.stdout.startswith(alone.stdout), (alone.stdout, loaded.stdout)
-    assert "[vdso]" in loaded.stdout            # GDB's in-memory objfile is located without a command
-    # With the executable too: the plugin finds its modules from GDB's objfiles (no /proc for a core).
+    # GDB has no objfile for the executable or libc here; the plugin reads the files the core's mapping
+    # list names (their build ids checked) and GDB's bt goes as far as GDB's own with the executable.
     with_exe = _gdb_alone([str(binary)] + commands, plugin=False)
+    truth = _bt_pcs(with_exe.stdout)
+    assert _bt_pcs(alone.stdout) != truth and _bt_pcs(loaded.stdout)[:len(truth)] == truth, (
+        alone.stdout, loaded.stdout, with_exe.stdout)
+    assert "[vdso]" in loaded.stdout            # GDB's in-memory objfile is located without a command
+    # With the executable too: the plugin's bt is GDB's own.
     with_exe_loaded = _gdb_alone([str(binary)] + commands + ["-ex", "set unwind claim all", "-ex", "bt"],
                                  plugin=True)
     assert with_exe_loaded.returncode == 0 and "Fatal signal" not in with_exe_loaded.stderr
     assert with_exe_loaded.stdout.startswith(with_exe.stdout)
+
+
+# GDB's physical frames' pcs (no inline or tail-call frames: GDB builds those from debug information
+# it has only with the executable and libc as objfiles), printed on one line.
+PHYSICAL_PCS = ("python import itertools; print('PCS', [f.pc() for f in itertools.takewhile(bool, "
+                "itertools.accumulate(itertools.repeat(None), lambda f, _: f.older(), initial=gdb.newest_frame())) "
+                "if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME)])")
+
+
+def _bt_pcs(text):
+    """The pcs PHYSICAL_PCS printed."""
+    return eval(text.split("PCS ", 1)[1].splitlines()[0])
 
 
 def test_two_inferiors_keep_their_own_modules():
