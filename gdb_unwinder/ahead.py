@@ -115,7 +115,8 @@ class FastClaims:
             plan = plans.get(pc - 1, False)
             if plan is None or plan.fast is None:
                 break
-            if auto and inferior.coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True) is not None:
+            if auto and (inferior.coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True) is not None
+                         or (pc - 1, False) in inferior.coverage.heuristic):
                 break       # auto leaves this frame to GDB (the slow path says why)
             answer = self._answer(pending_frame, inferior, plan, handed, ctx, at)
             if answer is None:

@@ -5,18 +5,33 @@ plugin, and a frame it builds is better than one a Python unwinder can hand
 back (GDB 13 keeps a claimed frame's saved registers as values, not
 locations: no "Saved registers" in `info frame`, no `set var` on a caller's
 register-held variables, no tail-call frames built from DW_TAG_call_site).
-So by default (`auto`) the plugin declines every frame whose lookup pc lies
-in an FDE of those sections in a module GDB has loaded as an objfile, and
-claims only where it adds: SFrame-only code, compact unwind, ARM EHABI
-where GDB's own EHABI unwinder does not apply (it reads .ARM.exidx of
-its objfiles, but trusts it only at call sites: not for the innermost
-frame nor a frame a signal interrupted), tables that exist only in memory (JIT code GDB has no objfile for), rows
-whose return address is signed with pointer authentication on a target
-whose description has no `pauth` feature (GDB then keeps the signature in
-the address), and, with `set unwind fallback on`, frame-pointer and stack
-scan frames. Where none of these can occur (GdbCoverage.leaves_all_to_gdb), the
-unwinder declines every frame without looking at it. `all` claims every frame the plugin can recover; `none`
-claims nothing. `unwind backtrace/explain/compare` ignore this setting.
+So by default (`auto`) the plugin claims what it proves and GDB's own
+unwinders do not give, and declines the rest:
+
+- declined: every frame whose lookup pc lies in an FDE of those sections in
+  a module GDB has loaded as an objfile; a frame where GDB's own prologue
+  analyser gives the very caller the analysis proves (same pc, sp and
+  registers: plugin.heuristic.same_as_debugger, kept per pc in
+  GdbCoverage.heuristic); a guess (frame-pointer, scan) unless `set unwind
+  guesses on`, and then still where GDB's heuristic gives another caller the
+  checks accept (plugin.heuristic.yields_to_debugger);
+- claimed: SFrame-only code, compact unwind, ARM EHABI where GDB's own EHABI
+  unwinder does not apply (it reads .ARM.exidx of its objfiles, but trusts
+  it only at call sites: not for the innermost frame nor a frame a signal
+  interrupted), tables that exist only in memory or in a module GDB has no
+  objfile for (JIT code; a core opened without its executable), rows whose
+  return address is signed with pointer authentication on a target whose
+  description has no `pauth` feature (GDB then keeps the signature in the
+  address), trap handlers looked up at their exact pc, and code without
+  tables read instruction by instruction where the analysis decided
+  (settings.SourceKind.PROOF) and GDB's heuristic gives another caller.
+
+Where none of these can occur (GdbCoverage.leaves_all_to_gdb: no source
+that reads code or the stack), the unwinder declines every frame without
+looking at it. `all` claims every frame the plugin can recover; `none`
+claims nothing. `unwind backtrace/explain/compare` ignore this setting;
+`unwind explain` says, for a frame GDB took from the plugin, its proof and
+why GDB's own unwinders could not give it (why_claimed).
 """
 from __future__ import annotations
 
@@ -27,6 +42,8 @@ from typing import Optional
 
 import gdb
 
+from plugin.heuristic import modelled_answer
+from plugin.settings import SourceKind, is_fallback, kind_of
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.exidx import ExidxTables
 
@@ -58,9 +75,60 @@ CLAIMED_NOTE = ("claimed: GDB's bt takes this frame from the plugin (set unwind 
                 "(DW_TAG_call_site) and no @entry values on it.")
 
 
-def claimed_note(claim, callee_level, level):
-    """The note `unwind explain` adds to a frame GDB's bt took from the plugin."""
-    return CLAIMED_NOTE % (claim, callee_level, level)
+def claimed_note(claim, callee_level, level, why=""):
+    """The note `unwind explain` adds to a frame GDB's bt took from the plugin; why: its proof
+    and why GDB's own unwinders could not give it (why_claimed)."""
+    note = CLAIMED_NOTE % (claim, callee_level, level)
+    return note.replace(". ", ": %s. " % why, 1) if why else note
+
+
+def why_claimed(claim, callee, frame, ctx, coverage) -> str:
+    """The proof of the plugin's frame `frame` (found from `callee`, frames of the plugin's walk)
+    and why GDB's own unwinders could not give it."""
+    evidence = frame.evidence
+    if evidence is None:
+        return ""
+    lookup = evidence.lookup_pc
+    where = "%s of %s" % (evidence.section, evidence.module or "code outside every module")
+    kind = kind_of(frame.method)
+    if kind == SourceKind.PROOF:
+        proof = "the proof is the code of %s read on every path from its start 0x%x (%s), each rule set by " \
+                "the instruction named above" % (evidence.entry.get("function") or "the function",
+                                                  evidence.entry.get("start", lookup),
+                                                  evidence.entry.get("start_by", "?"))
+    elif kind == SourceKind.GUESS:
+        proof = "a guess (%s), taken because \"set unwind guesses\" is on" % evidence.found_by
+    else:
+        proof = "the proof is the row of %s for 0x%x" % (where, lookup)
+    if claim != Claim.AUTO.value:
+        return "%s; GDB's own unwinders were not asked (set unwind claim %s)" % (proof, claim)
+    module = ctx.modules.find(lookup)
+    if ctx.trap_handler(callee.pc) is not None:
+        gdb_cannot = "GDB looks frame #%d up at pc-1, but 0x%x is in a trap handler, entered by a planted " \
+                     "return address (set unwind trap-handler-names)" % (callee.level, callee.pc)
+    elif module is None:
+        gdb_cannot = "0x%x is in no module (JIT code): GDB has no objfile and no table for it" % lookup
+    elif not coverage.loaded_by_gdb(module):
+        gdb_cannot = "GDB has no objfile for %s, so its DWARF unwinder reads no table there" % module.name
+    elif kind == SourceKind.TABLE and evidence.section not in GDB_DWARF_SECTIONS:
+        gdb_cannot = "GDB does not read %s" % evidence.section
+    elif kind == SourceKind.TABLE:
+        gdb_cannot = "the return address is signed and the target has no pauth feature: GDB would keep the " \
+                     "signature in it"
+    else:
+        gdb_cannot = "no table GDB reads covers 0x%x" % lookup
+    if kind != SourceKind.TABLE:
+        gdb_cannot += ", and " + _heuristic_differs(callee, ctx)
+    return "%s; %s" % (proof, gdb_cannot)
+
+
+def _heuristic_differs(callee, ctx):
+    model = modelled_answer(callee, ctx)
+    if model is None:
+        return "GDB's prologue analyser finds no caller here (or takes a path the plugin does not model)"
+    arch = ctx.arch
+    return "GDB's prologue analyser gives another caller, pc 0x%x sp 0x%x (%s)" % (
+        model.registers.get(arch.pc) or 0, model.registers.get(arch.sp) or 0, model.evidence.found_by)
 
 
 NOT_COVERED = (sys.maxsize, None)     # a caller verdict that never declines: no level is above it
@@ -94,6 +162,7 @@ class GdbCoverage:
         self._verdicts = {}     # lookup pc -> why GDB covers it, or None
         self._exidx_verdicts = {}   # lookup pc of a call site -> why GDB's EHABI unwinder covers it, or None
         self.signal_pcs = set()     # covered lookup pcs in a signal trampoline (CIE augmentation 'S')
+        self.heuristic = {}         # (lookup pc, exact) -> why GDB's prologue analyser gives the analysis' caller
         self._generation = None
 
     def invalidate(self):
@@ -103,6 +172,15 @@ class GdbCoverage:
         self._verdicts.clear()
         self._exidx_verdicts.clear()
         self.signal_pcs.clear()
+        self.heuristic.clear()
+
+    def heuristic_gives(self, lookup, exact, why):
+        """Remember that GDB's own prologue analyser gives the very caller the analysis proves at
+        this lookup pc (plugin.heuristic.same_as_debugger; both rows depend on the pc alone)."""
+        if len(self.heuristic) >= VERDICT_CACHE_SIZE:
+            self.heuristic.clear()
+        self.heuristic[(lookup, exact)] = why
+        self.callers.verdicts.pop(lookup + 1, None)     # the caller verdict of that return address, decided again
 
     def _loaded_sets(self):
         if self._loaded is None:
@@ -120,8 +198,10 @@ class GdbCoverage:
         True when every module it knows is an objfile GDB loaded and has no table but those GDB's
         DWARF unwinder reads, on an architecture where GDB uses them everywhere. Then every
         pc the plugin has a row for, GDB covers from the same row (gdb_covers), and the unwinder
-        need not look at a single frame."""
-        if ctx.arch.name not in GDB_USES_ITS_TABLES:
+        need not look at a single frame. A source that reads code or the stack (analysis, the
+        guesses) may add a frame wherever no table covers the pc, and nearly every process has
+        such code (_init, crtstuff's functions, stubs between libc's functions): then it looks."""
+        if ctx.arch.name not in GDB_USES_ITS_TABLES or any(map(is_fallback, ctx.sources)):
             return False
         ctx.modules.refresh()
         key = ctx.modules.generation
@@ -148,6 +228,7 @@ class GdbCoverage:
             self._verdicts.clear()
             self._exidx_verdicts.clear()
             self.signal_pcs.clear()
+            self.heuristic.clear()
         try:
             verdict = self._verdicts[pc]
         except KeyError:

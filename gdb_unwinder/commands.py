@@ -20,10 +20,10 @@ from plugin.commands.options import parse_gdb
 from plugin.commands.spec import ArgumentError, CommandSpec, Debugger, WordsKind
 from plugin.engine import DEFAULT_SOURCES
 from plugin.render.style import Styled, plain
-from plugin.settings import Setting, SettingError, SettingType, is_fallback, settings_for
+from plugin.settings import Setting, SettingError, SettingType, is_fallback, is_guess, settings_for
 
 from . import native
-from .claim import claimed_note
+from .claim import claimed_note, why_claimed
 from .levels import GdbLevels
 
 GDB = Debugger.GDB
@@ -84,29 +84,33 @@ def run_explain(state, given):
 
 
 def _attach_declines(state, bt):
-    """Where the plugin's walk found a frame's caller with a fallback source but the unwinder
-    declined that frame in GDB's own bt (fallback off, or its checks failed there), say why."""
+    """Where the plugin's walk found a frame's caller with a fallback source (analysis, a guess)
+    but the unwinder declined that frame in GDB's own bt (guesses off, GDB's own heuristic gives
+    that caller or another, or its checks failed there), say why."""
     unwinder = state.unwinder
     if unwinder is None or not unwinder.enabled:
         return
     unwinder.declines.clear()
     native.physical_frames(len(bt.frames) + 1)      # GDB's bt as it is, asking the unwinder afresh
     declined = {(level, pc): reason for level, pc, reason in unwinder.declines if level is not None}
-    unseen = unwinder.leaves_all_to_gdb()       # every frame declined without a reason (fallback is off)
+    unseen = unwinder.leaves_all_to_gdb()       # every frame declined without a reason (no fallback source)
     for frame, caller in zip(bt.frames, bt.frames[1:]):
         reason = declined.get((frame.level, frame.pc))
         if (reason is not None or unseen) and is_fallback(caller.method) and frame.native is not None:
+            off = is_guess(caller.method) and not state.claim_guesses
             frame.native["gdb_bt"] = "the plugin declined this frame, so GDB's own unwinders found its caller: " + (
-                "fallback sources are off (set unwind fallback on)" if not state.claim_fallback else reason)
+                "guesses are off (set unwind guesses on)" if off or reason is None else reason)
 
 
 def note_claimed(state, bt):
     """Mark the frames GDB's `bt` took from the plugin's unwinder (those it handed registers for)."""
-    claimed = state.inferior().claimed
+    inferior = state.inferior()
+    claimed, ctx = inferior.claimed, state.context()
     sp = state.target.arch.sp
     for callee, frame in zip(bt.frames, bt.frames[1:]):
         if frame.pc is not None and claimed.get(frame.registers.get(sp)) == frame.pc:
-            frame.claimed = claimed_note(state.claim, callee.level, frame.level)
+            why = why_claimed(state.claim, callee, frame, ctx, inferior.coverage)
+            frame.claimed = claimed_note(state.claim, callee.level, frame.level, why)
 
 
 _COLOURS = {"black": 30, "red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36,
@@ -311,14 +315,15 @@ class _SettingParameter(gdb.Parameter):
     """`set/show unwind NAME`; subclassed per Setting (GDB reads the docs from the class)."""
 
     setting: Setting = None
+    name: str = ""          # the setting's name, or one of its old names (Setting.aliases)
 
     def __init__(self, state):
         kind = PARAM_KIND[self.setting.type]
         if self.setting.type == SettingType.CHOICE:
-            super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, kind,
+            super().__init__("unwind " + self.name, gdb.COMMAND_STACK, kind,
                              [word for word, _ in self.setting.choices])
         else:
-            super().__init__("unwind " + self.setting.name, gdb.COMMAND_STACK, kind)
+            super().__init__("unwind " + self.name, gdb.COMMAND_STACK, kind)
         self.state = state
         self.value = self._gdb_value(self._current())
 
@@ -349,14 +354,19 @@ class _SettingParameter(gdb.Parameter):
         return self.setting.show(self._current(), DEFAULT_SOURCES)
 
 
-def _parameter_class(setting):
+def _parameter_class(setting, name=None):
+    """The parameter `unwind NAME` of a setting; name: one of its old names, which sets the same value."""
+    name = name or setting.name
     words = setting.describe(DEFAULT_SOURCES)
-    return type(setting.key.title().replace("_", "") + "Parameter", (_SettingParameter,), {
-        "__doc__": "\n\n".join(filter(None, (words[0].upper() + words[1:] + ".", setting.notes.get(GDB.value)))),
+    old = "The old name of \"unwind %s\"." % setting.name if name != setting.name else None
+    return type(name.title().replace("-", "") + "Parameter", (_SettingParameter,), {
+        "__doc__": "\n\n".join(filter(None, (words[0].upper() + words[1:] + ".", old,
+                                             setting.notes.get(GDB.value)))),
         "setting": setting,
+        "name": name,
         # "unwind NAME" in the first line, so `apropos unwind` finds every setting.
-        "set_doc": "Set unwind %s: %s." % (setting.name, setting.help),
-        "show_doc": "Show unwind %s: %s." % (setting.name, setting.help)})
+        "set_doc": "Set unwind %s: %s." % (name, setting.help),
+        "show_doc": "Show unwind %s: %s." % (name, setting.help)})
 
 
 def register(state):
@@ -369,4 +379,5 @@ def register(state):
     SetUnwind("set")
     SetUnwind("show", state)
     for setting in settings_for(GDB.value, DEFAULT_SOURCES):
-        _parameter_class(setting)(state)
+        for name in (setting.name,) + setting.aliases:
+            _parameter_class(setting, name)(state)

@@ -14,7 +14,7 @@ dropped at every stop, so nothing about the stack outlives a resume.
 import gdb
 
 from plugin.engine import DEFAULT_SOURCES, UnwindContext
-from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, is_fallback
+from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, is_guess
 from plugin.modules import ModuleMap
 from plugin.plans import PlanCache
 
@@ -73,7 +73,7 @@ class GdbState:
         self.inferiors = {}              # inferior number -> InferiorState
         self.sources = DEFAULT_SOURCES
         self.max_frames = DEFAULT_MAX_FRAMES
-        self.claim_fallback = False      # may GDB's `bt` use frame-pointer / stack-scan frames?
+        self.claim_guesses = False       # `set unwind guesses`: may GDB's `bt` use frame-pointer / stack-scan frames?
         self.claim = Claim.AUTO.value    # `set unwind claim`: which frames GDB's `bt` takes from the plugin
         self.unwinder = None
         self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
@@ -162,16 +162,16 @@ class GdbState:
         """The context GDB's unwinder uses, rebuilt only when the settings change."""
         inferior = inferior or self.inferior()
         ctx = inferior.unwinder_context
-        if ctx is not None and ctx.settings == (self.sources, self.claim_fallback):
+        if ctx is not None and ctx.settings == (self.sources, self.claim_guesses):
             return ctx
         sources = self.unwinder_sources()
         if ctx is None or ctx.sources != sources:
             ctx = inferior.unwinder_context = UnwindContext(inferior.target, inferior.modules, sources)
-        ctx.settings = (self.sources, self.claim_fallback)     # what `sources` was derived from
+        ctx.settings = (self.sources, self.claim_guesses)     # what `sources` was derived from
         return ctx
 
     def unwinder_sources(self):
-        """The sources GDB's `bt` may use: table sources, plus fallbacks only when enabled."""
-        if self.claim_fallback:
+        """The sources GDB's `bt` may use: tables and analysis, plus guesses only when enabled."""
+        if self.claim_guesses:
             return self.sources
-        return tuple(s for s in self.sources if not is_fallback(s))
+        return tuple(s for s in self.sources if not is_guess(s))

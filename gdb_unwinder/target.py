@@ -17,6 +17,7 @@ import gdb
 
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
+from plugin.modules.core import CoreFiles, core_of
 from plugin.pages import PageCache
 from plugin.target import Mapping, ModuleRef, Target
 
@@ -52,6 +53,7 @@ class GdbTarget(Target):
         self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
         self._pages = PageCache(self._read_memory)
         self.code_verdicts = {}          # planted.py's per-pc verdicts on code bytes and symbols
+        self._core = None                # (pid, CoreFiles or None) of a core GDB opened
 
     scan_words = _shared_setting("scan_words", "`set unwind scan-words`")
     trap_handler_names = _shared_setting("trap_handler_names", "`set unwind trap-handler-names`")
@@ -64,6 +66,7 @@ class GdbTarget(Target):
         self._mappings = None
         self._pages.clear()
         self.code_verdicts.clear()
+        self._core = None
 
     def forget_mappings(self):
         """The process ran or was changed: its mappings (stacks, JIT code) may differ."""
@@ -91,7 +94,23 @@ class GdbTarget(Target):
         try:
             return bytes(gdb.selected_inferior().read_memory(address, size))
         except (gdb.MemoryError, gdb.error, OverflowError, ValueError) as exc:
-            raise MemoryReadError(address, size, str(exc)) from None
+            files = self.core_files()       # a core leaves out what the process never wrote
+            data = files.read(address, size) if files is not None else None
+            if data is None:
+                raise MemoryReadError(address, size, str(exc)) from None
+            return data
+
+    def core_files(self):
+        """The CoreFiles of the core GDB opened for the selected inferior (its mapping list, and the
+        files named there), or None when it is no core or the core file cannot be found."""
+        inferior = gdb.selected_inferior()
+        if self._core is None or self._core[0] != inferior.pid:
+            core = _core_of(inferior)
+            self._core = (inferior.pid, CoreFiles(core, self._core_bytes) if core is not None else None)
+        return self._core[1]
+
+    def _core_bytes(self, address, size):
+        return bytes(gdb.selected_inferior().read_memory(address, size))
 
     # -- modules and mappings --------------------------------------------------
     def mappings(self):
@@ -99,7 +118,11 @@ class GdbTarget(Target):
             # /proc/PID is this machine's process PID only on a native
             # target: qemu's gdbstub calls its process 1, which here is
             # another program entirely.
-            self._mappings = _proc_maps(gdb.selected_inferior().pid) if _is_native() else []
+            if _is_native():
+                self._mappings = _proc_maps(gdb.selected_inferior().pid)
+            else:           # a core's own mapping list (NT_FILE), where GDB has a core open
+                files = self.core_files()
+                self._mappings = list(files.core.mappings) if files is not None else []
         return self._mappings
 
     @property
@@ -120,6 +143,10 @@ class GdbTarget(Target):
     def modules(self):
         if self._modules is None:
             refs = self._modules_from_maps()
+            if refs and not _is_native():       # a core's files: and GDB's in-memory objfiles (the vdso)
+                known = {ref.header_address for ref in refs}
+                refs += [ref for ref in objfiles.module_refs(gdb.selected_inferior().progspace)
+                         if ref.header_address not in known]
             self._modules_complete = bool(refs) or not self.inside_unwinder
             self._modules = refs or self._modules_from_gdb()
         return self._modules
@@ -174,6 +201,14 @@ class GdbTarget(Target):
         if not match:
             return None
         return match.group(1), address - int(match.group(2) or 0)
+
+
+def _core_of(inferior):
+    """The Core GDB has open for inferior (a core target: GDB 12 and later say so), or None."""
+    connection = getattr(inferior, "connection", None)
+    if connection is None or connection.type != "core" or not inferior.pid:
+        return None
+    return core_of(inferior.pid)
 
 
 def _is_native():

@@ -1,9 +1,12 @@
 """The frame unwinder GDB's own `bt` uses.
 
-For each frame GDB offers, the engine tries the table sources; when one
-recovers the caller, the unwinder hands GDB the frame id (CFA plus function
-start) and every register the row restores, plus callee-saved registers
-that are unchanged. Otherwise it declines and GDB's own unwinders carry on.
+For each frame GDB offers, the engine tries the table sources and the
+analysis (and the guesses with `set unwind guesses on`); when one recovers
+the caller, the unwinder hands GDB the frame id (CFA plus function start)
+and every register the row restores, plus callee-saved registers that are
+unchanged. Otherwise it declines and GDB's own unwinders carry on. Under
+`claim auto` it also declines where GDB's own unwinders give the very same
+frame (gdb_unwinder/claim.py).
 It never raises into GDB: an internal error declines the frame and is kept
 for `unwind explain`.
 """
@@ -16,9 +19,10 @@ import gdb
 from gdb.unwinder import Unwinder
 
 from plugin.engine import step_frame
-from plugin.heuristic import yields_to_debugger
+from plugin.heuristic import same_as_debugger, yields_to_debugger
 from plugin.model.evidence import Frame
 from plugin.plans import replay
+from plugin.settings import SourceKind, kind_of
 
 from .ahead import FastClaims
 from .claim import NOT_COVERED, VERDICT_CACHE_SIZE, Claim
@@ -115,10 +119,10 @@ class PluginUnwinder(Unwinder):
             target.inside_unwinder = False
 
     def _nothing_to_add(self, inferior, pending_frame):
-        """Under auto: no fallback sources, no trap handler names, and GDB's DWARF unwinder reads
-        every table the plugin has (GdbCoverage.leaves_all_to_gdb)."""
+        """Under auto: no trap handler names, and GDB's DWARF unwinder reads every table the plugin
+        has, and no source reads code or the stack (GdbCoverage.leaves_all_to_gdb)."""
         state = self.state
-        if not self._may_be_quiet or state.claim_fallback or inferior.target.trap_handler_names:
+        if not self._may_be_quiet or inferior.target.trap_handler_names:
             return False
         self._set_arch(inferior.target, pending_frame)
         return inferior.coverage.leaves_all_to_gdb(state.unwinder_context(inferior))
@@ -142,6 +146,9 @@ class PluginUnwinder(Unwinder):
         if pc is None:
             return None
         level = pending_frame.level()
+        if pc == 0 and level > 0:       # GDB's own unwinders ended on a return address of 0
+            self.declines.append((level, pc, "pc 0 is the end of the stack: left to GDB"))
+            return None
         ctx = state.unwinder_context(inferior)
         if state.claim == Claim.AUTO and level > 0 and not inferior.after_signal:
             depth, reason = self._covered_caller(pc, ctx, pending_frame, inferior)
@@ -176,6 +183,11 @@ class PluginUnwinder(Unwinder):
         if plans.owner is not ctx:
             plans.clear(ctx)
         lookup = pc if exact else pc - 1
+        if state.claim == Claim.AUTO:
+            reason = inferior.coverage.heuristic.get((lookup, exact))
+            if reason is not None:      # GDB's prologue analyser gives the very caller the analysis proves
+                self.declines.append((level, pc, reason))
+                return None
         plan = plans.get(lookup, exact) if state.use_plans else None
         if plan is not None and plan.fast is not None and handed is not None and handed.values is not None \
                 and not trap:
@@ -210,8 +222,15 @@ class PluginUnwinder(Unwinder):
             if yielded is not None:     # a guess where GDB's own heuristic gives another plausible caller
                 self.declines.append((level, pc, yielded))
                 return None
-            if state.use_plans:
-                plans.remember(lookup, exact, outcome, attempts)
+            planned = plans.remember(lookup, exact, outcome, attempts) if state.use_plans else None
+            same = same_as_debugger(outcome, frame, ctx) if kind_of(outcome.source) == SourceKind.PROOF and not trap \
+                else None
+            if same is not None:
+                if planned is not None:     # a verdict of the pc alone, as its plan is
+                    inferior.coverage.heuristic_gives(lookup, exact, same)
+                if state.claim == Claim.AUTO:
+                    self.declines.append((level, pc, same))
+                    return None
             start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
             cfa, ruled = outcome.evidence.cfa, _ruled_registers(outcome.evidence)
         if trap:
@@ -291,7 +310,11 @@ class PluginUnwinder(Unwinder):
         if ctx.trap_handler(pc) is None:
             coverage = inferior.coverage
             reason = coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True)
-            if reason is not None and pc - 1 not in coverage.signal_pcs:
+            if reason is None:
+                reason = coverage.heuristic.get((pc - 1, False))
+            elif pc - 1 in coverage.signal_pcs:
+                reason = None
+            if reason is not None:
                 verdict = (inline_depth(pc, inferior.inline_depths), reason)
         if len(callers.verdicts) >= VERDICT_CACHE_SIZE:
             callers.verdicts.clear()

@@ -5,8 +5,8 @@ engine orders them, checks every answer (the CFA must grow, the return
 address must be code), falls back to the next source when a check fails and
 records why, and ends the walk with a named stop reason.
 
-The fallback sources (frame-pointer, scan) read the stack itself. They
-answer for frames no table covers; once a table that covers the frame has
+The fallback sources (analysis reads the code, frame-pointer and scan the
+stack) answer for frames no table covers; once a table that covers the frame has
 failed a check, the stack is damaged there and the walk stops with the
 table's reason rather than guessing past it (their attempts say "skipped").
 
@@ -22,7 +22,8 @@ from plugin.model.outcome import AttemptStatus, FailureKind
 from plugin.model.stops import StopReason
 from plugin.modules import ModuleMap, on_disk
 from plugin import checks, settings
-from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, SourceKind, source_names
+from plugin.arch import reader
+from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, source_names
 from plugin.strategies import analysis as analysis_strategy
 from plugin.strategies import cfi as cfi_strategy
 from plugin.strategies import compact as compact_strategy
@@ -30,6 +31,7 @@ from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import frame_pointer as frame_pointer_strategy
 from plugin.strategies import planted
 from plugin.strategies import scan as scan_strategy
+from plugin.strategies import sigframe
 from plugin.strategies import sframe as sframe_strategy
 
 STRATEGIES = {
@@ -42,9 +44,9 @@ STRATEGIES = {
     "scan": scan_strategy.step,
 }
 
-# Sources that read the stack itself rather than a table. They answer only
-# for frames no table covers (see step_frame).
-FALLBACK_SOURCES = source_names(SourceKind.FALLBACK)
+# Sources that read the code or the stack itself rather than a table. They
+# answer only for frames no table covers (see step_frame).
+FALLBACK_SOURCES = source_names(settings.FALLBACK_KINDS)
 DEFAULT_SOURCES = source_names(available=STRATEGIES)
 
 
@@ -81,6 +83,7 @@ class UnwindContext:
         self._symbols = {}
         self.stack_pointer = None       # the walked thread's sp: its stack mapping is no code
         self._code = {}             # (address, stack_pointer) -> is_code(address), for this walk
+        self._after_call = {}       # address -> follows_call(address), until the process runs
 
     @property
     def scan_words(self):
@@ -93,6 +96,7 @@ class UnwindContext:
         self._all_mappings = None
         self._symbols = {}
         self._code = {}
+        self._after_call = {}
 
     def read_memory(self, address, size):
         return self.target.read_memory(address, size)
@@ -117,6 +121,16 @@ class UnwindContext:
                 return name
         found = self.symbol(pc)        # no file, or a function its symbol tables do not name
         return found[0] if found is not None and found[0] in names else None
+
+    def follows_call(self, address):
+        """Can address be a return address: right after a call instruction, or the start of a
+        signal trampoline (the kernel plants those)? Cached until the process runs."""
+        known = self._after_call.get(address)
+        if known is None:
+            read = reader(self.read_memory)
+            known = self._after_call[address] = self.arch.call_before(read, address) is not None \
+                or sigframe.recognise(self, address) is not None
+        return known
 
     def is_code(self, address):
         key = (address, self.stack_pointer)      # in_a_stack depends on the walk's sp

@@ -10,6 +10,9 @@ and a return address that follows a call or is a signal trampoline), two
 guesses disagree and neither is evidence against the other: to keep the
 promise that the plugin only adds, GDB's claim path declines the frame, so
 GDB's own answer stands, and `unwind explain` gives this module's sentence.
+Where the analysis proves a caller and GDB's heuristic gives that very
+caller (same_as_debugger), GDB's frame is right and better (it keeps the
+locations of saved registers): the claim path leaves that frame to GDB too.
 """
 from __future__ import annotations
 
@@ -50,6 +53,28 @@ def yields_to_debugger(outcome: Outcome, frame, ctx) -> Optional[str]:
     return ("the debugger's own heuristic gives another caller the plugin's checks accept (pc 0x%x, sp 0x%x; %s), "
             "and the plugin's %s answer is a guess too (pc %s, sp %s): declined, so GDB's own answer stands"
             % (theirs[0], theirs[1], model.why, outcome.source, _hex(ours[0]), _hex(ours[1])))
+
+
+def same_as_debugger(outcome: Outcome, frame, ctx) -> Optional[str]:
+    """Why the debugger's own heuristic frame is the very frame `outcome` proves (the same pc, sp
+    and value of every register the outcome restores), so the debugger's frame, with its saved
+    register locations, should stand; None where it is not modelled or gives another caller."""
+    if outcome.signal_frame or outcome.outermost:
+        return None
+    model = _model(frame, ctx)
+    answer = modelled_answer(frame, ctx, model) if model is not None else None
+    if answer is None:
+        return None
+    arch, ours, theirs = ctx.arch, outcome.registers, answer.registers
+    if ours.get(arch.pc) is None or ours.get(arch.sp) is None:
+        return None
+    for number in set(ours) | set(theirs):
+        mine = ours.get(number, frame.registers.get(number))     # no rule: the callee's value
+        if mine is not None and theirs.get(number, frame.registers.get(number)) != mine:
+            return None
+    return ("the debugger's own heuristic gives this very caller (pc 0x%x, sp 0x%x; %s): left to it, "
+            "so its frame keeps the locations of the registers it restores"
+            % (ours.get(arch.pc, 0), ours.get(arch.sp, 0), model.why))
 
 
 def debugger_answer(frame, ctx, model=None) -> Optional[Outcome]:

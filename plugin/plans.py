@@ -16,6 +16,14 @@ rules as tuples, which replay_fast applies to a complete register file
 (the registers a previous claim handed on) with no evaluator, no Read
 records and no evidence, and the same checks as replay.
 
+The `analysis` source's row is the function's code read from its start to
+the pc, so it too depends on the pc alone, when that start does (found by
+a symbol or a neighbouring table entry, which are tried first: not by the
+call on the stack that reached the function, nor by a prologue, tried after
+it); its plan also keeps the source's own
+check, that the return address follows a call (or starts a signal
+trampoline). So the analysis of a pc is a one-time cost.
+
 Only rows that the engine accepted first time are planned: when a source
 before it failed or was rejected (which depends on registers and memory,
 not on the pc), the next frame at that pc may go differently. Plans are
@@ -31,10 +39,14 @@ from plugin.arch import Arch
 from plugin.errors import MemoryReadError
 from plugin.model.outcome import AttemptStatus
 from plugin.model.rules import CfaKind, Row, RuleKind
+from plugin.settings import Trust
 from plugin.strategies.evaluate import UnwindError, evaluate_row
 from plugin.strategies.row_step import return_address
 
-PLANNED_SOURCES = ("cfi", "sframe")     # table sources whose step is exactly row_step.step_with_row
+ANALYSIS = Trust.ANALYSIS.value
+PLANNED_SOURCES = ("cfi", "sframe", ANALYSIS)      # sources whose step ends in row_step.step_with_row
+AFTER_CALL_SOURCES = (ANALYSIS,)    # sources that also check that the return address follows a call
+PC_STARTS = ("symbol", "table")     # analysis starts (StartBy) found from the pc alone, tried before any other
 PLAN_CACHE_SIZE = 1 << 14
 MAX_SPAN = 512          # bytes: a FastRow's saved registers are read in one piece up to this size
 
@@ -59,6 +71,7 @@ class Plan:
     start: int              # the entry's start: the frame id's function
     exact_pc: bool          # the frame's pc is not a return address (a CFA equal to sp is allowed)
     fast: Optional[FastRow] = None
+    after_call: bool = False    # the return address must follow a call (UnwindContext.follows_call)
 
 
 def compile_row(row: Row, arch) -> Optional[FastRow]:
@@ -121,18 +134,22 @@ class PlanCache:
     def get(self, lookup_pc: int, exact_pc: bool) -> Optional[Plan]:
         return self._plans.get((lookup_pc, exact_pc))
 
-    def remember(self, lookup_pc: int, exact_pc: bool, outcome, attempts) -> None:
-        """Keep the engine's accepted outcome as a plan when replaying it is safe (see the module doc)."""
+    def remember(self, lookup_pc: int, exact_pc: bool, outcome, attempts) -> Optional[Plan]:
+        """Keep the engine's accepted outcome as a plan when replaying it is safe (see the module doc);
+        the plan, or None when it is not planned."""
         evidence = outcome.evidence
         if (outcome.source not in PLANNED_SOURCES or outcome.outermost or outcome.signal_frame
                 or evidence is None or not isinstance(evidence.rule, Row)
-                or any(a.outcome != AttemptStatus.NOT_APPLICABLE for a in attempts)):
-            return
+                or any(a.outcome != AttemptStatus.NOT_APPLICABLE for a in attempts)
+                or (outcome.source == ANALYSIS and evidence.entry.get("start_by") not in PC_STARTS)):
+            return None
         if len(self._plans) >= PLAN_CACHE_SIZE:
             self._plans.clear()
         start = evidence.entry.get("start", lookup_pc)
         fast = compile_row(evidence.rule, evidence.arch) if evidence.arch is not None else None
-        self._plans[(lookup_pc, exact_pc)] = Plan(outcome.source, evidence.rule, start, exact_pc, fast)
+        plan = self._plans[(lookup_pc, exact_pc)] = Plan(outcome.source, evidence.rule, start, exact_pc, fast,
+                                                         outcome.source in AFTER_CALL_SOURCES)
+        return plan
 
 
 def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
@@ -153,6 +170,8 @@ def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
     if sp is None or cfa < sp or (cfa == sp and not plan.exact_pc):
         return None
     if ra != 0 and not ctx.is_code(ra):
+        return None
+    if plan.after_call and ra != 0 and not ctx.follows_call(ra):
         return None
     return Replay(caller, cfa, plan.start)
 
@@ -214,6 +233,6 @@ def replay_fast(plan: Plan, values: dict, ctx) -> Optional[Replay]:
     for number in fast.undefined:
         caller.pop(number, None)
     ra = caller.get(arch.pc)
-    if ra is None or (ra != 0 and not ctx.is_code(ra)):
+    if ra is None or (ra != 0 and (not ctx.is_code(ra) or plan.after_call and not ctx.follows_call(ra))):
         return None
     return Replay(caller, cfa, plan.start)

@@ -14,9 +14,11 @@ from plugin.model.vocabulary import Vocabulary
 
 
 class SourceKind(str, Enum):
-    """Where a source's answer comes from."""
-    TABLE = "table"          # an unwind table of the module (trusted where it covers the pc)
-    FALLBACK = "fallback"    # the stack itself (a heuristic: tried only where no table covers the frame)
+    """Where a source's answer comes from, and so what GDB's own `bt` takes from it by default.
+    PROOF and GUESS are the fallback sources: tried only where no table covers the frame."""
+    TABLE = "table"          # an unwind table of the module (trusted where it covers the pc): claimed
+    PROOF = "proof"          # the function's own code, read on every path from its start: claimed where it decides
+    GUESS = "guess"          # the stack itself (a heuristic): claimed only with `set unwind guesses on`
 
 
 class Trust(Vocabulary):
@@ -50,9 +52,9 @@ SOURCES: Tuple[Source, ...] = (
     Source(Trust.SFRAME, SourceKind.TABLE, "SFrame v1/v2/v3 (.sframe)"),
     Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)"),
     Source(Trust.EXIDX, SourceKind.TABLE, "ARM EHABI (.ARM.exidx/.ARM.extab)"),
-    Source(Trust.ANALYSIS, SourceKind.FALLBACK, "the function's instructions, read from its start to pc"),
-    Source(Trust.FRAME_POINTER, SourceKind.FALLBACK, "the frame-pointer chain"),
-    Source(Trust.SCAN, SourceKind.FALLBACK, "stack words that look like return addresses"),
+    Source(Trust.ANALYSIS, SourceKind.PROOF, "the function's instructions, read from its start to pc"),
+    Source(Trust.FRAME_POINTER, SourceKind.GUESS, "the frame-pointer chain"),
+    Source(Trust.SCAN, SourceKind.GUESS, "stack words that look like return addresses"),
 )
 CONTEXT = Trust.CONTEXT.value
 
@@ -60,15 +62,32 @@ SOURCE_BY_NAME = {s.name: s for s in SOURCES}
 TRUST_WORDS = {member.value: member.description for member in Trust}
 
 
-def source_names(kind: Optional[SourceKind] = None, available=None) -> Tuple[str, ...]:
-    """Source names in canonical order, optionally of one kind and among `available`."""
+def source_names(kind=None, available=None) -> Tuple[str, ...]:
+    """Source names in canonical order, optionally of one kind (or a tuple of kinds) and among `available`."""
+    kinds = (kind,) if isinstance(kind, SourceKind) else kind
     return tuple(s.name.value for s in SOURCES
-                 if (kind is None or s.kind == kind) and (available is None or s.name in available))
+                 if (kinds is None or s.kind in kinds) and (available is None or s.name in available))
+
+
+FALLBACK_KINDS = (SourceKind.PROOF, SourceKind.GUESS)      # tried only where no table covers the frame
 
 
 def is_fallback(name: str) -> bool:
+    """Does the source answer only where no table covers the frame (it reads code or the stack)?"""
     source = SOURCE_BY_NAME.get(name)
-    return source is not None and source.kind == SourceKind.FALLBACK
+    return source is not None and source.kind in FALLBACK_KINDS
+
+
+def kind_of(name: str) -> Optional[SourceKind]:
+    """The kind of the source called name (None: `context` or no source)."""
+    source = SOURCE_BY_NAME.get(name)
+    return source.kind if source is not None else None
+
+
+def is_guess(name: str) -> bool:
+    """Does the source guess (GDB's bt takes its frames only with `set unwind guesses on`)?"""
+    source = SOURCE_BY_NAME.get(name)
+    return source is not None and source.kind == SourceKind.GUESS
 
 
 def parse_sources(text: str, available=None) -> Tuple[str, ...]:
@@ -126,6 +145,7 @@ class Setting:
     on_target: bool = False  # GDB keeps it on the Target, where every UnwindContext reads it
     notes: Mapping[str, str] = field(default_factory=dict)    # debugger -> what only its help says
     choices: Tuple[Tuple[str, str], ...] = ()  # CHOICE: (word, what it means), the default first
+    aliases: Tuple[str, ...] = ()              # older names that set and show the same value
 
     @property
     def key(self) -> str:
@@ -207,6 +227,8 @@ class Setting:
         if self.type == SettingType.NAMES and not value:
             return self.shown.format(value="none")
         text = self.shown.format(value=self.format(value))
+        if self.type == SettingType.CHOICE and value in dict(self.choices):
+            text = "%s (%s)." % (text.rstrip("."), dict(self.choices)[value])
         if self.type == SettingType.SOURCES:
             off = [name for name in available if name not in value]
             if off:
@@ -223,8 +245,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("sources", SettingType.SOURCES, None,
             "the unwind sources every frame tries, in this order; a source not listed is off",
             shown="The unwind sources, in order, are {value}.",
-            notes={"gdb": "Used by GDB's backtrace (table sources; fallbacks only with \"set unwind fallback on\")\n"
-                          "and as the default of every \"unwind\" command."}),
+            notes={"gdb": "Used by GDB's backtrace (tables and analysis; frame-pointer and scan only with\n"
+                          "\"set unwind guesses on\") and as the default of every \"unwind\" command."}),
     Setting("max-frames", SettingType.UNSIGNED, DEFAULT_MAX_FRAMES,
             "the most frames a walk recovers before it stops with depth-limit", minimum=1,
             shown="An unwind walk stops after {value} frames."),
@@ -232,17 +254,24 @@ SETTINGS: Tuple[Setting, ...] = (
             "how many stack words above sp the scan source reads per frame",
             minimum=1, maximum=MAX_SCAN_WORDS, requires=("scan",), on_target=True,
             shown="The scan source reads {value} stack words per frame."),
-    Setting("fallback", SettingType.BOOLEAN, False,
-            "whether GDB's own bt may use frame-pointer and stack-scan frames", debuggers=("gdb",),
-            requires=source_names(SourceKind.FALLBACK), attribute="claim_fallback",
-            shown="GDB's backtrace {value} the plugin's fallback sources.", words=("does not use", "uses"),
-            notes={"gdb": "Off by default, so GDB's own heuristics keep their place unless asked."}),
+    Setting("guesses", SettingType.BOOLEAN, False,
+            "whether GDB's own bt may use frames the plugin guesses: frame-pointer chains and stack scan",
+            debuggers=("gdb",), requires=source_names(SourceKind.GUESS), attribute="claim_guesses",
+            shown="GDB's backtrace {value} the plugin's guesses (frame-pointer chains, stack scan).",
+            words=("does not use", "uses"), aliases=("fallback",),
+            notes={"gdb": "Off by default: a guess may be wrong where GDB's own heuristics are right, so\n"
+                          "GDB's bt takes by default only what the plugin proves (tables GDB does not read,\n"
+                          "code read instruction by instruction where the analysis decided, signal frames).\n"
+                          "A guess yields to GDB's own prologue analyser where that gives another caller.\n"
+                          "\"set unwind fallback\" is its old name."}),
     Setting("claim", SettingType.CHOICE, "auto",
             "which frames GDB's own backtrace takes from the plugin's unwinder", debuggers=("gdb",),
-            choices=(("auto", "only frames GDB's own DWARF unwinder cannot unwind from the same table "
-                              "(SFrame-only or compact-unwind code, tables only in memory, signed return "
-                              "addresses GDB cannot strip, and with \"set unwind fallback on\" frame-pointer "
-                              "and stack-scan frames)"),
+            choices=(("auto", "every frame the plugin proves and GDB's own unwinders do not give: tables GDB "
+                              "does not read (SFrame, compact unwind, tables only in memory, modules GDB has no "
+                              "objfile for, signed return addresses GDB cannot strip), code without tables read "
+                              "instruction by instruction where the analysis decided and GDB's prologue "
+                              "analyser gives another caller, signal frames, trap handlers; guesses only with "
+                              "\"set unwind guesses on\""),
                      ("all", "every frame the plugin recovers"),
                      ("none", "no frame")),
             shown="GDB's backtrace takes from the unwind plugin: {value}.",
@@ -265,8 +294,8 @@ def settings_for(debugger: str, available: Sequence[str]) -> Tuple[Setting, ...]
 
 
 def find_setting(name: str, offered: Sequence[Setting]) -> Setting:
-    """The setting called `name` among `offered`; ValueError naming the choices otherwise."""
+    """The setting called `name` (or once called so) among `offered`; ValueError naming the choices otherwise."""
     for setting in offered:
-        if setting.name == name:
+        if setting.name == name or name in setting.aliases:
             return setting
     raise ValueError("unknown setting %r; the settings are: %s" % (name, ", ".join(s.name for s in offered)))

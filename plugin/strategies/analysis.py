@@ -27,8 +27,9 @@ On 32-bit Arm the frame's CPSR.T says whether its code is Arm or Thumb
 (the table marks the function as not unwindable by exceptions) or no entry
 covers the pc, the evidence says so: the code decided.
 
-Like every fallback it answers only where no table covers the frame, and
-GDB's `bt` uses it only with `set unwind fallback on`.
+Like every fallback it answers only where no table covers the frame. It is
+no guess (settings.SourceKind.PROOF): GDB's `bt` takes its frames by default
+where GDB's own unwinders give another caller (gdb_unwinder/claim.py).
 """
 from __future__ import annotations
 
@@ -171,10 +172,10 @@ def _return_address_problem(outcome, ctx) -> Optional[str]:
     ra = outcome.registers.get(ctx.arch.pc)
     if not ra or not ctx.is_code(ra):
         return None                     # the engine's checks judge these
+    if not ctx.follows_call(ra):
+        return "return address 0x%x does not follow a call instruction" % ra
     if ctx.arch.call_before(reader(ctx.read_memory), ra) is None:
         trampoline = sigframe.recognise(ctx, ra)
-        if trampoline is None:
-            return "return address 0x%x does not follow a call instruction" % ra
         outcome.evidence.notes.append("return address 0x%x is a signal trampoline (%s): the kernel planted "
                                       "it, no call precedes it" % (ra, trampoline.why))
     return None

@@ -44,6 +44,8 @@ CALLER_WORDS = 256                   # stack words searched for the call that re
 MAX_CALL_STARTS = 4                  # starts from calls tried before giving up
 PROLOGUE_WINDOW = 4096               # how far below the pc a prologue is looked for
 MAX_PROLOGUE_STARTS = 2              # prologues tried, the nearest first
+ENTRY_CODE = 64                      # bytes of the entry point's code searched for main's address
+LEA_RDI, MOV_RDI = b"\x48\x8d\x3d", b"\x48\xc7\xc7"     # lea disp32(%rip), %rdi; mov $imm32, %rdi
 
 
 class StartBy(Vocabulary):
@@ -52,6 +54,7 @@ class StartBy(Vocabulary):
     TABLE = ("table", "the end of the neighbouring function's table entry, after its alignment padding")
     CALL = ("call", "the target of the direct call that reached the function")
     PROLOGUE = ("prologue", "the nearest frame-record prologue before the pc")
+    ENTRY = ("entry", "main's address, which the program's entry code hands to __libc_start_main")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,10 @@ def starts(frame, ctx, pc, thumb=False) -> Iterator[Start]:
     yield from _starts_from_calls(frame, ctx, pc, thumb)
     if ctx.arch.name != "arm":               # no frame-record prologue pattern is declared for Arm
         yield from _starts_from_prologues(ctx, pc)
+    main = main_from_entry(ctx, pc)
+    if main is not None and 0 <= pc - main[0] < MAX_FUNCTION:
+        yield Start(main[0], StartBy.ENTRY, "the function starts at 0x%x: main, whose address the entry code "
+                                            "at 0x%x passes to __libc_start_main (`%s`)" % main, "main")
 
 
 def thumb_state(frame, ctx) -> Optional[bool]:
@@ -259,6 +266,31 @@ def _direct_call_target(ctx, return_address, thumb=False) -> Optional[int]:
 
 # -- a prologue --------------------------------------------------------------------------
 
+def main_from_entry(ctx, pc) -> Optional[Tuple[int, int, str]]:
+    """(main, the entry point, the instruction naming main) of the x86_64 ELF program holding pc:
+    its entry code (glibc's _start) loads main's address into rdi, the first argument of
+    __libc_start_main, with `lea disp32(%rip), %rdi` or `mov $imm32, %rdi`; None otherwise."""
+    module = ctx.modules.find(pc)
+    if module is None or module.format != "elf" or ctx.arch.name != "x86_64":
+        return None
+    try:
+        header = bytes(ctx.read_memory(module.header_address, 32))
+        if header[:5] != b"\x7fELF\x02":
+            return None
+        entry = int.from_bytes(header[24:32], "little") + module.load_bias
+        code = bytes(ctx.read_memory(entry, ENTRY_CODE))
+    except Exception:           # unreadable: no start from the entry
+        return None
+    at = code.find(LEA_RDI)
+    if at >= 0 and at + 7 <= len(code):
+        return entry + at + 7 + int.from_bytes(code[at + 3:at + 7], "little", signed=True), entry, \
+            "lea disp32(%rip), %rdi"
+    at = code.find(MOV_RDI)
+    if at >= 0 and at + 7 <= len(code):
+        return int.from_bytes(code[at + 3:at + 7], "little") + module.load_bias, entry, "mov $imm32, %rdi"
+    return None
+
+
 def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
     """Functions entered by no call (a signal handler, a thread's start): the nearest prologues
     before the pc, within PROLOGUE_WINDOW bytes. The row from such a start is checked like every
@@ -269,6 +301,10 @@ def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
         segment_start = next((s.start for s in module.segments if s.start <= pc < s.end), None)
         if segment_start is not None:
             low = max(low, segment_start)
+    elif ctx.knows_mappings():      # code outside every module (JIT code): within its mapping
+        mapping = ctx.mapping_at(pc)
+        if mapping is not None:
+            low = max(low, mapping.start)
     try:
         code = bytes(ctx.read_memory(low, pc + 1 - low))
     except Exception:           # unreadable code: no prologue can be found

@@ -14,6 +14,7 @@ from sframe_demo import STRIP_CFI
 from support import ROOT, build, need_tool, pcs_sps
 from test_transcripts import inline_program
 
+TABLES = "cfi,sframe,compact,exidx"      # the table sources only: no source reads code or the stack
 NOEH = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
 
 
@@ -39,8 +40,10 @@ def test_default_auto_leaves_dwarf_frames_to_gdb():
     ], args=["qsort"], breakpoint="getpid")
     assert "auto" in results["show"]
     assert results["claimed"] == 0                       # every frame is in an .eh_frame FDE GDB reads
-    # Every module is an objfile of GDB's with only .eh_frame: no frame was even looked at.
-    assert results["quiet"] is True and results["unseen"] == []
+    # Every module is an objfile of GDB's with only .eh_frame, but the analysis may add frames in code
+    # no FDE covers (_init, crtstuff's functions): each frame is looked at, and declined from its pc.
+    assert results["quiet"] is False
+    assert all("left to GDB" in reason for reason in results["unseen"]), results["unseen"]
     assert results["bt_looked"] == results["bt"]
     assert any("left to GDB" in reason and ".eh_frame FDE" in reason for reason in results["why"])
     # GDB's tail-call frame (DW_TAG_call_site in libc's debug info) survives.
@@ -53,20 +56,37 @@ def test_default_auto_leaves_dwarf_frames_to_gdb():
 
 
 def test_auto_claims_frames_gdb_has_no_table_for():
-    """Without .eh_frame GDB guesses; with fallback on the plugin's frames are claimed by default."""
-    binary = build("chain.c", ["-O0"], name="chain-noeh-O0", post=NOEH)
-    results, _ = run_gdb(binary, [
-        ("on", "cmd", "set unwind fallback on"),
+    """Without .eh_frame, at -O2 without frame pointers GDB's prologue analyser is wrong: the
+    analysis' frames are claimed by default. At -O0 it gives the very callers the analysis proves:
+    they are left to GDB, with or without `set unwind guesses on` (old name: fallback)."""
+    nofp = build("chain.c", ["-O2", "-fomit-frame-pointer"], name="chain-noeh-O2-nofp", post=NOEH)
+    results, _ = run_gdb(nofp, [
         ("frames", "frames", None),
         claimed(),
         ("none", "cmd", "set unwind claim none"),
         claimed("before"),
         ("frames_none", "frames", None),
         claimed("after"),
-    ], args=["plain"])
-    assert results["claimed"] >= 3
-    assert [f["name"] for f in results["frames"][:5]] == ["stop_here", "level3", "level2", "level1", "main"]
+        *native_frames(),
+    ], args=["recurse", "30"])
+    assert results["claimed"] >= 30
+    assert [f["name"] for f in results["frames"][:33]] == ["stop_here"] + ["recurse"] * 31 + ["main"]
+    assert len(results["native"]) < 5      # GDB alone: recurse's caller at 0 (its frame is 0x28 bytes)
     assert results["after"] == results["before"]
+    binary = build("chain.c", ["-O0"], name="chain-noeh-O0", post=NOEH)
+    results, _ = run_gdb(binary, [
+        ("frames", "frames", None),
+        ("why", "py", DECLINES),
+        ("on", "cmd", "set unwind fallback on"),
+        ("frames_on", "frames", None),
+        claimed(),
+        ("disable", "cmd", "disable unwinder global unwind-plugin"),
+        ("native", "frames", None),
+    ], args=["plain"])
+    assert results["claimed"] == 0
+    assert [f["name"] for f in results["frames"][:5]] == ["stop_here", "level3", "level2", "level1", "main"]
+    assert pcs_sps(results["frames"]) == pcs_sps(results["frames_on"]) == pcs_sps(results["native"])
+    assert any("heuristic gives this very caller" in reason for reason in results["why"]), results["why"]
 
 
 @pytest.mark.parametrize("claim", ["auto", "all"])
@@ -107,19 +127,36 @@ def test_core_without_the_executable(tmp_path, mode, breakpoint):
     made = _gdb_alone(["-ex", "break %s" % breakpoint, "-ex", "run %s" % mode, "-ex", "gcore %s" % core,
                        str(binary)], plugin=False)
     assert core.exists(), made.stdout + made.stderr
-    commands = ["-c", str(core), "-ex", "bt", "-ex", "info frame", "-ex", "frame 1", "-ex", "info frame"]
+    commands = ["-c", str(core), "-ex", "bt", "-ex", "info frame", "-ex", "frame 1", "-ex", "info frame",
+                "-ex", PHYSICAL_PCS]
     alone = _gdb_alone(commands, plugin=False)
     loaded = _gdb_alone(commands + ["-ex", "unwind backtrace", "-ex", "unwind modules"], plugin=True)
     assert "Fatal signal" not in loaded.stderr and loaded.returncode == 0, loaded.stderr[-2000:]
     assert "#1" in alone.stdout
-    assert loaded.stdout.startswith(alone.stdout), (alone.stdout, loaded.stdout)
-    assert "[vdso]" in loaded.stdout            # GDB's in-memory objfile is located without a command
-    # With the executable too: the plugin finds its modules from GDB's objfiles (no /proc for a core).
+    # GDB has no objfile for the executable or libc here; the plugin reads the files the core's mapping
+    # list names (their build ids checked) and GDB's bt goes as far as GDB's own with the executable.
     with_exe = _gdb_alone([str(binary)] + commands, plugin=False)
+    truth = _bt_pcs(with_exe.stdout)
+    assert _bt_pcs(alone.stdout) != truth and _bt_pcs(loaded.stdout)[:len(truth)] == truth, (
+        alone.stdout, loaded.stdout, with_exe.stdout)
+    assert "[vdso]" in loaded.stdout            # GDB's in-memory objfile is located without a command
+    # With the executable too: the plugin's bt is GDB's own.
     with_exe_loaded = _gdb_alone([str(binary)] + commands + ["-ex", "set unwind claim all", "-ex", "bt"],
                                  plugin=True)
     assert with_exe_loaded.returncode == 0 and "Fatal signal" not in with_exe_loaded.stderr
     assert with_exe_loaded.stdout.startswith(with_exe.stdout)
+
+
+# GDB's physical frames' pcs (no inline or tail-call frames: GDB builds those from debug information
+# it has only with the executable and libc as objfiles), printed on one line.
+PHYSICAL_PCS = ("python import itertools; print('PCS', [f.pc() for f in itertools.takewhile(bool, "
+                "itertools.accumulate(itertools.repeat(None), lambda f, _: f.older(), initial=gdb.newest_frame())) "
+                "if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME)])")
+
+
+def _bt_pcs(text):
+    """The pcs PHYSICAL_PCS printed."""
+    return eval(text.split("PCS ", 1)[1].splitlines()[0])
 
 
 def test_two_inferiors_keep_their_own_modules():
@@ -169,7 +206,7 @@ def test_vdso_is_left_to_gdb_which_loads_it_as_an_objfile():
     native = results["native"]
     assert "clock_gettime" in (native[0]["name"] or ""), transcript
     assert pcs_sps(results["auto"]) == pcs_sps(native)
-    assert results["quiet"] is True and pcs_sps(results["quiet_frames"]) == pcs_sps(native)
+    assert results["quiet"] is False and pcs_sps(results["quiet_frames"]) == pcs_sps(native)   # analysis is on
     assert results["claimed_auto"] == 0
     assert any("[vdso]" in reason for reason in results["why"]), results["why"]
     assert pcs_sps(results["claim_all"]) == pcs_sps(native)
@@ -283,9 +320,10 @@ def test_claim_all_gives_every_register_gdb_gives(mode, flags):
 
 
 def test_leaving_every_frame_to_gdb_is_decided_per_inferior_and_per_setting():
-    """By default an inferior whose every module is an objfile of GDB's with only .eh_frame has its
-    frames declined unseen; one with SFrame-only code (.eh_frame removed) is looked at and claimed
-    there. Switching inferiors, `set unwind fallback on` and trap handler names decide again."""
+    """With table sources only, an inferior whose every module is an objfile of GDB's with only
+    .eh_frame has its frames declined unseen; one with SFrame-only code (.eh_frame removed) is
+    looked at and claimed there. Switching inferiors, a source that reads code (analysis, on by
+    default) and trap handler names decide again."""
     plain = build("chain.c", ["-O2"])
     sframe_only = build("chain.c", ["-O0", "-Wa,--gsframe"], name="chain-sframe-only",
                         post=[["objcopy", *STRIP_CFI, "{out}"]])
@@ -295,14 +333,15 @@ def test_leaving_every_frame_to_gdb_is_decided_per_inferior_and_per_setting():
         return [*extra, *[(name + suffix, kind, payload) for name, kind, payload in frames_and_flag]]
 
     results, transcript = run_gdb(plain, [
+        ("tables", "cmd", "set unwind sources " + TABLES),
         *step("1"),
         ("add", "cmd", "add-inferior -exec %s" % sframe_only),
         ("switch2", "cmd", "inferior 2"),
         ("run2", "cmd", "run plain"),
         *step("2"),
         *step("1b", ("switch1", "cmd", "inferior 1")),
-        *step("fallback", ("on", "cmd", "set unwind fallback on")),
-        *step("off", ("off", "cmd", "set unwind fallback off")),
+        *step("fallback", ("on", "cmd", "set unwind sources %s,analysis" % TABLES)),
+        *step("off", ("off", "cmd", "set unwind sources " + TABLES)),
         *step("trap", ("trap", "cmd", "set unwind trap-handler-names no_such_handler")),
         ("notrap", "cmd", "set unwind trap-handler-names"),
         *native_frames(),
@@ -320,13 +359,18 @@ def test_leaving_every_frame_to_gdb_is_decided_per_inferior_and_per_setting():
 
 
 def test_explain_says_gdb_found_a_caller_itself_where_every_frame_is_left_to_it():
-    """Tables removed from the program: GDB's bt finds the callers by its own analysis, the
-    plugin's walk by the frame pointer; explain says the unwinder declined and why."""
+    """Tables removed from the program (-O0): GDB's bt finds the callers by its own prologue
+    analyser, the very callers the plugin's analysis proves; explain says the unwinder declined
+    and why. With the analysis off, the frame-pointer guess is declined as guesses are off."""
     binary = build("chain.c", ["-O0"], name="chain-noeh-O0", post=NOEH)
     results, transcript = run_gdb(binary, [
         ("explain", "cmd", "unwind explain 1"),
         ("quiet", "py", LEAVES_ALL),
+        ("guessing", "cmd", "set unwind sources %s,frame-pointer,scan" % TABLES),
+        ("explain_guess", "cmd", "unwind explain 1"),
     ], args=["plain"])
-    assert results["quiet"] is True, transcript
+    assert results["quiet"] is False, transcript
     assert ("GDB's bt: the plugin declined this frame, so GDB's own unwinders found its caller: "
-            "fallback sources are off (set unwind fallback on)") in results["explain"], results["explain"]
+            "the debugger's own heuristic gives this very caller") in results["explain"], results["explain"]
+    assert ("GDB's bt: the plugin declined this frame, so GDB's own unwinders found its caller: "
+            "guesses are off (set unwind guesses on)") in results["explain_guess"], results["explain_guess"]

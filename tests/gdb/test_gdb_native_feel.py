@@ -80,7 +80,7 @@ def test_styles_completion_settings_and_help():
         child.expect(PROMPT)
 
         shown = send("show unwind")
-        for name in ("sources:", "max-frames:", "scan-words:", "fallback:"):
+        for name in ("sources:", "max-frames:", "scan-words:", "guesses:"):
             assert name in shown
         assert "unwind max-frames: unlimited" in send("set unwind max-frames unlimited")
         assert "unlimited" in send("show unwind max-frames")

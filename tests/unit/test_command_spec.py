@@ -144,6 +144,7 @@ def test_settings_parse_format_and_bounds():
     assert sources.format(("cfi", "scan")) == "cfi,scan"
     fallback = find_setting("fallback", SETTINGS)
     assert fallback.type is SettingType.BOOLEAN and fallback.show(False, DEFAULT_SOURCES).count("does not use") == 1
+    assert fallback.name == "guesses" and "fallback" in fallback.aliases     # the old name still finds it
     assert [s.name for s in settings_for("lldb", DEFAULT_SOURCES)] == ["sources", "max-frames", "scan-words"]
     assert [s.name for s in settings_for("gdb", ("cfi",))] == ["sources", "max-frames", "claim",
                                                               "trap-handler-names"]   # no fallback built
