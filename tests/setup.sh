@@ -73,3 +73,80 @@ if [ "${1:-all}" != demo ]; then
         LD_LIBRARY_PATH="$dest/usr/lib/x86_64-linux-gnu" "$dest/usr/lib/llvm-$version/bin/lldb" --version
     done
 fi
+
+# GDB 10.1 (Debian 11) and 16.3 (Debian 13) beside the system's GDB 13.1.
+# Each is downloaded with the dependencies its suite declares, through a
+# private apt configuration ($gdb_root/apt/SUITE: its own sources.list, lists
+# and cache; the system's sources are not touched), and unpacked (dpkg -x)
+# into $UNWIND_GDB_ROOT/N (default /opt/unwind-gdb/N). GDB 16 needs trixie's
+# libc, so it runs through its own unpacked loader; GDB 10 runs on the
+# system's loader and libc with bullseye's libraries (libpython3.9 and the
+# rest) first on the library path. $gdb_root/N/bin/gdb and gdb-multiarch are
+# the wrappers tests call (tests/helpers/gdbversions.py): loader, library
+# path, PYTHONHOME for GDB's Python, unset again for the program debugged.
+# pyelftools, capstone and zstandard for each GDB's Python are wheels for its
+# version, installed by pip --target into the dist-packages that Python reads.
+# A version already unpacked is kept; delete its folder to fetch it again.
+gdb_root="${UNWIND_GDB_ROOT:-/opt/unwind-gdb}"
+private_apt() {     # private_apt NAME apt-command...: apt run on $gdb_root/apt/NAME only
+    local d="$gdb_root/apt/$1"; shift
+    "$@" -o Dir::Etc::SourceList="$d/sources.list" -o Dir::Etc::SourceParts="$d/parts" \
+         -o Dir::State::Lists="$d/lists" -o Dir::Cache="$d/cache" -o Dir::State::Status="$d/status"
+}
+private_apt_update() {     # private_apt_update NAME "sources.list line"
+    local d="$gdb_root/apt/$1"
+    $SUDO mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/parts"
+    echo "$2" | $SUDO tee "$d/sources.list" >/dev/null
+    $SUDO touch "$d/status"
+    compgen -G "$d/lists/*_Packages" >/dev/null || compgen -G "$d/lists/*_Sources" >/dev/null \
+        || private_apt "$1" $SUDO apt-get update -q
+}
+if [ "${1:-all}" != demo ]; then
+    for spec in 10:bullseye:3.9 16:trixie:3.13; do
+        IFS=: read -r version suite python <<<"$spec"
+        dest="$gdb_root/$version"
+        [ -x "$dest/bin/gdb" ] && continue
+        echo "setup: unpacking GDB $version ($suite) into $dest"
+        private_apt_update "$suite" "deb http://deb.debian.org/debian $suite main"
+        closure=$(private_apt "$suite" apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+                  --no-breaks --no-replaces --no-enhances gdb gdb-multiarch | grep '^[a-z0-9]' | sort -u)
+        # GDB 10 keeps the system's libc (its loader runs it); GDB 16 brings trixie's.
+        [ "$version" = 10 ] && closure=$(echo "$closure" | grep -vx 'libc6')
+        debs="$(mktemp -d)"
+        chmod 777 "$debs"
+        (cd "$debs" && private_apt "$suite" $SUDO apt-get download -q $closure)
+        $SUDO rm -rf "$dest.partial"
+        $SUDO mkdir -p "$dest.partial/bin"
+        for deb in "$debs"/*.deb; do $SUDO dpkg -x "$deb" "$dest.partial"; done
+        rm -rf "$debs"
+        site="$dest.partial/usr/lib/python3/dist-packages"
+        .venv/bin/python -m pip install -q --disable-pip-version-check --target "$site" --only-binary=:all: \
+            --python-version "$python" --implementation cp --platform manylinux2014_x86_64 \
+            --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 \
+            "pyelftools>=0.29" "capstone>=5" "zstandard>=0.19"
+        loader="/lib64/ld-linux-x86-64.so.2"
+        if [ "$version" != 10 ]; then       # the file, not the /lib64 link (absolute: the system's)
+            for dir in usr/lib lib; do
+                [ -f "$dest.partial/$dir/x86_64-linux-gnu/ld-linux-x86-64.so.2" ] && break
+            done
+            loader="$dest/$dir/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+            # GDB loads the libthread_db matching the program's libc (the system's, 2.36):
+            # without trixie's copy on its library path, its first try (dlopen) finds that one.
+            $SUDO rm -f "$dest.partial/$dir/x86_64-linux-gnu/libthread_db".so*
+        fi
+        for program in gdb gdb-multiarch; do
+            $SUDO tee "$dest.partial/bin/$program" >/dev/null <<WRAPPER
+#!/bin/sh
+# GDB $version ($suite), unpacked by tests/setup.sh: its own libraries and Python.
+here=$dest
+export PYTHONHOME=\$here/usr
+exec $loader \\
+    --library-path \$here/lib/x86_64-linux-gnu:\$here/usr/lib/x86_64-linux-gnu \\
+    \$here/usr/bin/$program -data-directory \$here/usr/share/gdb -iex "unset environment PYTHONHOME" "\$@"
+WRAPPER
+            $SUDO chmod 755 "$dest.partial/bin/$program"
+        done
+        $SUDO mv "$dest.partial" "$dest"
+        "$dest/bin/gdb" -nx -batch -ex "python import sys, elftools, capstone; print(sys.version)" -ex "show version"
+    done
+fi
