@@ -19,11 +19,20 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(inspect.currentframe
 def _load():
     if _CHECKOUT not in sys.path:
         sys.path.insert(0, _CHECKOUT)
+    if sys.version_info < (3, 9):        # the plugin's modules would not even compile
+        gdb.write("unwind plugin: not loaded: GDB's Python is %s; the plugin needs Python 3.9 or later\n"
+                  % sys.version.split()[0], gdb.STDERR)
+        return
     from plugin.bootstrap import ensure_pyelftools, missing_message
     if not ensure_pyelftools(_CHECKOUT):
         gdb.write(missing_message("GDB") + "\n", gdb.STDERR)
         return
     try:
+        from gdb_unwinder.compat import unsupported
+        reason = unsupported()
+        if reason:
+            gdb.write("unwind plugin: not loaded: %s\n" % reason, gdb.STDERR)
+            return
         import gdb_unwinder
         gdb_unwinder.install()
     except Exception as exc:        # a plugin that fails to load must not take GDB down

@@ -23,7 +23,8 @@ from plugin.plans import replay
 from .ahead import FastClaims
 from .claim import NOT_COVERED, VERDICT_CACHE_SIZE, Claim
 from .levels import inline_depth, is_innermost_physical
-from .registers import FrameId, Handed, PendingRegisters, handed_registers
+from .compat import FrameId, pending_level
+from .registers import Handed, PendingRegisters, handed_registers
 
 NAME = "unwind-plugin"
 CLAIMED_CACHE_SIZE = 1 << 17      # claimed frames remembered (for `unwind explain`) until the next resume
@@ -90,7 +91,7 @@ class PluginUnwinder(Unwinder):
                 # The common case under auto, kept to one register read and one dict look-up:
                 # a caller frame whose return address GDB's DWARF unwinder covers.
                 callers = inferior.coverage.callers
-                level = pending_frame.level()
+                level = pending_level(pending_frame)
                 if level > 0 and callers.key == (target.generation, target.trap_handler_names,
                                                  pending_frame.architecture()):
                     pc_value = pending_frame.read_register(callers.pc_register)
@@ -141,7 +142,7 @@ class PluginUnwinder(Unwinder):
         pc = registers.get(arch.pc)
         if pc is None:
             return None
-        level = pending_frame.level()
+        level = pending_level(pending_frame)
         ctx = state.unwinder_context(inferior)
         if state.claim == Claim.AUTO and level > 0 and not inferior.after_signal:
             depth, reason = self._covered_caller(pc, ctx, pending_frame, inferior)
