@@ -13,12 +13,13 @@ all_packages=("${demo_packages[@]}" g++ make file bzip2 lldb-16 python3-lldb-16 
               gcc-aarch64-linux-gnu
               coreutils perl bash git sqlite3 tar gzip xz-utils make apt libc6-dbg gdbserver
               libipt2 libz3-4 libcurl4 libedit2 libxml2 libzstd1 libffi8 libpython3.11
-              golang-go rustc time)
+              golang-go rustc time dejagnu dpkg-dev)
 # ^ gcc-12-multilib, not gcc-multilib: the latter conflicts with the Arm cross compilers
 #   (gcc -m32 for the i386 tests needs only the former).
 #   coreutils..gdbserver: programs tests/gdb/ runs (libc6-dbg: glibc's inline info, also for
 #   tests/lldb/test_lldb_native_frames.py); libipt2..libpython3.11: what the unpacked LLDB 19
 #   and 22 (below) need at run time; golang-go, rustc: the runtime matrix (tests/gdb/test_runtimes.py);
+#   dejagnu, dpkg-dev: GDB's own testsuite (runtest; dpkg-source unpacks its source, below);
 #   time: /usr/bin/time measures the sweep's and benchmarks' children (tests/realworld/sweep_tables.py)
 if [ "${1:-all}" = demo ]; then packages=("${demo_packages[@]}"); else packages=("${all_packages[@]}"); fi
 
@@ -149,4 +150,28 @@ WRAPPER
         $SUDO mv "$dest.partial" "$dest"
         "$dest/bin/gdb" -nx -batch -ex "python import sys, elftools, capstone; print(sys.version)" -ex "show version"
     done
+fi
+
+# GDB's own testsuite, from Debian's source package of the system's GDB
+# (tests/gdb/test_gdb_testsuite.py runs part of it with and without the
+# plugin). The source comes through a private apt configuration with one
+# deb-src line (the system's sources are not touched); only gdb/testsuite
+# is configured (`./configure && make site.exp`: nothing of GDB is built),
+# in $UNWIND_GDB_ROOT/testsuite/gdb-VERSION.
+if [ "${1:-all}" != demo ]; then
+    gdb_version=$(dpkg-query -W -f='${Version}' gdb)
+    suite_dir="$gdb_root/testsuite"
+    testsuite="$suite_dir/gdb-$gdb_version/gdb/testsuite"
+    if [ ! -d "$testsuite" ]; then
+        echo "setup: GDB $gdb_version's testsuite into $suite_dir"
+        private_apt_update bookworm-src "deb-src http://deb.debian.org/debian bookworm main"
+        $SUDO rm -rf "$suite_dir.partial"
+        $SUDO mkdir -p "$suite_dir.partial"
+        chmod 777 "$suite_dir.partial"
+        (cd "$suite_dir.partial" && private_apt bookworm-src apt-get source -q --download-only "gdb=$gdb_version" \
+            && dpkg-source --no-check -x gdb_*.dsc "gdb-$gdb_version" >/dev/null && rm -f gdb_*.tar.* gdb_*.dsc)
+        $SUDO rm -rf "$suite_dir"
+        $SUDO mv "$suite_dir.partial" "$suite_dir"
+    fi
+    [ -f "$testsuite/site.exp" ] || (cd "$testsuite" && $SUDO ./configure -q && $SUDO make -s site.exp)
 fi
