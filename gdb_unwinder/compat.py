@@ -6,12 +6,14 @@ The rest of gdb_unwinder calls these instead of the newer APIs:
   object with sp and pc, which every GDB accepts.
 - pending_level(pending_frame): PendingFrame.level() (GDB 11 and later).
   GDB 10 has none, so the level comes from the order GDB asks for frames
-  in: after anything that makes GDB forget its frames (a stop, a resume, a
-  memory or register write, a new objfile), the first frame it asks about
-  is the innermost physical one (level: the inline frames at its pc), and
-  each new frame after it is the caller of the previous one (one more,
-  plus the inline frames at its return address). Tail-call frames GDB
-  inserts are not counted there.
+  in: after anything that makes GDB forget its frames (a resume, a memory
+  or register write, a new objfile: not a stop, since GDB builds the
+  frames it reports a stop in before telling Python), the first frame it
+  asks about is the innermost physical one (level: the inline frames at
+  its pc), and each new frame after it is the caller of the previous one
+  (one more, plus the inline frames at its return address). A frame below
+  (sp) every frame seen starts a new walk. Tail-call frames GDB inserts
+  are not counted there.
 - frame_level(frame): gdb.Frame.level() (GDB 11 and later), else counted
   through Frame.newer().
 - connect(name, callback): gdb.events.NAME where this GDB has that event
@@ -71,11 +73,21 @@ def connect(name, callback):
     return True
 
 
+class _Walk:
+    """The frames GDB asked about in one thread since it last forgot its frames."""
+    __slots__ = ("levels", "last", "lowest_sp")
+
+    def __init__(self):
+        self.levels = {}            # (pc, sp) -> level
+        self.last = -1              # the highest level given
+        self.lowest_sp = 1 << 64    # the lowest sp seen
+
+
 class _Levels:
     """Levels of pending frames and frames where GDB has no level() (GDB 10)."""
 
     def __init__(self):
-        self.pending = {}       # thread ptid -> {(pc, sp): level} of the frames GDB asked about
+        self.pending = {}       # thread ptid -> _Walk
         self.frames = []        # [(gdb.Frame, its pc, level)] recently counted
         self.depths = {}        # pc -> inline depth
         self.connected = False
@@ -88,8 +100,8 @@ class _Levels:
     def _connect(self):
         if not self.connected:
             self.connected = True
-            for name in ("stop", "cont", "exited", "memory_changed", "register_changed", "inferior_call",
-                         "new_objfile", "clear_objfiles", "free_objfile", "new_thread"):
+            for name in ("cont", "exited", "memory_changed", "register_changed", "inferior_call",
+                         "new_objfile", "clear_objfiles", "free_objfile"):
                 connect(name, self.forget)
 
     def pending_level(self, pending_frame):
@@ -97,14 +109,18 @@ class _Levels:
         self._connect()
         pc, sp = int(pending_frame.read_register("pc")), int(pending_frame.read_register("sp"))
         thread = gdb.selected_thread()
-        seen = self.pending.setdefault(thread.ptid if thread is not None else None, {})
-        level = seen.get((pc, sp))
+        walk = self.pending.get(thread.ptid if thread is not None else None)
+        if walk is None or (pc, sp) not in walk.levels and sp < walk.lowest_sp:
+            walk = self.pending[thread.ptid if thread is not None else None] = _Walk()  # a new innermost frame
+        level = walk.levels.get((pc, sp))
         if level is None:
-            if seen:
-                level = max(seen.values()) + 1 + inline_depth(pc - 1, self.depths)
+            if walk.levels:
+                level = walk.last + 1 + inline_depth(pc - 1, self.depths)
             else:
                 level = inline_depth(pc, self.depths)
-            seen[(pc, sp)] = level
+            walk.levels[(pc, sp)] = level
+            walk.last = max(walk.last, level)
+            walk.lowest_sp = min(walk.lowest_sp, sp)
         return level
 
     def frame_level(self, frame):

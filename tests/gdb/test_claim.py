@@ -216,7 +216,7 @@ def test_run_twice_rereads_the_modules():
 
 # the inferior's connection type; GDB 10 and 11 have no Inferior.connection: `info target` says it
 CONNECTION = ("gdb.selected_inferior().connection.type if hasattr(gdb.selected_inferior(), 'connection') "
-              "else 'remote' if 'Remote target' in gdb.execute('info target', to_string=True) else 'native'")
+              "else 'remote' if 'Remote' in gdb.execute('info target', to_string=True) else 'native'")
 
 
 def test_remote_target_without_proc_finds_modules_from_gdbs_objfiles():
