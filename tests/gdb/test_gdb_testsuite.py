@@ -5,7 +5,7 @@ unpacked and configured by tests/setup.sh under
 $UNWIND_GDB_ROOT/testsuite/gdb-VERSION. runtest runs the files about frames,
 signals, tail calls, entry values, finish/return, cores, inline frames and
 Python unwinders twice, with the system's GDB: alone, and with
-`-iex 'source CHECKOUT/gdb_unwinder/gdbinit.py'` added to GDB's flags, the
+`-iex "source CHECKOUT/gdb_unwinder/gdbinit.py"` added to GDB's flags, the
 way a user's gdbinit loads it. Every test that passes alone must pass with
 the plugin, and no traceback may come from the plugin's files.
 
@@ -78,9 +78,11 @@ def testsuite_dir():
 
 
 def _start(suite, outdir, files, plugin):
-    flags = "-nw -nx -iex 'set height 0' -iex 'set width 0' -data-directory /usr/share/gdb"
+    # runtest splits these the Tcl way: double quotes group words, single quotes would not
+    # (GDB would get -iex "'set" and source nothing)
+    flags = '-nw -nx -iex "set height 0" -iex "set width 0" -data-directory /usr/share/gdb'
     if plugin:
-        flags += " -iex 'source %s/gdb_unwinder/gdbinit.py'" % ROOT
+        flags += ' -iex "source %s/gdb_unwinder/gdbinit.py"' % ROOT
     shutil.copy(os.path.join(suite, "site.exp"), outdir)       # srcdir in it is absolute
     argv = ["runtest", "--tool", "gdb", "GDB=/usr/bin/gdb", "INTERNAL_GDBFLAGS=" + flags, *files]
     return subprocess.Popen(argv, cwd=outdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -117,7 +119,9 @@ def test_every_test_passing_alone_passes_with_the_plugin():
                           results(open(os.path.join(where, "gdb.sum"), errors="replace").read()).items()}
                          for where in (alone_dir, plugin_dir))
         with open(os.path.join(plugin_dir, "gdb.log"), errors="replace") as handle:
-            tracebacks = PLUGIN_TRACEBACK.findall(handle.read())
+            log = handle.read()
+    assert "Excess command line arguments" not in log and "unwind plugin: not loaded" not in log
+    tracebacks = PLUGIN_TRACEBACK.findall(log)
     assert len(alone["PASS"]) > 500, alone
     lost = alone["PASS"] - plugin["PASS"]
     assert not lost, "passing alone, not with the plugin:\n" + "\n".join(
