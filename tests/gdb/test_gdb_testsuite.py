@@ -13,7 +13,7 @@ Left out: gdb.python/py-unwind-maint.exp, which lists GDB's unwinders by
 name ("info unwinder" expects only the test's own); any global unwinder
 loaded (the plugin's) adds a line it does not expect.
 
-Time (two busy cores, both runs at once): CI's files about 1.5 minutes;
+Time (two busy cores, both runs at once): CI's files about 1 minute;
 UNWIND_GDB_TESTSUITE=full runs all of FULL, about 5 minutes.
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ GDB_ROOT = os.environ.get("UNWIND_GDB_ROOT", "/opt/unwind-gdb")
 LEFT_OUT = {"gdb.python/py-unwind-maint.exp": "lists GDB's unwinders by name: a global unwinder adds one"}
 
 CI_FILES = """
-gdb.base/backtrace.exp gdb.base/sigaltstack.exp gdb.base/sigstep.exp gdb.base/finish.exp gdb.base/return.exp
-gdb.base/corefile.exp gdb.base/recurse.exp
+gdb.base/backtrace.exp gdb.base/sigaltstack.exp gdb.base/sigbpt.exp gdb.base/signull.exp gdb.base/siginfo.exp
+gdb.base/finish.exp gdb.base/return.exp gdb.base/corefile.exp gdb.base/recurse.exp
 gdb.arch/amd64-tailcall-cxx.exp gdb.arch/amd64-tailcall-noret.exp gdb.arch/amd64-tailcall-ret.exp
 gdb.arch/amd64-tailcall-self.exp gdb.arch/amd64-entry-value.exp gdb.arch/amd64-entry-value-inline.exp
 gdb.arch/amd64-entry-value-param.exp gdb.arch/amd64-entry-value-param-dwarf5.exp
@@ -52,8 +52,7 @@ FULL_FILES = CI_FILES + """
 gdb.base/bt-on-error-and-warning.exp gdb.base/bt-on-fatal-signal.exp gdb.base/bt-selected-frame.exp
 gdb.base/frame-args.exp gdb.base/frame-info-consistent.exp gdb.base/frame-selection.exp gdb.base/frameapply.exp
 gdb.base/finish-pretty.exp gdb.base/return2.exp gdb.base/return-nodebug.exp
-gdb.base/sigall.exp gdb.base/sigbpt.exp gdb.base/signest.exp gdb.base/signull.exp gdb.base/sigrepeat.exp
-gdb.base/siginfo.exp gdb.base/siginfo-addr.exp gdb.base/siginfo-infcall.exp gdb.base/siginfo-obj.exp
+gdb.base/sigstep.exp gdb.base/sigall.exp gdb.base/signest.exp gdb.base/sigrepeat.exp gdb.base/siginfo-addr.exp gdb.base/siginfo-infcall.exp gdb.base/siginfo-obj.exp
 gdb.base/signals.exp gdb.base/corefile2.exp gdb.base/gcore.exp gdb.base/step-bt.exp gdb.base/step-test.exp
 gdb.base/until.exp gdb.base/advance.exp gdb.base/longjmp.exp gdb.base/unwind-on-each-insn.exp
 gdb.base/unwindonsignal.exp gdb.base/call-signal-resume.exp gdb.base/stack-checking.exp
