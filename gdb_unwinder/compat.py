@@ -144,22 +144,15 @@ class _Levels:
 _levels = _Levels()
 
 
-def pending_level(pending_frame):
-    """GDB's level of a pending frame."""
-    try:
-        level = pending_frame.level
-    except AttributeError:
-        return _levels.pending_level(pending_frame)
-    return level()
-
-
-def frame_level(frame):
-    """GDB's level of a gdb.Frame."""
-    try:
-        level = frame.level
-    except AttributeError:
-        return _levels.frame_level(frame)
-    return level()
+# GDB's own methods where it has them, called unbound (the unwinder asks for every frame)
+if hasattr(gdb.PendingFrame, "level"):
+    pending_level = gdb.PendingFrame.level          # GDB's level of a pending frame
+else:
+    pending_level = _levels.pending_level
+if hasattr(gdb.Frame, "level"):
+    frame_level = gdb.Frame.level                   # GDB's level of a gdb.Frame
+else:
+    frame_level = _levels.frame_level
 
 
 def invalidate_cached_frames():
