@@ -31,7 +31,8 @@ from plugin.plans import replay_fast
 
 from .claim import Claim
 from .levels import inline_depth
-from .registers import FrameId, Handed, handed_registers, unknown_registers
+from .compat import FrameId, pending_level
+from .registers import Handed, handed_registers, unknown_registers
 
 AHEAD_FIRST = 2         # answers computed when a run of fast claims starts
 AHEAD_MAX = 64          # at most this many answers computed at once
@@ -68,7 +69,7 @@ class FastClaims:
         """The claim of the caller of the frame the previous call claimed (last: level, inferior,
         Handed, (pc, sp), gdb.InferiorThread), or None where the slow path must judge: an answer
         computed ahead for this question if there is one, else a new run computed from `last`."""
-        level = pending_frame.level()
+        level = pending_level(pending_frame)
         if gdb.selected_thread() is not last[4] or pending_frame.architecture() is not inferior.target.gdb_arch:
             return None
         answer = self._answers.get(level)
@@ -83,7 +84,7 @@ class FastClaims:
     def claim_one(self, pending_frame, inferior, plan, handed, ctx):
         """The claim for one frame whose callee this plugin claimed (handed: its complete record)
         and whose plan has a FastRow; None where replay_fast declines."""
-        answer = self._answer(pending_frame, inferior, plan, handed, ctx, pending_frame.level())
+        answer = self._answer(pending_frame, inferior, plan, handed, ctx, pending_level(pending_frame))
         return None if answer is None else self.hand(pending_frame, inferior, answer)
 
     def hand(self, pending_frame, inferior, answer):

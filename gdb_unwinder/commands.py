@@ -24,6 +24,7 @@ from plugin.settings import Setting, SettingError, SettingType, is_fallback, is_
 
 from . import native
 from .claim import claimed_note, why_claimed
+from .compat import frame_level, invalidate_cached_frames
 from .levels import GdbLevels
 
 GDB = Debugger.GDB
@@ -63,7 +64,7 @@ def _walk(state, sources, start, limit=None, until_level=None):
     registers, exact, _ = native.innermost_registers(arch, start)
     levels = GdbLevels(start)
     return arch, reports.backtrace(state.target, state.modules, registers, exact, sources, state.max_frames,
-                                   first_level=start.level(), limit=limit, place=levels.place,
+                                   first_level=frame_level(start), limit=limit, place=levels.place,
                                    until_level=until_level)
 
 
@@ -75,7 +76,7 @@ def run_backtrace(state, given):
 
 def run_explain(state, given):
     _need_process()
-    which = given.value if given.value is not None else gdb.selected_frame().level()
+    which = given.value if given.value is not None else frame_level(gdb.selected_frame())
     arch, bt = _walk(state, given.sources, gdb.newest_frame(), until_level=None if which == "all" else which)
     note_claimed(state, bt)
     reports.attach_native(bt, native.native_frames(state, len(bt.frames) + 1), state.context(given.sources))
@@ -347,7 +348,7 @@ class _SettingParameter(gdb.Parameter):
         setattr(_holder(self.state, setting), setting.key, value)
         self.state.reconsider_claims()
         self.value = self._gdb_value(value)
-        gdb.invalidate_cached_frames()      # GDB's own frames may now unwind differently
+        invalidate_cached_frames()      # GDB's own frames may now unwind differently
         return "unwind %s: %s" % (setting.name, setting.format(value))
 
     def get_show_string(self, value):

@@ -18,16 +18,33 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(inspect.currentframe
 
 def _load():
     if _CHECKOUT not in sys.path:
-        sys.path.insert(0, _CHECKOUT)
+        if os.path.basename(_CHECKOUT) in ("site-packages", "dist-packages"):
+            # pip installed the plugin there, maybe for another Python than GDB's (whose
+            # pyelftools would then not compile here): GDB's own packages go first.
+            sys.path.append(_CHECKOUT)
+        else:
+            sys.path.insert(0, _CHECKOUT)
+    if sys.version_info < (3, 9):        # the plugin's modules would not even compile
+        gdb.write("unwind plugin: not loaded: GDB's Python is %s; the plugin needs Python 3.9 or later\n"
+                  % sys.version.split()[0], gdb.STDERR)
+        return
     from plugin.bootstrap import ensure_pyelftools, missing_message
     if not ensure_pyelftools(_CHECKOUT):
         gdb.write(missing_message("GDB") + "\n", gdb.STDERR)
         return
     try:
+        from gdb_unwinder.compat import unsupported
+        reason = unsupported()
+        if reason:
+            gdb.write("unwind plugin: not loaded: %s\n" % reason, gdb.STDERR)
+            return
+        import elftools.dwarf.callframe  # noqa: F401
         import gdb_unwinder
         gdb_unwinder.install()
+    except SyntaxError as exc:      # a pyelftools (or plugin) for a newer Python than GDB's
+        gdb.write("unwind plugin: not loaded: %s does not compile under GDB's Python %s\n"
+                  % (exc.filename, sys.version.split()[0]), gdb.STDERR)
     except Exception as exc:        # a plugin that fails to load must not take GDB down
         gdb.write("unwind plugin: not loaded: %s: %s\n" % (type(exc).__name__, exc), gdb.STDERR)
-
 
 _load()

@@ -21,6 +21,8 @@ import gdb
 from plugin.arch import reader
 from plugin.model.evidence import VirtualFrame, VirtualKind
 
+from .compat import frame_level
+
 _PHYSICAL_OVER = (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME)
 
 
@@ -29,7 +31,7 @@ class GdbLevels:
 
     def __init__(self, first):
         self._gdb = first               # the next GDB frame to read (None: GDB's frames ended)
-        self._next_level = first.level()
+        self._next_level = frame_level(first)
         self._in_step = True            # GDB's groups still match the plugin's frames
 
     def place(self, frame):
@@ -42,7 +44,7 @@ class GdbLevels:
         else:
             inline, physical, tails = group
             frame.inline_frames = [_virtual(f, _kind(f)) for f in inline]
-            frame.level = physical.level()
+            frame.level = frame_level(physical)
             frame.tail_calls = [_virtual(f, _kind(f)) for f in tails]
         last = frame.levels[-1]
         self._next_level = last + 1
@@ -93,7 +95,7 @@ def _kind(frame):
 
 
 def _virtual(frame, kind):
-    return VirtualFrame(frame.level(), kind, frame.pc(), frame.name())
+    return VirtualFrame(frame_level(frame), kind, frame.pc(), frame.name())
 
 
 def inlined_functions(pc):

@@ -2,6 +2,8 @@
 
 import gdb
 
+from .compat import frame_level, invalidate_cached_frames
+
 
 def physical_frames(limit):
     """[{pc, sp, function}] from the newest frame outwards, physical frames only.
@@ -41,20 +43,20 @@ def native_frames(state, limit):
             unwinder.enabled = False
         for name in past:
             gdb.execute("set %s on" % name, to_string=True)
-        gdb.invalidate_cached_frames()
+        invalidate_cached_frames()
         return physical_frames(limit)
     finally:
         for name, value in past.items():
             gdb.execute("set %s %s" % (name, "on" if value else "off"), to_string=True)
         if unwinder:
             unwinder.enabled = was
-        gdb.invalidate_cached_frames()
+        invalidate_cached_frames()
         _select_level(selected)
 
 
 def _selected_level():
     try:
-        return gdb.selected_frame().level()
+        return frame_level(gdb.selected_frame())
     except gdb.error:
         return None
 
@@ -90,7 +92,7 @@ def innermost_registers(arch, frame=None):
         except (gdb.error, ValueError):
             continue
     registers[arch.pc] = frame.pc()
-    return registers, _exact_pc(frame), frame.level()
+    return registers, _exact_pc(frame), frame_level(frame)
 
 
 def _exact_pc(frame):

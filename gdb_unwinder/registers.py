@@ -2,23 +2,11 @@
 
 PendingRegisters reads the pending frame's registers by DWARF number, only
 when a rule needs one; Handed keeps what a claim handed GDB, so that the
-caller's own frame needs no read_register; FrameId is the frame id a claim
-gives GDB 13 (which has no gdb.unwinder.FrameId).
+caller's own frame needs no read_register. (The frame id a claim gives GDB
+is compat.FrameId.)
 """
 
 import gdb
-
-
-class FrameId:
-    """GDB 13 has no gdb.unwinder.FrameId: any object whose sp and pc are gdb.Values. `special`
-    is there (None: no special address) because GDB asks for it, and a missing attribute costs
-    GDB an exception per frame."""
-    __slots__ = ("sp", "pc")
-    special = None
-
-    def __init__(self, sp, pc):
-        self.sp = gdb.Value(sp)
-        self.pc = gdb.Value(pc)
 
 
 class PendingRegisters:

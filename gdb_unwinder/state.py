@@ -19,6 +19,7 @@ from plugin.modules import ModuleMap
 from plugin.plans import PlanCache
 
 from .claim import Claim, GdbCoverage
+from .compat import connect
 from .target import GdbTarget
 
 
@@ -104,7 +105,7 @@ class GdbState:
     # -- events --------------------------------------------------------------------
     def connect_events(self):
         gdb.events.new_objfile.connect(lambda event: self.modules_changed())
-        gdb.events.free_objfile.connect(lambda event: self.modules_changed())
+        connect("free_objfile", lambda event: self.modules_changed())      # GDB 13 and later
         gdb.events.clear_objfiles.connect(lambda event: self.modules_changed())
         gdb.events.exited.connect(lambda event: self.modules_changed())
         gdb.events.inferior_deleted.connect(self._inferior_deleted)

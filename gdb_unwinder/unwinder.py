@@ -27,7 +27,8 @@ from plugin.settings import SourceKind, kind_of
 from .ahead import FastClaims
 from .claim import NOT_COVERED, VERDICT_CACHE_SIZE, Claim
 from .levels import inline_depth, is_innermost_physical
-from .registers import FrameId, Handed, PendingRegisters, handed_registers
+from .compat import FrameId, pending_level
+from .registers import Handed, PendingRegisters, handed_registers
 
 NAME = "unwind-plugin"
 CLAIMED_CACHE_SIZE = 1 << 17      # claimed frames remembered (for `unwind explain`) until the next resume
@@ -94,7 +95,7 @@ class PluginUnwinder(Unwinder):
                 # The common case under auto, kept to one register read and one dict look-up:
                 # a caller frame whose return address GDB's DWARF unwinder covers.
                 callers = inferior.coverage.callers
-                level = pending_frame.level()
+                level = pending_level(pending_frame)
                 if level > 0 and callers.key == (target.generation, target.trap_handler_names,
                                                  pending_frame.architecture()):
                     pc_value = pending_frame.read_register(callers.pc_register)
@@ -145,7 +146,7 @@ class PluginUnwinder(Unwinder):
         pc = registers.get(arch.pc)
         if pc is None:
             return None
-        level = pending_frame.level()
+        level = pending_level(pending_frame)
         if pc == 0 and level > 0:       # GDB's own unwinders ended on a return address of 0
             self.declines.append((level, pc, "pc 0 is the end of the stack: left to GDB"))
             return None

@@ -14,6 +14,7 @@ from plugin.settings import is_fallback
 from plugin.validate import live, stepping
 
 from . import native
+from .compat import invalidate_cached_frames
 
 
 class _Stops:
@@ -153,5 +154,5 @@ def run_validate(state, given, explicit_sources):
         limit = given.steps or VALIDATE_STEPS
         ending, steps, detail = stepping.run(check, stepper, limit)
         stopped_at = stepper.where() if _alive() else ""
-    gdb.invalidate_cached_frames()
+    invalidate_cached_frames()
     return check.report(name, ending, steps, detail, ran_to_entry, stopped_at)

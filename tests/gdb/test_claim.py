@@ -251,6 +251,11 @@ def test_run_twice_rereads_the_modules():
     assert base("first") != base("second")          # ASLR moved it: the old map would be wrong
 
 
+# the inferior's connection type; GDB 10 and 11 have no Inferior.connection: `info target` says it
+CONNECTION = ("gdb.selected_inferior().connection.type if hasattr(gdb.selected_inferior(), 'connection') "
+              "else 'remote' if 'Remote' in gdb.execute('info target', to_string=True) else 'native'")
+
+
 def test_remote_target_without_proc_finds_modules_from_gdbs_objfiles():
     """gdbserver: no /proc for the plugin, libc read as "target:/lib/...". Modules are placed from
     GDB's objfiles without any GDB command; bt is GDB's own by default and under claim all."""
@@ -266,7 +271,7 @@ def test_remote_target_without_proc_finds_modules_from_gdbs_objfiles():
     try:
         time.sleep(0.5)
         results, transcript = run_gdb(binary, [
-            ("connection", "py", "gdb.selected_inferior().connection.type"),
+            ("connection", "py", CONNECTION),
             ("auto", "frames", None),
             claimed("claimed_auto"),
             claim_all(),

@@ -75,7 +75,7 @@ WALK = "\n".join([
     "    claimed = unwinder.claimed",
     "    frames, frame = [], gdb.newest_frame()",
     "    while frame is not None:",
-    "        frames.append([frame.level(), frame.pc(), int(frame.read_register('sp'))])",
+    "        frames.append([len(frames), frame.pc(), int(frame.read_register('sp'))])",   # its level (GDB 10: no level())
     "        frame = frame.older()",
     "    return [frames, [list(d) for d in unwinder.declines], unwinder.claimed - claimed]",
     "end",

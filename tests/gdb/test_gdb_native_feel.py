@@ -5,6 +5,7 @@ import re
 
 import pexpect
 
+import gdbversions
 from support import ROOT, build, need_tool
 
 PROMPT = r"\(gdb\) "
@@ -73,11 +74,14 @@ def test_styles_completion_settings_and_help():
         assert "-all" not in listed
         listed = send("complete unwind backtrace -sources cfi,fr")
         assert "unwind backtrace -sources cfi,frame-pointer" in listed
-        child.send("unwind backtrace -j\t")      # a real TAB: the option completes in place
-        child.expect("-json")
-        child.sendcontrol("u")
-        child.sendline("")
-        child.expect(PROMPT)
+        # GDB 16.3 as unpacked here inserts spaces on a TAB, for its own commands too (`info fra`),
+        # whatever readline it loads; `complete` (above) works there.
+        if gdbversions.version() != 16:
+            child.send("unwind backtrace -j\t")      # a real TAB: the option completes in place
+            child.expect("-json")
+            child.sendcontrol("u")
+            child.sendline("")
+            child.expect(PROMPT)
 
         shown = send("show unwind")
         for name in ("sources:", "max-frames:", "scan-words:", "guesses:"):

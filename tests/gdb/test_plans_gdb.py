@@ -27,7 +27,7 @@ DEFINE = "\n".join([
     "        for name in names:",
     "            value = frame.read_register(name)",
     "            values.append(None if value.is_optimized_out else str(value))",
-    "        out.append([frame.level(), int(frame.type()), frame.pc(), values])",
+    "        out.append([len(out), int(frame.type()), frame.pc(), values])",   # its level (GDB 10: no level())
     "        frame = frame.older()",
     "    return out",
     "def with_plans(on):",

@@ -6,6 +6,8 @@ with the plugin's unwinder disabled. At every stop the plugin's walk
 `bt` with the plugin loaded must equal GDB's `bt` without it.
 """
 
+import re
+
 import pytest
 
 from gdb_actions import claim_all, native_frames
@@ -47,8 +49,8 @@ def test_parent_side_of_clone3_walks_to_start(flags_name):
         ("returned", "cmd", "continue"),           # the entry stop, then the return in the parent
         ("thread", "py", "gdb.selected_thread().num"),
         ("rax", "py", "int(gdb.parse_and_eval('$rax'))"),
-    ], setup=["catch syscall clone3"])
-    assert "returned from syscall clone3" in transcript, transcript[-3000:]
+    ], setup=["catch syscall 435"])       # clone3: GDB 10's syscall table has no such name
+    assert re.search(r"returned from syscall (clone3|435)", transcript), transcript[-3000:]
     assert results["thread"] == 1 and results["rax"] > 0      # the parent: rax is the child's id
     assert_same_frames(results, transcript)
     frames = results["walk"]["frames"]

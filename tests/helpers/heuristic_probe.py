@@ -19,21 +19,21 @@ def compare(limit=32):
     inferior = state.inferior()
     ctx = UnwindContext(inferior.target, inferior.modules, ("cfi",))
     out = []
-    frame = gdb.newest_frame()
-    while frame is not None and frame.level() < limit:
+    frame, level = gdb.newest_frame(), 0         # GDB 10's frames have no level()
+    while frame is not None and level < limit:
         older = frame.older()
         if older is None:
             break
         if frame.type() == gdb.NORMAL_FRAME:
             registers, exact, _ = innermost_registers(arch, frame)
-            mine = Frame(level=frame.level(), pc=frame.pc(), registers=registers, method="gdb", exact_pc=exact)
+            mine = Frame(level=level, pc=frame.pc(), registers=registers, method="gdb", exact_pc=exact)
             lookup = ctx.lookup_pc(mine)
             module = ctx.modules.find(lookup)
             covered = module is not None and CfiTables.of(module, ctx.target).lookup(lookup) is not None
             if not covered:
                 found = modelled_answer(mine, ctx)
                 model = None if found is None else [found.registers.get(arch.pc), found.registers.get(arch.sp)]
-                out.append({"level": frame.level(), "pc": frame.pc(), "gdb": [older.pc(), int(older.read_register("sp"))],
+                out.append({"level": level, "pc": frame.pc(), "gdb": [older.pc(), int(older.read_register("sp"))],
                             "model": model, "why": None if found is None else found.evidence.found_by})
-        frame = older
+        frame, level = older, level + 1
     return out

@@ -30,7 +30,13 @@ def oracle_dir():
 
 
 def need_tool(name):
-    """Path of a required external tool; tests fail (not skip) when it is missing."""
+    """Path of a required external tool; tests fail (not skip) when it is missing.
+
+    gdb and gdb-multiarch are the GDB version the tests drive now (gdbversions.use()).
+    """
+    import gdbversions
+    if name in gdbversions.PROGRAMS:
+        return gdbversions.program(name)
     path = shutil.which(name)
     if path is None:
         pytest.fail("%s is not installed: run the README's set-up command" % name)
