@@ -129,6 +129,8 @@ def _lacking(item):
     """Why the test's GDB version cannot run it here, or None."""
     callspec = getattr(item, "callspec", None)
     version = callspec.params.get("gdb_version") if callspec is not None else None
+    if version is None:         # not a GDB test (this hook sees every test of the session)
+        return None
     lacks = LACKS.get(version, {})
     return lacks.get(item.originalname) or lacks.get((item.originalname, _case(item, version)))
 
