@@ -140,10 +140,13 @@ def function_symbols(elf) -> Iterator:
     lazily: those of .symtab, or those of .dynsym when .symtab has none (or is stripped).
     A damaged table raises what pyelftools raises (plugin.errors.bad_file_errors): the
     file targets read it under plugin.errors.guard (LaidOutFile.symbol)."""
+    from elftools.elf.sections import SymbolTableSection
     for name in (".symtab", ".dynsym"):
         table = elf.get_section_by_name(name)
+        if not isinstance(table, SymbolTableSection):   # absent, or its type damaged: no symbols there
+            continue
         found = False
-        for symbol in table.iter_symbols() if table is not None else ():
+        for symbol in table.iter_symbols():
             if symbol["st_info"]["type"] == "STT_FUNC" and symbol["st_value"]:
                 found = True
                 yield symbol

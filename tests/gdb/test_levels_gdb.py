@@ -11,21 +11,11 @@ import pytest
 
 from gdb_actions import claim_all
 from gdbrun import run_gdb
-from support import build
+from support import build, walk_levels
 from test_transcripts import inline_program, local_program
 
 ALL_FRAMES = {"include_all": True}
 KIND = {"inline": "INLINE_FRAME", "tail-call": "TAILCALL_FRAME"}
-
-
-def _levels(frames):
-    """{level: (function, kind)} of a plugin walk's JSON frames, virtual ones included."""
-    out = {}
-    for frame in frames:
-        out[frame["level"]] = (frame["function"], "physical")
-        for virtual in frame["inline_frames"] + frame["tail_calls"]:
-            out[virtual["level"]] = (virtual["function"], virtual["kind"])
-    return out
 
 
 def _gdb_levels(frames, gdb_types):
@@ -57,16 +47,16 @@ ACTIONS = LEVELS + [
 
 def _check(results, expect_virtual):
     gdb = _gdb_levels(results["gdb"], _Types(results["types"]))
-    ours = _levels(results["full"]["frames"])
+    ours = walk_levels(results["full"]["frames"])
     assert any(kind == expect_virtual for _, kind in gdb.values()), gdb     # the fixture has one
     # Every level GDB's bt has: same function, same kind (inline/tail-call/physical).
     assert {level: ours.get(level) for level in gdb} == gdb
     # `unwind backtrace N` labels frames as the full walk does and shows N levels.
-    three = _levels(results["three"]["frames"])
+    three = walk_levels(results["three"]["frames"])
     assert all(three[level] == ours[level] for level in range(3) if level in three)
     assert sum(1 for line in results["three_text"].splitlines() if line.startswith("#")) == 3
     assert results["three"]["stop_reason"] == "limit"
-    assert any(level == 0 for level in _levels(results["one"]["frames"]))
+    assert any(level == 0 for level in walk_levels(results["one"]["frames"]))
     # Compare rows carry GDB's levels of the physical frames.
     physical = sorted(level for level, (_, kind) in gdb.items() if kind == "physical")
     assert [row["level"] for row in results["compare"]["frames"][:len(physical)]] == physical
@@ -101,7 +91,7 @@ def test_tail_call_levels_match_gdb():
     assert "#4 main in " in results["explain4"] and "recovered from frame #1 (leaf" in results["explain4"]
     assert "(frame #1's CFA)" in results["explain4"]
     # A walk from a selected tail-call frame keeps GDB's levels: #3 outer, then #4 main.
-    assert _levels(results["from3"]["frames"]) == {3: ("outer", "tail-call"), 4: ("main", "physical")}
+    assert walk_levels(results["from3"]["frames"]) == {3: ("outer", "tail-call"), 4: ("main", "physical")}
 
 
 def test_libc_inline_frames_levels_match_gdb():
@@ -112,10 +102,10 @@ def test_libc_inline_frames_levels_match_gdb():
     results, _ = run_gdb(program, LEVELS + [("five", "json", "unwind backtrace -json 5")],
                          args=["/etc/services"], breakpoint="write")
     gdb = _gdb_levels(results["gdb"], _Types(results["types"]))
-    ours = _levels(results["full"]["frames"])
+    ours = walk_levels(results["full"]["frames"])
     assert any(kind == "inline" for _, kind in gdb.values()), gdb
     assert {level: ours.get(level) for level in gdb} == gdb
-    five = _levels(results["five"]["frames"])
+    five = walk_levels(results["five"]["frames"])
     assert {level: five[level] for level in range(5)} == {level: ours[level] for level in range(5)}
 
 

@@ -129,3 +129,14 @@ def system_library(name):
         if os.path.exists(cand):
             return Path(cand).resolve()
     pytest.fail("system library %s not found" % name)
+
+
+def walk_levels(frames):
+    """{level: (function, kind)} of a plugin walk's JSON frames, virtual ones included
+    (kind: "physical", "inline" or "tail-call"), for comparing with a debugger's own levels."""
+    out = {}
+    for frame in frames:
+        out[frame["level"]] = (frame["function"], "physical")
+        for virtual in frame["inline_frames"] + frame["tail_calls"]:
+            out[virtual["level"]] = (virtual["function"], virtual["kind"])
+    return out

@@ -8,7 +8,7 @@ inlined call is numbered before the physical frame it runs in, a tail call
 from __future__ import annotations
 
 from lldbrun import run_lldb
-from support import build
+from support import build, walk_levels
 
 
 def _program(source):
@@ -31,15 +31,6 @@ def _lldb_levels(frames):
     return out
 
 
-def _plugin_levels(frames):
-    out = {}
-    for frame in frames:
-        out[frame["level"]] = (frame["function"], "physical")
-        for virtual in frame["inline_frames"] + frame["tail_calls"]:
-            out[virtual["level"]] = (virtual["function"], virtual["kind"])
-    return out
-
-
 def test_tail_call_frames_take_lldbs_numbers_and_explain_follows_frame_select():
     results, _ = run_lldb(_program("tailcall.c"), [
         ("frames", "frames", None),
@@ -51,7 +42,7 @@ def test_tail_call_frames_take_lldbs_numbers_and_explain_follows_frame_select():
     ])
     theirs = _lldb_levels(results["frames"])
     assert [kind for _, kind in theirs.values()].count("tail-call") >= 2, theirs    # middle and outer, at -O2
-    ours = _plugin_levels(results["full"]["frames"])
+    ours = walk_levels(results["full"]["frames"])
     assert {i: ours.get(i) for i in theirs} == theirs
     middle = next(i for i, (name, kind) in theirs.items() if kind == "tail-call")
     assert middle == 2
@@ -68,7 +59,7 @@ def test_inlined_frame_0_takes_lldbs_numbers():
         ("explain1", "json", "unwind explain --json 1"),
     ], breakpoint="outer")
     theirs = _lldb_levels(results["frames"])
-    ours = _plugin_levels(results["full"]["frames"])
+    ours = walk_levels(results["full"]["frames"])
     assert {i: ours.get(i) for i in theirs} == theirs
     assert theirs[0] == ("helper", "inline")       # LLDB's breakpoint on outer lands in the inlined helper
     assert results["full"]["frames"][0]["level"] == 1

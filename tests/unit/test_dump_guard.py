@@ -115,3 +115,13 @@ def test_a_damaged_symbol_table_costs_the_names_once():
     target = File()
     assert target.symbol(0x1000) is None and target.symbol(0x2000) is None
     assert target.problems == ["f: symbols not read (functions are not named): seek out of range"]
+
+
+def test_a_symbol_table_whose_type_is_damaged_has_no_symbols():
+    """The fuzzer's exidx target: a .symtab whose sh_type was mutated is a plain Section in
+    pyelftools, without iter_symbols; it holds no symbols rather than raising AttributeError."""
+    from types import SimpleNamespace
+    from plugin.modules.on_disk import function_symbols
+    plain = SimpleNamespace()       # a section of no symbol-table type: no iter_symbols
+    elf = SimpleNamespace(get_section_by_name=lambda name: plain)
+    assert list(function_symbols(elf)) == []
