@@ -204,20 +204,23 @@ class GdbTarget(Target):
 
 
 def _core_of(inferior):
-    """The Core GDB has open for inferior (a core target: GDB 12 and later say so), or None."""
-    connection = getattr(inferior, "connection", None)
-    if connection is None or connection.type != "core" or not inferior.pid:
+    """The Core GDB has open for inferior, or None. GDB 12 and later name a core target; GDB 10
+    and 11 name no target, and a core file GDB holds open for the inferior's pid says it is one."""
+    if not inferior.pid:
         return None
-    return core_of(inferior.pid)
+    if not hasattr(inferior, "connection"):         # GDB 10 and 11
+        return core_of(inferior.pid)
+    connection = inferior.connection
+    return core_of(inferior.pid) if connection is not None and connection.type == "core" else None
 
 
 def _is_native():
     """Is the selected inferior a process on this machine (not a remote stub or a core)?"""
     inferior = gdb.selected_inferior()
-    connection = getattr(inferior, "connection", None)   # GDB 12 and later
-    if connection is None:
-        return inferior.pid > 0 and not hasattr(inferior, "connection")
-    return connection.type == "native"
+    if not hasattr(inferior, "connection"):         # GDB 10 and 11: a process unless a core is open
+        return inferior.pid > 0 and _core_of(inferior) is None
+    connection = inferior.connection
+    return connection is not None and connection.type == "native"
 
 
 def _proc_maps(pid):

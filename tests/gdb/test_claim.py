@@ -121,7 +121,7 @@ def _gdb_alone(args, plugin):
 
 
 @pytest.mark.parametrize("mode,breakpoint", [("qsort", "getpid"), ("plain", "stop_here")])
-def test_core_without_the_executable(tmp_path, mode, breakpoint):
+def test_core_without_the_executable(tmp_path, mode, breakpoint, gdb_version):
     binary = build("chain.c", ["-O2"])
     core = tmp_path / "core"
     made = _gdb_alone(["-ex", "break %s" % breakpoint, "-ex", "run %s" % mode, "-ex", "gcore %s" % core,
@@ -137,8 +137,9 @@ def test_core_without_the_executable(tmp_path, mode, breakpoint):
     # list names (their build ids checked) and GDB's bt goes as far as GDB's own with the executable.
     with_exe = _gdb_alone([str(binary)] + commands, plugin=False)
     truth = _bt_pcs(with_exe.stdout)
-    assert _bt_pcs(alone.stdout) != truth and _bt_pcs(loaded.stdout)[:len(truth)] == truth, (
-        alone.stdout, loaded.stdout, with_exe.stdout)
+    # (GDB 16 reads the core's files itself and is right alone: there the plugin must lose nothing.)
+    assert gdb_version == 16 or _bt_pcs(alone.stdout) != truth, alone.stdout
+    assert _bt_pcs(loaded.stdout)[:len(truth)] == truth, (alone.stdout, loaded.stdout, with_exe.stdout)
     assert "[vdso]" in loaded.stdout            # GDB's in-memory objfile is located without a command
     # With the executable too: the plugin's bt is GDB's own.
     with_exe_loaded = _gdb_alone([str(binary)] + commands + ["-ex", "set unwind claim all", "-ex", "bt"],
