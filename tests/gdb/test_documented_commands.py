@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Set, Tuple
 
+from documented import documented_json
 from gdbrun import run_gdb
 from support import ROOT, build
 
 COMMANDS_MD = ROOT / "docs" / "commands.md"
-JSON_MD = ROOT / "docs" / "json.md"
 
 # What an option's or argument's placeholder becomes when run.
 VALUES = {"-sources": "-sources cfi,frame-pointer", "-steps": "-steps 200"}
@@ -33,35 +33,6 @@ def documented_gdb_commands() -> Dict[str, List[str]]:
                 continue
             commands[name] = re.findall(r"\[(-[a-z]+)", match.group(2))
     return commands
-
-
-def top_level_keys(text: str) -> List[str]:
-    """The "keys" at brace depth 1 of the first JSON-like object in text (values after a colon are skipped)."""
-    keys, depth, started = [], 0, False
-    for match in re.finditer(r'[{}]|"([A-Za-z_]+)"\s*(?=[:,}`])|:\s*"[^"]*"', text):
-        token = match.group(0)
-        if token == "{":
-            depth += 1
-            started = True
-        elif token == "}":
-            depth -= 1
-            if started and depth == 0:
-                break
-        elif match.group(1) and depth == 1:
-            keys.append(match.group(1))
-    return keys
-
-
-def documented_json() -> Dict[str, List[str]]:
-    """{command: [top-level key...]} for each "`unwind NAME -json`" paragraph of docs/json.md."""
-    text = JSON_MD.read_text()
-    starts = [(m.start(), m.group(1)) for m in re.finditer(r"^`unwind (\w+) -json`", text, re.M)]
-    found = {}
-    for index, (start, name) in enumerate(starts):
-        end = starts[index + 1][0] if index + 1 < len(starts) else len(text)
-        heading = text.find("\n## ", start, end)
-        found[name] = top_level_keys(text[start:end if heading < 0 else heading])
-    return found
 
 
 def test_the_docs_parse():
