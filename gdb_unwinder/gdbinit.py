@@ -9,7 +9,11 @@ import inspect
 import os
 import sys
 
-import gdb
+try:
+    import gdb
+except ImportError as _exc:     # GDB's own Python modules are missing (a broken data-directory)
+    gdb = None
+    sys.stderr.write("unwind plugin: not loaded: GDB's Python has no gdb module (%s)\n" % _exc)
 
 # GDB runs sourced scripts in __main__'s namespace, where __file__ may name
 # whichever script sourced this one; the code object knows the real file.
@@ -47,4 +51,5 @@ def _load():
     except Exception as exc:        # a plugin that fails to load must not take GDB down
         gdb.write("unwind plugin: not loaded: %s: %s\n" % (type(exc).__name__, exc), gdb.STDERR)
 
-_load()
+if gdb is not None:
+    _load()

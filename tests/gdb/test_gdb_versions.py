@@ -10,8 +10,8 @@ from support import ROOT, need_tool
 import gdbversions
 
 
-def _gdb(*commands, env=None):
-    argv = [need_tool("gdb"), "-nx", "-q", "-batch", "-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT]
+def _gdb(*commands, env=None, options=()):
+    argv = [need_tool("gdb"), "-nx", "-q", "-batch", *options, "-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT]
     for command in commands:
         argv += ["-ex", command]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
@@ -41,3 +41,13 @@ def test_a_pyelftools_that_does_not_compile_is_one_line(tmp_path):
     lines = [line for line in err.splitlines() if "unwind plugin" in line]
     assert len(lines) == 1 and "callframe.py does not compile under GDB's Python" in lines[0], err
     assert "Traceback" not in out + err
+
+
+def test_a_gdb_without_its_python_modules_is_one_line(tmp_path):
+    # GDB's data-directory gone (as gdb.base/warning.exp makes it): GDB warns, the plugin says one line
+    # and GDB goes on.
+    out, err = _gdb("echo still here\\n", options=("-data-directory", str(tmp_path / "none")))
+    lines = [line for line in err.splitlines() if "unwind plugin" in line]
+    assert lines == ["unwind plugin: not loaded: GDB's Python has no gdb module (No module named 'gdb')"], err
+    assert "still here" in out
+    assert "Traceback" not in out + err and err.count("No module named 'gdb'") == 2, err
