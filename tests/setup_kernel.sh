@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's kernels for the ORC tests (tests/realworld/test_orc_kernel.py), as root.
+# Debian's kernels for the ORC tests (tests/realworld/test_orc_kernel.py, test_orc_qemu.py), as root.
 # Called by tests/setup.sh; idempotent: a kernel already unpacked is kept
 # (delete its folder under $UNWIND_KERNEL_ROOT, default /opt/unwind-kernel, to fetch it again).
 #   $root/NAME/deb/...   the image and kbuild packages unpacked (dpkg -x): vmlinuz, objtool
@@ -11,6 +11,13 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 root="${UNWIND_KERNEL_ROOT:-/opt/unwind-kernel}"
+# QEMU boots the kernel (TCG) for tests/realworld/test_orc_qemu.py; busybox is its initramfs.
+for p in qemu-system-x86 busybox-static; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends qemu-system-x86 busybox-static
+    break
+done
 python=.venv/bin/python
 [ -x "$python" ] || python=python3
 for spec in "6.1.0-50-amd64:linux-image-6.1.0-50-amd64=6.1.176-1:linux-kbuild-6.1=6.1.176-1" \
