@@ -1,6 +1,6 @@
 """Run inside GDB stopped in a kernel (QEMU's gdbstub): walk the stack with the
 plugin's ORC rules over the vmlinux in $ORC_VMLINUX and print one JSON line
-`ORC-WALK [[pc, outcome, type], ...]`. For tests/realworld/test_orc_qemu.py."""
+`ORC-WALK [[pc, outcome, type, sp_reg, sp], ...]`. For tests/realworld/test_orc_qemu.py."""
 import io
 import json
 import os
@@ -24,7 +24,9 @@ frame = Frame(value("rip"), value("rsp"), value("rbp"))
 walk = []
 for _ in range(64):
     result = step(table, frame, read)
-    walk.append([frame.pc, result.outcome.value, result.entry.type.value if result.entry else None])
+    entry = result.entry
+    walk.append([frame.pc, result.outcome.value, entry.type.value if entry else None,
+                 entry.sp_reg if entry else None, frame.sp])
     if result.outcome not in (Outcome.CALLER, Outcome.INTERRUPTED):
         break
     frame = result.caller
