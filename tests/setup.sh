@@ -75,6 +75,11 @@ if [ "${1:-all}" != demo ]; then
     done
 fi
 
+# Debian's kernels (images and their objtool) for the ORC tests, under /opt/unwind-kernel.
+if [ "${1:-all}" != demo ]; then
+    bash tests/setup_kernel.sh
+fi
+
 # A virtual environment per supported Python for tests/pythons/ (3.9 to 3.13, from pyenv).
 if [ "${1:-all}" != demo ]; then
     bash tests/setup_pythons.sh

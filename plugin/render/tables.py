@@ -15,7 +15,7 @@ import json
 
 from plugin.validate import agreement as row_agreement
 from plugin.errors import DecodeError, guard
-from plugin.render import cfi_dump, compact_dump, exidx_dump, sframe_dump
+from plugin.render import cfi_dump, compact_dump, exidx_dump, orc_dump, sframe_dump
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
 from plugin.render.cfi_dump import Want
@@ -34,7 +34,7 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None, want=
     """Each table source of every module (or of the one holding address), its
     "entries" lazy (Entries, or a list). Problems are appended to `problems`
     as they are met, some only while the entries are iterated. `kinds`: only
-    the sources of these kinds ("cfi", "sframe", "compact", "exidx"); `want`:
+    the sources of these kinds ("cfi", "sframe", "compact", "exidx", "orc"); `want`:
     which renderings of the CFI rows (cfi_dump.Want)."""
     problems = [] if problems is None else problems
     if address is None:
@@ -55,7 +55,8 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None, want=
     for module in chosen:
         cfi_sources = lambda *args: cfi_dump.sources(*args, want=want)     # noqa: E731
         for kind, sources_of in (("compact", compact_dump.table_sources), ("cfi", cfi_sources),
-                                 ("sframe", _sframe_sources), ("exidx", exidx_strategy.table_sources)):
+                                 ("sframe", _sframe_sources), ("exidx", exidx_strategy.table_sources),
+                                 ("orc", orc_dump.table_sources)):
             if kinds is None or kind in kinds:
                 yield from _guarded(lambda: sources_of(target, module, address, problems), problems,
                                     "%s: %s" % (module.name, kind))
@@ -216,6 +217,8 @@ def _source_lines(source, style=plain):
     yield "%s: %s %s at %s (%d %s)" % (
         style(Styled.FILE, source["module"]), source["section"], source["kind"].upper(),
         style(Styled.ADDRESS, "0x%x" % source["address"]), count, "entry" if count == 1 else "entries")
+    if source["kind"] == "orc":
+        yield orc_dump.head_text(source)
     for entry in source["entries"]:
         if source["kind"] == "sframe":
             yield from sframe_dump.entry_text(entry, style)
@@ -225,6 +228,9 @@ def _source_lines(source, style=plain):
             continue
         if source["kind"] == "exidx":
             yield from exidx_dump.entry_text(entry, style)
+            continue
+        if source["kind"] == "orc":
+            yield from orc_dump.entry_text(entry, style)
             continue
         where = entry.get("relative_to")
         at = (lambda a: style(Styled.ADDRESS, "%s+0x%x" % (where, a) if where else "0x%x" % a))

@@ -135,6 +135,10 @@ class FileTarget(LaidOutFile):
                 if size:
                     pieces.append((start, start + size, p.offset, size, p.executable))
             self.header_address = self.bias + low
+            if elf["e_type"] == "ET_EXEC" and not any(p.offset == 0 for p in loads):
+                # No segment maps the ELF header (a kernel's vmlinux): the module is
+                # built from the sections, as for a file without program headers.
+                self.header_address = None
         else:
             self.bias = 0 if base is None else base
             for sec in elf.iter_sections():

@@ -1,0 +1,111 @@
+"""The ORC tables of a kernel image on disk (vmlinux), for `tables`.
+
+The sections are found by name in the section headers (a vmlinux extracted
+from a bzImage has no symbols); the layout by plugin.formats.orc.choose_layout.
+One source per file: every entry as [ip, next ip) and its rule.
+"""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional
+
+from plugin.formats import orc
+from plugin.render.style import Styled, plain
+
+SECTION_IP, SECTION_ENTRIES, SECTION_HEADER = ".orc_unwind_ip", ".orc_unwind", ".orc_header"
+
+
+class OrcImage:
+    """The ORC sections of an ELF file (pyelftools' ELFFile), decoded on demand."""
+
+    def __init__(self, elf, data) -> None:
+        sections = {}
+        for section in elf.iter_sections():
+            if section.name in (SECTION_IP, SECTION_ENTRIES, SECTION_HEADER) and section["sh_type"] == "SHT_PROGBITS":
+                sections.setdefault(section.name, section)
+        self.found = SECTION_IP in sections and SECTION_ENTRIES in sections
+        if not self.found:
+            return
+        ip_section, entry_section = sections[SECTION_IP], sections[SECTION_ENTRIES]
+        self.ip_address = ip_section["sh_addr"]
+        self.entries_address = entry_section["sh_addr"]
+        self.ip_bytes = ip_section.data()
+        self.entry_bytes = entry_section.data()
+        self.count = orc.check_sizes(len(self.ip_bytes), len(self.entry_bytes))
+        header = sections.get(SECTION_HEADER)
+        self.release = None if header is not None else orc.find_version_string(data)
+        self.layout, self.found_by, self.notes = orc.choose_layout(
+            None if header is None else header.data(), self.release, orc.all_flags(self.entry_bytes))
+
+    def entries(self) -> Iterator[orc.OrcEntry]:
+        return orc.decode_all(self.ip_bytes, self.entry_bytes, self.ip_address, self.layout)
+
+    def table(self) -> orc.OrcTable:
+        """The tables as an OrcTable reading these bytes (the same lookups as over a live kernel)."""
+        def read(address: int, size: int) -> bytes:
+            for base, blob in ((self.ip_address, self.ip_bytes), (self.entries_address, self.entry_bytes)):
+                if base <= address and address + size <= base + len(blob):
+                    return bytes(blob[address - base:address - base + size])
+            raise ValueError("0x%x is outside the ORC sections" % address)
+        return orc.OrcTable(self.ip_address, self.entries_address, self.count, self.layout, read)
+
+
+class _Entries:
+    """The entries as JSON-ready dicts, lazily (a vmlinux has hundreds of thousands)."""
+
+    def __init__(self, image: OrcImage, address: Optional[int]) -> None:
+        self._image, self._address = image, address
+        self._count = image.count
+        if address is not None:
+            index = image.table().find(address)
+            self._only = index
+            self._count = 0 if index is None else 1
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self):
+        previous = None
+        wanted = getattr(self, "_only", None)
+        for entry in self._image.entries():
+            if previous is not None and (wanted is None or previous.index == wanted):
+                yield entry_json(previous, entry.ip)
+            previous = entry
+        if previous is not None and (wanted is None or previous.index == wanted):
+            yield entry_json(previous, None)
+
+
+def entry_json(entry: orc.OrcEntry, end: Optional[int]) -> dict:
+    return {"index": entry.index, "start": entry.ip, "end": end, "type": entry.type.value,
+            "cfa": orc.reg_text(entry.sp_reg, entry.sp_offset), "sp_reg": entry.sp_reg,
+            "sp_offset": entry.sp_offset, "bp_reg": entry.bp_reg, "bp_offset": entry.bp_offset,
+            "signal": entry.signal, "end_bit": entry.end, "flags": entry.flags, "text": orc.entry_text(entry)}
+
+
+def table_sources(target, module, address: Optional[int], problems: List[str]) -> List[dict]:
+    """[{"kind": "orc", ...}] for the file's ORC sections (only for the module that is the file itself)."""
+    elf = getattr(target, "elf", None)
+    if elf is None or getattr(module, "path", None) != getattr(target, "path", None):
+        return []
+    image = OrcImage(elf, getattr(target, "_data", b""))
+    if not image.found:
+        return []
+    problems.extend("%s: %s" % (module.name, note) for note in image.notes)
+    entries = _Entries(image, address)
+    if address is not None and not len(entries):
+        return []
+    return [{"kind": "orc", "module": module.name, "section": SECTION_ENTRIES, "address": image.entries_address,
+             "ip_table": image.ip_address, "layout": image.layout.value, "layout_found_by": image.found_by.value,
+             "kernel": image.release, "found_by": "section headers", "entries": entries}]
+
+
+def head_text(source: dict) -> str:
+    return "  ORC layout %s (by %s)%s" % (source["layout"], source["layout_found_by"],
+                                         ", kernel %s" % source["kernel"] if source.get("kernel") else "")
+
+
+def entry_text(entry: dict, style=plain) -> Iterator[str]:
+    end = "end" if entry["end"] is None else "0x%x" % entry["end"]
+    if style is plain:
+        yield "  [0x%x, %s) %s" % (entry["start"], end, entry["text"])
+    else:
+        yield "  [%s, %s) %s" % (style(Styled.ADDRESS, "0x%x" % entry["start"]), end, entry["text"])

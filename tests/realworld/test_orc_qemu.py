@@ -1,0 +1,156 @@
+"""Debian's 6.1 kernel under QEMU (TCG, nokaslr), stopped by GDB through the
+gdbstub, its stack walked with the plugin's ORC rules (tests/helpers/orc_gdb_walk.py).
+
+The initramfs (busybox) prints the kernel's symbols (/proc/kallsyms) to the
+serial console and exits, so the kernel panics ("Attempted to kill init") and
+prints its own ORC unwinder's stack trace: that trace is the truth for the
+stop at `panic`. A first boot, without GDB, gets the symbols (addresses are
+fixed by nokaslr); the second stops at a timer tick (the 301st call of
+update_process_times, during boot), at do_sys_openat2 (a syscall from user
+mode) and at panic. The timer stop has no truth from the kernel (the walk's
+shape is checked: through the interrupt's pt_regs to the end of the stack).
+Not yet: faults, modules.
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(os.environ.get("UNWIND_KERNEL_ROOT", "/opt/unwind-kernel")) / "6.1.0-50-amd64"
+REPO = Path(__file__).resolve().parents[2]
+WALKER = REPO / "tests/helpers/orc_gdb_walk.py"
+INIT = """#!/bin/busybox sh
+/bin/busybox mount -t proc proc /proc
+/bin/busybox grep -i ' t ' /proc/kallsyms
+echo KALLSYMS-DONE
+exit 0
+"""
+
+
+def _tools():
+    for tool in ("qemu-system-x86_64", "busybox", "gdb"):
+        if shutil.which(tool) is None:
+            pytest.fail("%s is missing: run `bash tests/setup.sh` (tests/setup_kernel.sh)" % tool)
+    if not (ROOT / "vmlinux").is_file():
+        pytest.fail("%s is missing: run `bash tests/setup.sh`" % (ROOT / "vmlinux"))
+
+
+def _initrd(tmp):
+    root = tmp / "root"
+    (root / "bin").mkdir(parents=True)
+    (root / "proc").mkdir()
+    shutil.copy(shutil.which("busybox"), root / "bin/busybox")
+    (root / "init").write_text(INIT)
+    (root / "init").chmod(0o755)
+    names = subprocess.run(["find", "."], cwd=str(root), capture_output=True, check=True).stdout
+    archive = subprocess.run(["busybox", "cpio", "-o", "-H", "newc"], cwd=str(root), input=names,
+                             capture_output=True, check=True).stdout
+    (tmp / "initrd").write_bytes(archive)
+    return tmp / "initrd"
+
+
+def _qemu(initrd, serial, extra=()):
+    image = ROOT / "deb/boot/vmlinuz-6.1.0-50-amd64"
+    return ["qemu-system-x86_64", "-m", "512", "-nographic", "-no-reboot", "-kernel", str(image),
+            "-initrd", str(initrd), "-append", "console=ttyS0 nokaslr rdinit=/init panic=-1 quiet",
+            "-serial", "file:%s" % serial, "-monitor", "none", "-display", "none"] + list(extra)
+
+
+def _symbols(serial_text):
+    symbols = {}
+    for address, name in re.findall(r"^([0-9a-f]{16}) [tT] (\S+)$", serial_text, re.M):
+        symbols.setdefault(name, int(address, 16))
+    return symbols
+
+
+def _name(pc, ordered, return_address):
+    """symbol+offset as the kernel prints it (%pB): a return address is looked up at
+    pc - 1 (a call to a noreturn function can end its function)."""
+    import bisect
+    i = bisect.bisect_right([a for a, _ in ordered], pc - return_address) - 1
+    return "%s+0x%x" % (ordered[i][1], pc - ordered[i][0])
+
+
+@pytest.fixture(scope="module")
+def booted(tmp_path_factory):
+    _tools()
+    tmp = tmp_path_factory.mktemp("qemu")
+    initrd = _initrd(tmp)
+    first = tmp / "first.txt"
+    subprocess.run(_qemu(initrd, first), capture_output=True, timeout=240)
+    text = first.read_text(errors="replace").replace("\r", "")
+    assert "KALLSYMS-DONE" in text and "Attempted to kill init" in text, text[-2000:]
+    symbols = _symbols(text)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    second = tmp / "second.txt"
+    qemu = subprocess.Popen(_qemu(initrd, second, ["-gdb", "tcp:127.0.0.1:%d" % port, "-S"]),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        walk = "python exec(open(%r).read())" % str(WALKER)
+        gdb = subprocess.run(
+            ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "target remote 127.0.0.1:%d" % port,
+             "-ex", "hbreak *0x%x" % symbols["update_process_times"], "-ex", "ignore 1 300", "-ex", "continue",
+             "-ex", walk, "-ex", "delete",
+             "-ex", "hbreak *0x%x" % symbols["do_sys_openat2"], "-ex", "continue",
+             "-ex", walk, "-ex", "delete", "-ex", "hbreak *0x%x" % symbols["panic"], "-ex", "continue",
+             "-ex", walk, "-ex", "continue"],
+            capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, ORC_VMLINUX=str(ROOT / "vmlinux"),
+                     ORC_SYS_PATH=":".join([str(REPO)] + [p for p in sys.path if "site-packages" in p])))
+        qemu.wait(timeout=120)
+    finally:
+        qemu.kill()
+    walks = [json.loads(line[len("ORC-WALK "):]) for line in gdb.stdout.splitlines()
+             if line.startswith("ORC-WALK ")]
+    assert len(walks) == 3, gdb.stdout[-3000:] + gdb.stderr[-3000:]
+    ordered = sorted((a, n) for n, a in symbols.items())
+    named = [[(_name(pc, ordered, n > 0 and w[n - 1][1] == "caller"), outcome, kind, sp_reg, sp)
+              for n, (pc, outcome, kind, sp_reg, sp) in enumerate(w)] for w in walks]
+    return named, second.read_text(errors="replace").replace("\r", "")
+
+
+def test_syscall_stop_walks_to_user_mode(booted):
+    (_, syscall, _), _ = booted
+    names = [name.split("+")[0] for name, _, _, _, _ in syscall]
+    # entry_SYSCALL_64 -> do_syscall_64 -> __x64_sys_openat -> do_sys_openat2 (fs/open.c)
+    assert names == ["do_sys_openat2", "__x64_sys_openat", "do_syscall_64", "entry_SYSCALL_64_after_hwframe"]
+    assert [o for _, o, _, _, _ in syscall] == ["caller"] * 3 + ["user mode"]
+    assert syscall[-1][2] == "regs"
+
+
+def test_panic_stop_equals_the_kernels_own_trace(booted):
+    (_, _, panic), serial = booted
+    print("panic stop:", [n for n, _, _, _, _ in panic])
+    trace = serial.split("Call Trace:", 1)[1].split("</TASK>", 1)[0]
+    kernel = [m.group(1) for m in re.finditer(r"\]  (?!\? )(\S+)/0x[0-9a-f]+$", trace, re.M)]
+    after_panic = kernel[[n.split("+")[0] for n in kernel].index("panic") + 1:]
+    ours = [name for name, _, _, _, _ in panic]
+    assert ours[0] == "panic+0x0"
+    assert ours[1:] == after_panic, (ours, kernel)
+    assert panic[-1][1] == "user mode"
+
+
+def test_timer_interrupt_walks_through_pt_regs_to_the_end(booted):
+    (timer, _, _), _ = booted
+    print("timer stop:", [n for n, _, _, _, _ in timer])
+    names = [name.split("+")[0] for name, _, _, _, _ in timer]
+    assert names[0] == "update_process_times"
+    interrupted = [n for n, (_, outcome, _, _, _) in enumerate(timer) if outcome == "interrupted"]
+    assert len(interrupted) == 1 and timer[interrupted[0]][2] == "regs"
+    assert names[interrupted[0]].startswith("asm_")         # the interrupt's entry code holds pt_regs
+    assert timer[-1][1] == "end of stack" and len(timer) > interrupted[0] + 2
+    assert all(int(name.split("+0x")[1], 16) < 0x4000 for name, _, _, _, _ in timer)
+    # the IRQ stack: one frame's CFA is the task-stack pointer saved on it (SP_INDIRECT),
+    # and the stack pointer jumps there (the IRQ stack is a separate area)
+    switch = [n for n, (_, _, _, sp_reg, _) in enumerate(timer) if sp_reg == 9]
+    assert len(switch) == 1 and abs(timer[switch[0] + 1][4] - timer[switch[0]][4]) > 0x1000
