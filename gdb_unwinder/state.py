@@ -11,6 +11,8 @@ objfiles change or the process exits; the mapping list (stack, JIT code) is
 dropped at every stop, so nothing about the stack outlives a resume.
 """
 
+import collections
+
 import gdb
 
 from plugin.engine import DEFAULT_SOURCES, UnwindContext
@@ -60,6 +62,15 @@ class InferiorState:
         self.claimed.clear()
 
 
+class PendingEvents:
+    """GDB events recorded since the state was last used (GdbState.catch_up), one kind each."""
+
+    def __init__(self):
+        self.modules = collections.deque(maxlen=1)     # objfiles loaded, freed or cleared; an exit
+        self.resumed = collections.deque(maxlen=1)     # the process ran, or memory or registers changed
+        self.stopped = collections.deque(maxlen=1)     # a stop
+
+
 class SharedSettings:
     """Settings every inferior's target reads (`set unwind scan-words`)."""
 
@@ -78,9 +89,11 @@ class GdbState:
         self.claim = Claim.AUTO.value    # `set unwind claim`: which frames GDB's `bt` takes from the plugin
         self.unwinder = None
         self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
+        self.pending = PendingEvents()
 
     # -- the selected inferior's -------------------------------------------------
     def inferior(self):
+        self.catch_up()
         try:
             number = gdb.selected_inferior().num
         except (gdb.error, RuntimeError):
@@ -104,17 +117,31 @@ class GdbState:
 
     # -- events --------------------------------------------------------------------
     def connect_events(self):
-        gdb.events.new_objfile.connect(lambda event: self.modules_changed())
-        connect("free_objfile", lambda event: self.modules_changed())      # GDB 13 and later
-        gdb.events.clear_objfiles.connect(lambda event: self.modules_changed())
-        gdb.events.exited.connect(lambda event: self.modules_changed())
-        gdb.events.inferior_deleted.connect(self._inferior_deleted)
-        gdb.events.stop.connect(lambda event: self.stopped())
-        changes = [gdb.events.cont, gdb.events.memory_changed, gdb.events.register_changed]
-        if hasattr(gdb.events, "inferior_call"):       # a call into the debuggee runs it
-            changes.append(gdb.events.inferior_call)
-        for event in changes:
-            event.connect(lambda event: self.resumed())
+        """GDB's frequent events are recorded by a callable that runs no Python code (a deque's
+        append) and acted on at the next use of the state (catch_up). A Ctrl-C pending when an
+        event fires would otherwise become a KeyboardInterrupt at the entry of a Python handler,
+        which GDB prints and drops: the Ctrl-C lost (gdb.base/bp-cmds-continue-ctrl-c.exp)."""
+        for name in ("new_objfile", "free_objfile", "clear_objfiles", "exited"):  # free_objfile: GDB 13+
+            connect(name, self.pending.modules.append)
+        for name in ("cont", "memory_changed", "register_changed", "inferior_call"):
+            connect(name, self.pending.resumed.append)      # inferior_call: a call into the debuggee ran it
+        connect("stop", self.pending.stopped.append)
+        connect("inferior_deleted", self._inferior_deleted)    # rare: a Python handler
+
+    def catch_up(self):
+        """Act on the events recorded since the state was last used, in the order that keeps
+        what each promises: new modules (which includes a resume), a resume, a stop (which keeps
+        the frames GDB built for the stop's own report)."""
+        pending = self.pending
+        if pending.modules:
+            pending.modules.clear()
+            self.modules_changed()
+        if pending.resumed:
+            pending.resumed.clear()
+            self.resumed()
+        if pending.stopped:
+            pending.stopped.clear()
+            self.stopped()
 
     def _inferior_deleted(self, event):
         self.inferiors.pop(getattr(event.inferior, "num", None), None)

@@ -65,9 +65,11 @@ class PluginUnwinder(Unwinder):
 
     def leaves_all_to_gdb(self) -> bool:
         """Does the unwinder decline every frame of the selected inferior without looking at it?"""
+        self.state.catch_up()
         return self._quiet is not None and gdb.selected_inferior() is self._quiet
 
     def __call__(self, pending_frame):
+        self.state.catch_up()           # events since the last call: this may reconsider the claims
         selected = gdb.selected_inferior()
         if selected is self._quiet:     # nothing the plugin could claim: GDB unwinds alone
             return None

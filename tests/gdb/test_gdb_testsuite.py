@@ -46,6 +46,7 @@ gdb.python/py-pending-frame-level.exp gdb.python/py-frame.exp gdb.python/py-fram
 gdb.python/py-frame-inline.exp
 gdb.opt/inline-break.exp gdb.opt/inline-bt.exp gdb.opt/inline-cmds.exp gdb.opt/inline-locals.exp
 gdb.opt/inline-small-func.exp
+gdb.base/bp-cmds-continue-ctrl-c.exp
 """.split()
 
 FULL_FILES = CI_FILES + """
