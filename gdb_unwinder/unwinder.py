@@ -116,7 +116,8 @@ class PluginUnwinder(Unwinder):
                 level = pending_level(pending_frame)
                 if level > 0 and callers.key == (target.generation, target.trap_handler_names,
                                                  pending_frame.architecture()):
-                    self._declines_by_pc[selected] = (callers, callers.key[2], target.arch.mask)
+                    if hasattr(pending_frame, "level"):     # GDB 11 and later; before, levels are counted
+                        self._declines_by_pc[selected] = (callers, callers.key[2], target.arch.mask)
                     pc_value = pending_frame.read_register(callers.pc_register)
                     try:
                         pc = int(pc_value) & target.arch.mask
