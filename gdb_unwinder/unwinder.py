@@ -44,6 +44,7 @@ class PluginUnwinder(Unwinder):
         self.claimed = 0
         self._quiet = None      # the gdb.Inferior whose every frame is left to GDB (leaves_all_to_gdb)
         self._loud = set()      # the gdb.Inferiors found to need a look at each frame
+        self._declines_by_pc = {}   # gdb.Inferior -> (CallerVerdicts, gdb.Architecture, pc mask): see __call__
         self._may_be_quiet = True
 
     @property
@@ -61,6 +62,7 @@ class PluginUnwinder(Unwinder):
         """A stop, a resume, changed modules or settings: whether to look at frames is decided again."""
         self._quiet = None
         self._loud.clear()
+        self._declines_by_pc.clear()
         self.fast.clear()
 
     def leaves_all_to_gdb(self) -> bool:
@@ -73,6 +75,22 @@ class PluginUnwinder(Unwinder):
         selected = gdb.selected_inferior()
         if selected is self._quiet:     # nothing the plugin could claim: GDB unwinds alone
             return None
+        declines = self._declines_by_pc.get(selected)
+        if declines is not None and self._last is None:
+            # Under auto, a caller frame whose return address GDB covers, decided from its pc
+            # alone (the check below, with what it needs kept from the last time it held; a
+            # change of setting, modules or process drops it: reconsider).
+            callers, gdb_arch, mask = declines
+            try:
+                level = pending_frame.level()
+                if level > 0 and pending_frame.architecture() is gdb_arch:
+                    pc = int(pending_frame.read_register(callers.pc_register)) & mask
+                    depth, reason = callers.verdicts.get(pc, NOT_COVERED)
+                    if level > depth:
+                        self.declines.append((level, pc, reason))
+                        return None
+            except Exception:       # an optimized-out pc and the like: the full path says why
+                pass
         last, self._last = self._last, None
         claim = self.state.claim
         if claim == Claim.NONE:
@@ -100,6 +118,8 @@ class PluginUnwinder(Unwinder):
                 level = pending_level(pending_frame)
                 if level > 0 and callers.key == (target.generation, target.trap_handler_names,
                                                  pending_frame.architecture()):
+                    if hasattr(pending_frame, "level"):     # GDB 11 and later; before, levels are counted
+                        self._declines_by_pc[selected] = (callers, callers.key[2], target.arch.mask)
                     pc_value = pending_frame.read_register(callers.pc_register)
                     try:
                         pc = int(pc_value) & target.arch.mask
@@ -219,6 +239,7 @@ class PluginUnwinder(Unwinder):
                 # a Python unwinder cannot. The interrupted frame above it is ours
                 # again, looked up at its exact pc.
                 inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
+                self._declines_by_pc.clear()       # frames above it are looked up at their exact pc
                 self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
                 return None
             yielded = yields_to_debugger(outcome, frame, ctx)
@@ -238,6 +259,7 @@ class PluginUnwinder(Unwinder):
             cfa, ruled = outcome.evidence.cfa, _ruled_registers(outcome.evidence)
         if trap:
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))   # LLDB's rule: its caller is exact too
+            self._declines_by_pc.clear()       # frames above it are looked up at their exact pc
         info = pending_frame.create_unwind_info(FrameId(cfa, start))
         known, raws = registers.known, registers.raw
         descriptors = target.descriptors     # by descriptor: GDB looks no name up
@@ -329,6 +351,7 @@ class PluginUnwinder(Unwinder):
         if outcome is not None and outcome.signal_frame and outcome.registers:
             arch = ctx.arch
             inferior.after_signal.add((outcome.registers.get(arch.pc), outcome.registers.get(arch.sp)))
+            self._declines_by_pc.clear()       # frames above it are looked up at their exact pc
 
 
 

@@ -1,15 +1,15 @@
 """The frames-added matrix (tests/helpers/matrix.py), row by row.
 
 Each row runs the program without tables (and some without symbols; one is
-Debian's own /usr/bin/sleep) under
+Debian's own /usr/bin/sleep; one opens a core of it without the executable) under
 GDB (natively, or the aarch64 build under qemu-user with gdb-multiarch)
 and under LLDB (natively, or LLDB 22/19 attached to qemu-user's gdbstub);
 the truth is GDB's own backtrace of the twin that keeps its tables.
 Asserted for every row:
 
-- the plugin's walk (`unwind backtrace`, GDB and LLDB) and GDB's `bt` with
-  `set unwind fallback on` give every frame of the truth, pc and stack
-  pointer, through `main` (`thread_main` on a thread's stack);
+- the plugin's walk (`unwind backtrace`, GDB and LLDB) and GDB's `bt`, as
+  loaded and with `set unwind fallback on`, give every frame of the truth,
+  pc and stack pointer, through `main` (`thread_main` on a thread's stack);
 - with the plugin, GDB never has fewer right frames than GDB alone (default
   settings and fallback on), and the plugin's LLDB walk never fewer than
   LLDB alone.
@@ -47,7 +47,7 @@ def test_row(row: Row):
     _RESULTS[row.name] = result
     counts, truth = result.counts, result.truth
     assert truth >= 3, _describe(columns["truth"])
-    for column in ("gdb_walk", "gdb_fallback", "lldb_walk"):
+    for column in ("gdb_default", "gdb_walk", "gdb_fallback", "lldb_walk"):
         if counts[column] is None:
             continue
         assert counts[column] == truth, "%s: %d of %d right\nplugin: %s\ntruth: %s" % (

@@ -2,7 +2,8 @@
 
 The plan comes in the UNWIND_TEST_PLAN environment variable:
 {"checkout", "binary", "args", "breakpoint", "setup": [cmd...], "actions": [[name, kind, payload]...], "out",
- "remote": "HOST:PORT" or null (connect to a gdbstub and continue instead of run)}
+ "remote": "HOST:PORT" or null (connect to a gdbstub and continue instead of run),
+ "core": PATH or null (open this core without the executable instead of running it)}
 kinds: "cmd" (output text), "json" (command output parsed as JSON), "frames" (GDB's
 physical frames as [{pc, sp, type}]), "py" (a Python expression evaluated here).
 """
@@ -36,7 +37,10 @@ try:
     gdb.execute("set pagination off")
     gdb.execute("set confirm off")
     gdb.execute("source %s/gdb_unwinder/gdbinit.py" % plan["checkout"])
-    gdb.execute("file %s" % plan["binary"])
+    if plan.get("core"):        # a core without its executable: `gdb -c CORE`
+        gdb.execute("core-file %s" % plan["core"])
+    else:
+        gdb.execute("file %s" % plan["binary"])
     if plan.get("remote"):
         gdb.execute("target remote %s" % plan["remote"])
     for command in plan.get("setup", []):
@@ -45,7 +49,7 @@ try:
         gdb.execute("break %s" % plan["breakpoint"])
     if plan.get("remote"):
         gdb.execute("continue")
-    else:
+    elif not plan.get("core"):
         gdb.execute("run %s" % " ".join(plan.get("args", [])))
     run_actions(plan["actions"], {
         "cmd": lambda payload: gdb.execute(payload, to_string=True),
@@ -57,4 +61,5 @@ except Exception as exc:
     results["__error__"] = session_error(exc)
 
 write_results(plan["out"], results)
-gdb.execute("kill")
+if not plan.get("core"):
+    gdb.execute("kill")

@@ -11,18 +11,19 @@ TRANSCRIPTS = []      # every transcript of the session, checked for tracebacks 
 
 
 def run_gdb(binary, actions, args=(), breakpoint="stop_here", setup=(), timeout=600,
-            gdb_program="gdb", remote=None):
+            gdb_program="gdb", remote=None, core=None):
     """Run `binary` under GDB to `breakpoint`, perform `actions`, return (results, transcript).
 
     remote: "HOST:PORT" of a gdbstub already running the program (qemu-user's
     -g PORT): GDB connects with `target remote` and continues instead of `run`.
+    core: a core file GDB opens without the executable (`binary` is not loaded).
     """
     gdb = need_tool(gdb_program)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
         plan = {"checkout": str(ROOT), "binary": str(binary), "args": list(map(str, args)),
                 "breakpoint": breakpoint, "setup": list(setup), "actions": list(actions), "out": out,
-                "remote": remote}
+                "remote": remote, "core": str(core) if core else None}
         env = dict(os.environ, UNWIND_TEST_PLAN=json.dumps(plan))
         proc = subprocess.run([gdb, "-nx", "-q", "-batch", "-x", str(HELPERS / "gdb_driver.py")],
                               env=env, capture_output=True, text=True, timeout=timeout)

@@ -33,7 +33,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -63,9 +63,12 @@ class Row:
     stripped: bool = False  # symbols removed too
     tables_removed: bool = True
     anchor: str = "main"   # the truth is cut after this function
+    core: bool = False     # GDB opens a core of the program (its tables kept) without the executable
 
     @property
     def name(self):
+        if self.core:
+            return "%s core without its executable (%s -%s, to %s)" % (self.arch, self.mode, self.build, self.anchor)
         if self.program.startswith("/"):
             return "%s %s (Debian's, no tables)" % (self.arch, Path(self.program).name)
         what = {"matrix.c": self.mode, "jit.c": "jit"}[self.program]
@@ -83,6 +86,8 @@ def rows() -> List[Row]:
         out.append(Row(arch, "matrix.c", "O2", "thread", anchor="thread_main"))
         out.append(Row(arch, "matrix.c", "O2", "null"))
     out.append(Row("x86_64", "jit.c", "O2", "", tables_removed=False))
+    # `gdb -c core` without the executable: GDB has no objfile for it nor for libc.
+    out.append(Row("x86_64", "matrix.c", "O2", "plain", tables_removed=False, anchor="_start", core=True))
     # A real program nobody here wrote: Debian's sleep (stripped of symbols as shipped).
     out.append(Row("x86_64", "/usr/bin/sleep", "O2", "100", anchor="__libc_start_call_main"))
     return out
@@ -94,6 +99,9 @@ def binaries(row: Row) -> Tuple[Path, Path]:
     """(the twin with tables and symbols, the program under test)."""
     if row.program.startswith("/"):
         return Path(row.program), _system_copy(row)
+    if row.core:
+        twin = binaries(replace(row, core=False))[0]
+        return twin, twin
     if row.arch == "x86_64":
         twin = build(row.program, FLAGS[row.build], name="matrix-%s-%s" % (row.program[:-2], row.build))
         post = [["objcopy", *NO_TABLES, "{out}"]] if row.tables_removed else []
@@ -149,10 +157,21 @@ NATIVE = ["set backtrace past-main on"]
 QEMU_SETUP = ["handle SIGALRM nostop noprint pass"]
 
 
+def core_of(row, binary) -> Path:
+    """A core of the program stopped where the row stops it (`gcore`), made once per build."""
+    out = BUILD / ("%s.core" % binary.name)
+    if not out.exists() or out.stat().st_mtime < binary.stat().st_mtime:
+        made = _gdb(replace(row, core=False), binary, [("gcore", "cmd", "gcore %s" % out)])
+        assert out.exists(), made
+    return out
+
+
 def _gdb(row, binary, actions):
     from gdbrun import run_gdb
     args = [row.mode] if row.mode else []
     breakpoint = _breakpoint(row)
+    if row.core:
+        return run_gdb(binary, actions, core=core_of(row, binary), breakpoint=None, setup=NATIVE)[0]
     if row.arch == "x86_64":
         setup = NATIVE + (["set breakpoint pending on"] if row.program.startswith("/") else [])
         return run_gdb(binary, actions, args=args, breakpoint=breakpoint, setup=setup)[0]
@@ -167,9 +186,12 @@ def _frames(payload=None):
 
 
 def truth_frames(row, twin) -> List[dict]:
-    """GDB's own frames on the twin with tables, through the anchor function."""
+    """GDB's own frames on the twin with tables, through the anchor function (for a core: on the
+    running program it was made from)."""
     if row.program == "jit.c":
         return None             # taken in the same session as the columns (see _jit_truth)
+    if row.core:
+        row = replace(row, core=False)
     results = _gdb(row, twin, [("off", "cmd", "disable unwinder global unwind-plugin"),
                                ("truth", "frames", _frames())])
     return _through(results["truth"], row.anchor)
@@ -283,6 +305,8 @@ def _trap_address(twin):
 
 
 def lldb_columns(row, binary) -> Dict[str, list]:
+    if row.core:
+        return {}               # GDB's row: LLDB loads a core's modules from its own mapping list
     if row.arch != "x86_64":
         return _lldb_remote(row, binary)
     from lldbrun import physical, run_lldb
