@@ -35,6 +35,9 @@ STOPS = {
     "sort-malloc": ("usr/bin/sort", ["/etc/hostname"], "malloc"),
     "ls-write": ("bin/ls", ["/"], "write"),
     "cat-write": ("bin/cat", ["/etc/hostname"], "write"),
+    "ptx-qsort": ("usr/bin/ptx", ["/etc/passwd"], "qsort"),
+    "bash-write": ("bin/bash", ["-c", "echo hi"], "write"),
+    "bash-malloc": ("bin/bash", ["-c", "echo hi"], "malloc"),
 }
 
 
