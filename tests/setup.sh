@@ -162,6 +162,12 @@ WRAPPER
     done
 fi
 
+# Debian 12's own armhf and i386 coreutils, bash and libc6, unpacked as sysroots for
+# tests/emulated/test_debian_programs_qemu.py (private apt configuration; see the script).
+if [ "${1:-all}" != demo ]; then
+    bash tests/setup_debian_sysroots.sh
+fi
+
 # GDB's own testsuite, from Debian's source package of the system's GDB
 # (tests/gdb/test_gdb_testsuite.py runs part of it with and without the
 # plugin). The source comes through a private apt configuration with one

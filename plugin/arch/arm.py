@@ -48,23 +48,44 @@ class ArmArch(Arch):
     def call_before(self, read, address: int) -> Optional[str]:
         """The call that ends at a return address (a Thumb one may keep its bit 0): Thumb's 32-bit
         `bl`/`blx #imm` or 16-bit `blx rm`, Arm's `bl`/`blx #imm` or `blx rm`."""
-        address &= ~1
-        code = read(address - 4, 4)
-        if code is None:
-            return None
-        first, second = int.from_bytes(code[:2], "little"), int.from_bytes(code[2:], "little")
-        if first & 0xF800 == 0xF000 and second & 0xD000 in (0xD000, 0xC000):
-            return "bl" if second & 0x1000 else "blx"
-        if second & 0xFF87 == 0x4780:
-            return "blx rm"
-        word = int.from_bytes(code, "little")
-        if word & 0x0F000000 == 0x0B000000 and word >> 28 != 0xF:
-            return "bl"
-        if word >> 25 == 0x7D:                  # 1111 101H: blx #imm (always Thumb)
-            return "blx"
-        if word & 0x0FFFFFF0 == 0x012FFF30 and word >> 28 != 0xF:
-            return "blx rm"
+        found = _call_ending_at(read, address & ~1)
+        return found[0] if found else None
+
+    def direct_call_target(self, read, address: int) -> Optional[int]:
+        """The address of the code the `bl`/`blx #imm` ending at a return address calls (bit 0 clear,
+        as symbols' starts are compared; the call's form says the instruction set)."""
+        found = _call_ending_at(read, address & ~1)
+        return found[1] if found else None
+
+
+def _sign(value: int, bits: int) -> int:
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _call_ending_at(read, end: int):
+    """(form, target or None) of the call instruction ending at `end`, or None: the Arm and Thumb call
+    patterns, declared once (ARM DDI 0406C A8.8.25 BL, BLX (immediate); A8.8.26 BLX (register))."""
+    code = read(end - 4, 4)
+    if code is None:
         return None
+    first, second = int.from_bytes(code[:2], "little"), int.from_bytes(code[2:], "little")
+    if first & 0xF800 == 0xF000 and second & 0xD000 in (0xD000, 0xC000):
+        s = (first >> 10) & 1
+        i1, i2 = 1 - (((second >> 13) & 1) ^ s), 1 - (((second >> 11) & 1) ^ s)
+        offset = _sign((s << 24) | (i1 << 23) | (i2 << 22) | ((first & 0x3FF) << 12) | ((second & 0x7FF) << 1), 25)
+        if second & 0x1000:                     # bl: Thumb to Thumb; pc reads as the call + 4 = end
+            return "bl", end + offset
+        return "blx", ((end & ~3) + offset) & ~3    # blx #imm: to Arm code, from Align(pc, 4)
+    if second & 0xFF87 == 0x4780:
+        return "blx rm", None
+    word = int.from_bytes(code, "little")
+    if word & 0x0F000000 == 0x0B000000 and word >> 28 != 0xF:
+        return "bl", end + 4 + (_sign(word & 0xFFFFFF, 24) << 2)          # pc reads as the call + 8
+    if word >> 25 == 0x7D:                  # 1111 101H: blx #imm (always to Thumb)
+        return "blx", end + 4 + (_sign(word & 0xFFFFFF, 24) << 2) + ((word >> 23) & 2)
+    if word & 0x0FFFFFF0 == 0x012FFF30 and word >> 28 != 0xF:
+        return "blx rm", None
+    return None
 
 
 ARCH = ArmArch(

@@ -56,6 +56,7 @@ SUBSET = {
     "test_cfi_walk_equals_gdb": {"O2-signal", "O2-nofp-qsort"},
     "test_fallbacks_equal_gdb_on_the_twin_with_tables": {"O2-nofp-qsort"},
     "test_walk_equals_gdb": {"arm-O2-plain", "thumb-O2-throw"},
+    "test_scan_takes_thumb_and_arm_return_addresses": {"thumb-O0"},
     "test_every_instruction_gives_the_right_caller_or_none": {"thumb-O2-level2"},
     "test_every_instruction_of_debian_libstdcxx": {"__cxa_begin_catch"},
     "test_call_sites_gdb_unwinds_by_ehabi_are_left_to_it": {"thumb-O2"},

@@ -147,3 +147,28 @@ def test_arm_call_before_knows_both_instruction_sets():
         read = lambda address, size: raw[address - 0x1000:address - 0x1000 + size]
         for ra in ((0x1004, 0x1005) if mode == capstone.CS_MODE_THUMB else (0x1004,)):
             assert arm.ARCH.call_before(read, ra) == expected, (code, hex(ra))
+
+
+def test_arm_direct_call_target_is_capstones():
+    """The target of each `bl`/`blx #imm` (both sets, both directions, forwards and backwards) as
+    capstone reads it (an address, bit 0 clear, as symbols' starts are compared); none for `blx rm`."""
+    import capstone
+    from plugin.arch import arm
+    thumb, arm_mode = capstone.CS_MODE_THUMB, capstone.CS_MODE_ARM
+    cases = [(thumb, "fff7b3ff", True), (thumb, "00f002f8", True), (thumb, "fff7aeef", False),
+             (thumb, "00f004e8", False), (thumb, "00bf9847", None), (arm_mode, "020000eb", False),
+             (arm_mode, "fcffffeb", False), (arm_mode, "010000fa", True), (arm_mode, "010000fb", True),
+             (arm_mode, "33ff2fe1", None)]
+    for base in (0x1000, 0x1002):
+        for mode, code, to_thumb in cases:
+            if mode == arm_mode and base & 3:
+                continue
+            raw = bytes.fromhex(code)
+            last = list(capstone.Cs(capstone.CS_ARCH_ARM, mode).disasm(raw, base))[-1]
+            read = lambda address, size: raw[address - base:address - base + size]
+            ra = base + len(raw) + (1 if mode == thumb else 0)
+            target = arm.ARCH.direct_call_target(read, ra)
+            if to_thumb is None:
+                assert target is None, code
+                continue
+            assert target == int(last.op_str.lstrip("#"), 16), (code, last, hex(target))

@@ -1,0 +1,110 @@
+"""Debian 12's own armhf programs as the oracle (issue 33, item 6).
+
+tests/setup_debian_sysroots.sh unpacks Debian's armhf coreutils, bash and
+libc6 into /opt/unwind-sysroots/armhf (their code ships .ARM.exidx, no
+.debug_frame). Each program runs under `qemu-arm -L SYSROOT -g PORT` and
+gdb-multiarch stops it at a libc function it calls; the plugin's walk
+(`unwind backtrace -json`) must equal GDB's own frames, (pc, sp) frame by
+frame, as far as GDB goes, and GDB's `bt` with the plugin loaded must show
+every frame GDB alone shows. The programs have no .symtab, so `main` is
+nameless and GDB's own walk stops in the program's code (frame 1 to 6);
+the frames the plugin finds beyond (analysis, then scan) have no oracle
+here yet: they are printed (run with -s), not asserted.
+
+i386 runs natively under GDB, the sysroot's ld.so loading the program with
+the sysroot's libc (--library-path); the program is added to GDB as a
+symbol file at its load address so GDB reads its .eh_frame. There GDB's
+walk reaches __libc_start_main and the program's _start, and the plugin's
+must equal it whole, and so must GDB's bt with the plugin loaded.
+"""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gdb_actions import native_frames
+from gdbrun import run_gdb
+from qemu_arm import qemu_arm
+
+ROOT = Path(os.environ.get("UNWIND_SYSROOTS", "/opt/unwind-sysroots"))
+SETUP = Path(__file__).resolve().parents[1] / "setup_debian_sysroots.sh"
+# name: (program, arguments, breakpoint)
+STOPS = {
+    "sort-write": ("usr/bin/sort", ["/etc/hostname"], "write"),
+    "sort-malloc": ("usr/bin/sort", ["/etc/hostname"], "malloc"),
+    "ls-write": ("bin/ls", ["/"], "write"),
+    "cat-write": ("bin/cat", ["/etc/hostname"], "write"),
+    "ptx-qsort": ("usr/bin/ptx", ["/etc/passwd"], "qsort"),
+    "bash-write": ("bin/bash", ["-c", "echo hi"], "write"),
+    "bash-malloc": ("bin/bash", ["-c", "echo hi"], "malloc"),
+}
+
+
+def _sysroot(arch):
+    if not (ROOT / arch / "usr/bin/sort").exists():
+        subprocess.run(["bash", str(SETUP)], check=True)
+    return ROOT / arch
+
+
+def _bt(results):
+    return [line for line
+                 in results.splitlines() if line.startswith("#")]
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_armhf_walk_equals_gdb(stop):
+    sysroot = _sysroot("armhf")
+    program, args, breakpoint = STOPS[stop]
+    binary = sysroot / program
+    setup = ["set sysroot %s" % sysroot, "set breakpoint pending on"]
+    with qemu_arm(binary, args, sysroot=sysroot) as address:
+        results, transcript = run_gdb(binary, [
+            ("ours", "json", "unwind backtrace -json"),
+            ("bt", "cmd", "bt"),
+            *native_frames(),
+            ("bt-native", "cmd", "bt"),
+        ], breakpoint=breakpoint, setup=setup, gdb_program="gdb-multiarch", remote=address, timeout=300)
+    _check(stop, results, transcript)
+
+
+def _check(stop, results, transcript, whole=False):
+    """whole: GDB's own walk goes to the outermost frame, so the plugin's must end there too."""
+    native = results["native"]
+    ours = results["ours"]["frames"]
+    truth = [(f["pc"], f["sp"]) for f in native]
+    right = sum(1 for a, b in zip([(f["pc"], f["sp"]) for f in ours], truth) if a == b)
+    print("%s: %d of GDB's %d frames right; ours: %s" % (
+        stop, right, len(truth), " <- ".join("%s(%s)" % (f.get("function"), f.get("method")) for f in ours)))
+    # GDB reads libc's .ARM.exidx down to the program's own nameless code (no .symtab: main is ??)
+    assert len(native) >= 2, transcript
+    assert [(f["pc"], f["sp"]) for f in ours[:len(truth)]] == truth, transcript
+    # GDB's bt with the plugin loaded shows every frame GDB alone shows, the same
+    alone = _bt(results["bt-native"])
+    assert _bt(results["bt"])[:len(alone)] == alone, transcript
+    if whole:
+        assert len(ours) == len(truth) and _bt(results["bt"]) == alone, transcript
+        assert any(f["name"] == "__libc_start_main" for f in native), transcript
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_i386_walk_equals_gdb(stop):
+    """i386 runs natively: the sysroot's own ld.so loads the program with the sysroot's libc."""
+    sysroot = _sysroot("i386")
+    program, args, breakpoint = STOPS[stop]
+    loader = sysroot / "lib/ld-linux.so.2"
+    libraries = "%s:%s" % (sysroot / "lib/i386-linux-gnu", sysroot / "usr/lib/i386-linux-gnu")
+    # GDB's file is ld.so, which maps the program itself: GDB holds no objfile for it (no
+    # .eh_frame read) until it is added at its load address, the first mapping of the file
+    add = ('gdb.execute("add-symbol-file -o 0x%%x %s" %% int(next(line.split()[0] for line in '
+           'gdb.execute("info proc mappings", to_string=True).splitlines() if line.endswith("%s")), 16))'
+           % (sysroot / program, program))
+    results, transcript = run_gdb(loader, [
+        ("add", "py", add),
+        ("ours", "json", "unwind backtrace -json"),
+        ("bt", "cmd", "bt"),
+        *native_frames(),
+        ("bt-native", "cmd", "bt"),
+    ], args=["--library-path", libraries, str(sysroot / program), *args], breakpoint=breakpoint,
+        setup=["set breakpoint pending on"], timeout=300)
+    _check(stop, results, transcript, whole=True)
