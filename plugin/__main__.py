@@ -101,6 +101,8 @@ def tables_of(path, args):
     cannot be used at all (one line on stderr)."""
     from plugin.render import tables
     from plugin.targets import load
+    if _is_pe(path):
+        return _pe_tables(path)
     try:
         target, modules = load(path, args.arch)
     except unusable_input() as exc:
@@ -108,6 +110,23 @@ def tables_of(path, args):
     write = tables.write_json if args.json else tables.write_text
     problems = write(target, modules, args.address, sys.stdout, args.sources)
     return 1 if len(problems) > problems.misses else 0
+
+
+def _is_pe(path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"MZ"
+    except OSError:
+        return False
+
+
+def _pe_tables(path):
+    """A PE file's x64 .pdata entries (plugin.render.pe_tables); text only for now."""
+    from plugin.render import pe_tables
+    try:
+        return pe_tables.write_text(path, sys.stdout)
+    except unusable_input() as exc:
+        return _fail("cannot open %s: %s" % (path, getattr(exc, "strerror", None) or exc))
 
 
 def unusable_input() -> tuple:
