@@ -9,7 +9,7 @@ import pytest
 from plugin.formats import pdata_x64 as x64
 from plugin.formats import pe
 from plugin.render.pe_tables import describe_code
-from tests.helpers.pe_images import build, readobj_x64
+from pe_images import build, readobj_x64
 
 IMAGES = [("x64_funcs.c", "-O0", False), ("x64_funcs.c", "-O2", False),
           ("x64_funcs.c", "-O2", True), ("x64_codes.s", "-O0", False),
