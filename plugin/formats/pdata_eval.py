@@ -33,7 +33,7 @@ class CallerFrame:
 def _u64(read_memory: ReadMemory, address: int) -> int:
     data = read_memory(address, 8)
     if data is None or len(data) < 8:
-        raise DecodeError("cannot read 8 bytes at 0x%x" % address)
+        raise DecodeError("stack", None, "cannot read 8 bytes at 0x%x" % address)
     return struct.unpack("<Q", bytes(data))[0]
 
 
@@ -56,7 +56,7 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
                 regs["rsp"] += code.operand
             elif code.op == Op.SET_FPREG:
                 if not info.frame_register:
-                    raise DecodeError("x64 SET_FPREG in UNWIND_INFO at RVA 0x%x with no frame "
+                    raise DecodeError(".xdata", None, "x64 SET_FPREG in UNWIND_INFO at RVA 0x%x with no frame "
                                       "register" % info.rva)
                 regs["rsp"] = regs[GPR[info.frame_register]] - info.frame_offset
             elif code.op in (Op.SAVE_NONVOL, Op.SAVE_NONVOL_FAR):
@@ -71,7 +71,7 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
             elif code.op == Op.EPILOG and info.version == 2:
                 continue                    # describes epilogues, not the prolog
             else:
-                raise DecodeError("x64 unwind code %s is not evaluated" % code.op.name)
+                raise DecodeError(".xdata", None, "x64 unwind code %s is not evaluated" % code.op.name)
     for name, address in saved.items():     # SAVE_NONVOL slots: read once the frame is known
         regs[name] = _u64(read_memory, address)
     regs["rip"] = _u64(read_memory, regs["rsp"])

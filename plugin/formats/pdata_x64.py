@@ -79,7 +79,7 @@ def read_runtime_functions(read: Read, rva: int, size: int) -> List[RuntimeFunct
     """The entries of the exception directory at rva."""
     count = size // RUNTIME_FUNCTION_SIZE
     if count > MAX_ENTRIES:
-        raise DecodeError(".pdata: %d entries (the limit is %d)" % (count, MAX_ENTRIES))
+        raise DecodeError(".pdata", None, "%d entries (the limit is %d)" % (count, MAX_ENTRIES))
     data = read(rva, count * RUNTIME_FUNCTION_SIZE)
     return [RuntimeFunction(*struct.unpack_from("<III", data, n * 12)) for n in range(count)]
 
@@ -110,16 +110,18 @@ def _slots(op: int, info: int, version: int) -> int:
 
 def decode_codes(raw: bytes, count: int, version: int) -> Tuple[UnwindCode, ...]:
     """The codes of one UNWIND_INFO's array of count slots."""
+    if len(raw) < 2 * count:
+        raise DecodeError(".xdata", None, "x64 unwind codes: %d slots, %d bytes" % (count, len(raw)))
     codes = []
     n = 0
     while n < count:
         offset, byte = raw[2 * n], raw[2 * n + 1]
         op, info = byte & 0xF, byte >> 4
         if op > Op.PUSH_MACHFRAME:
-            raise DecodeError("x64 unwind code %d: unknown operation %d" % (n, op))
+            raise DecodeError(".xdata", None, "x64 unwind code %d: unknown operation %d" % (n, op))
         slots = _slots(op, info, version)
         if n + slots > count:
-            raise DecodeError("x64 unwind code %d (%s) needs %d slots, %d left"
+            raise DecodeError(".xdata", None, "x64 unwind code %d (%s) needs %d slots, %d left"
                               % (n, Op(op).name, slots, count - n))
         nxt = struct.unpack_from("<H", raw, 2 * n + 2)[0] if slots > 1 else 0
         big = struct.unpack_from("<I", raw, 2 * n + 2)[0] if slots > 2 else 0
@@ -139,7 +141,7 @@ def read_unwind_info(read: Read, rva: int) -> UnwindInfo:
     head = read(rva, 4)
     version, flags = head[0] & 7, head[0] >> 3
     if version not in (1, 2):
-        raise DecodeError("x64 UNWIND_INFO at RVA 0x%x: version %d (1 or 2 expected)"
+        raise DecodeError(".xdata", None, "x64 UNWIND_INFO at RVA 0x%x: version %d (1 or 2 expected)"
                           % (rva, version))
     count = head[2]
     raw = read(rva + 4, 2 * count) if count else b""
@@ -161,7 +163,7 @@ def chain(read: Read, function: RuntimeFunction) -> List[UnwindInfo]:
     rva = function.unwind_info
     while True:
         if rva in seen or len(infos) >= MAX_CHAIN:
-            raise DecodeError("x64 chained unwind info at RVA 0x%x loops or is deeper than %d"
+            raise DecodeError(".xdata", None, "x64 chained unwind info at RVA 0x%x loops or is deeper than %d"
                               % (rva, MAX_CHAIN))
         seen.add(rva)
         info = read_unwind_info(read, rva)

@@ -62,9 +62,9 @@ def _read(read: Read, address: int, size: int, what: str) -> bytes:
     try:
         data = read(address, size)
     except (OSError, ValueError, IndexError) as exc:
-        raise DecodeError("PE: cannot read the %s at 0x%x: %s" % (what, address, exc))
+        raise DecodeError("PE", None, "cannot read the %s at 0x%x: %s" % (what, address, exc))
     if data is None or len(data) < size:
-        raise DecodeError("PE: the %s at 0x%x is truncated (%d of %d bytes)"
+        raise DecodeError("PE", None, "the %s at 0x%x is truncated (%d of %d bytes)"
                           % (what, address, 0 if data is None else len(data), size))
     return bytes(data[:size])
 
@@ -78,28 +78,28 @@ def read_headers(read: Read, base: int = 0) -> PEHeaders:
     """The headers of the PE image whose DOS header is at base."""
     dos = _read(read, base, 64, "DOS header")
     if dos[:2] != b"MZ":
-        raise DecodeError("PE: no MZ signature (starts with %s)" % dos[:2].hex())
+        raise DecodeError("PE", None, "no MZ signature (starts with %s)" % dos[:2].hex())
     lfanew = struct.unpack_from("<I", dos, 0x3C)[0]
     if lfanew < 64 or lfanew > _MAX_PE_OFFSET:
-        raise DecodeError("PE: e_lfanew 0x%x is outside the file's headers" % lfanew)
+        raise DecodeError("PE", None, "e_lfanew 0x%x is outside the file's headers" % lfanew)
     head = _read(read, base + lfanew, 4 + _COFF_SIZE, "PE signature and COFF header")
     if head[:4] != b"PE\0\0":
-        raise DecodeError("PE: no PE signature at 0x%x (found %s)" % (lfanew, head[:4].hex()))
+        raise DecodeError("PE", None, "no PE signature at 0x%x (found %s)" % (lfanew, head[:4].hex()))
     machine, nsections, _, _, _, opt_size, _ = struct.unpack_from("<HHIIIHH", head, 4)
     if machine == Machine.I386:
-        raise DecodeError("PE: machine i386 (0x14c) has no .pdata: 32-bit x86 unwinds by "
+        raise DecodeError("PE", None, "machine i386 (0x14c) has no .pdata: 32-bit x86 unwinds by "
                           "frame chains and SEH records on the stack, which are not read")
     if machine not in (Machine.AMD64, Machine.ARM64):
-        raise DecodeError("PE: machine 0x%x is not supported (only AMD64 and ARM64)" % machine)
+        raise DecodeError("PE", None, "machine 0x%x is not supported (only AMD64 and ARM64)" % machine)
     if nsections > _MAX_SECTIONS:
-        raise DecodeError("PE: %d sections (the limit is %d)" % (nsections, _MAX_SECTIONS))
+        raise DecodeError("PE", None, "%d sections (the limit is %d)" % (nsections, _MAX_SECTIONS))
     opt_at = base + lfanew + 4 + _COFF_SIZE
     if opt_size < 112:
-        raise DecodeError("PE: optional header of %d bytes is too small for PE32+" % opt_size)
+        raise DecodeError("PE", None, "optional header of %d bytes is too small for PE32+" % opt_size)
     opt = _read(read, opt_at, opt_size, "optional header")
     magic = struct.unpack_from("<H", opt, 0)[0]
     if magic != PE32PLUS_MAGIC:
-        raise DecodeError("PE: optional header magic 0x%x is not PE32+ (0x20b)" % magic)
+        raise DecodeError("PE", None, "optional header magic 0x%x is not PE32+ (0x20b)" % magic)
     image_base = struct.unpack_from("<Q", opt, 24)[0]
     size_of_image = struct.unpack_from("<I", opt, 56)[0]
     ndirs = struct.unpack_from("<I", opt, 108)[0]
@@ -132,10 +132,10 @@ def rva_reader(read: Read, headers: PEHeaders, layout: str, base: int = 0) -> Re
     def from_file(rva: int, size: int) -> bytes:
         s = section_of(headers, rva)
         if s is None:
-            raise DecodeError("PE: RVA 0x%x is in no section" % rva)
+            raise DecodeError("PE", None, "RVA 0x%x is in no section" % rva)
         off = rva - s.virtual_address
         if off + size > s.raw_size:
-            raise DecodeError("PE: RVA 0x%x+%d is past the raw data of %s" % (rva, size, s.name))
+            raise DecodeError("PE", None, "RVA 0x%x+%d is past the raw data of %s" % (rva, size, s.name))
         return _read(read, s.raw_offset + off, size, "data at RVA 0x%x" % rva)
     return from_file
 

@@ -1,0 +1,133 @@
+"""Damaged PE files and unwind records: each a clear DecodeError (or a one-line refusal
+from `python -m plugin tables`), in bounded time; a looping chain ends."""
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from plugin.errors import DecodeError
+from plugin.formats import pdata_eval
+from plugin.formats import pdata_x64 as x64
+from plugin.formats import pe
+
+
+def _pe(machine=0x8664, magic=0x20B, nsections=1, opt_size=240, lfanew=0x80, exc=(0x1000, 12)):
+    """A minimal PE32+ header with one section .pdata at RVA 0x1000 (file offset 0x200)."""
+    dos = bytearray(0x80)
+    dos[:2] = b"MZ"
+    struct.pack_into("<I", dos, 0x3C, lfanew)
+    coff = b"PE\0\0" + struct.pack("<HHIIIHH", machine, nsections, 0, 0, 0, opt_size, 0x22)
+    opt = bytearray(max(opt_size, 240))
+    struct.pack_into("<H", opt, 0, magic)
+    struct.pack_into("<Q", opt, 24, 0x140000000)
+    struct.pack_into("<I", opt, 56, 0x3000)
+    struct.pack_into("<I", opt, 108, 16)
+    struct.pack_into("<II", opt, 112 + 24, *exc)
+    sect = struct.pack("<8sIIII", b".pdata", 0x1000, 0x1000, 0x200, 0x200) + bytes(16)
+    data = bytes(dos) + coff + bytes(opt[:opt_size]) + sect * nsections
+    return bytearray(data.ljust(0x200, b"\0") + bytes(0x200))
+
+
+def test_a_good_header_reads():
+    h = pe.read_headers(pe.file_reader(bytes(_pe())))
+    assert (h.machine, h.exception_rva, h.exception_size) == (pe.Machine.AMD64, 0x1000, 12)
+    assert [s.name for s in h.sections] == [".pdata"]
+
+
+@pytest.mark.parametrize("data,words", [
+    (b"", "truncated"),
+    (b"MZ" + bytes(10), "truncated"),
+    (b"ZM" + bytes(100), "no MZ"),
+    (bytes(_pe(lfanew=8)), "e_lfanew"),
+    (bytes(_pe(lfanew=0xFFFFFFF0)), "e_lfanew"),
+    (bytes(_pe())[:0x90], "truncated"),
+    (bytes(_pe(machine=0x14C)), "i386"),
+    (bytes(_pe(machine=0x1C4)), "not supported"),
+    (bytes(_pe(magic=0x10B)), "PE32+"),
+    (bytes(_pe(opt_size=16)), "too small"),
+    (bytes(_pe(nsections=5000)), "sections"),
+])
+def test_bad_headers_are_one_clear_error(data, words):
+    with pytest.raises(DecodeError, match=words):
+        pe.read_headers(pe.file_reader(data))
+
+
+def test_no_pe_signature():
+    data = _pe()
+    data[0x80:0x84] = b"XX\0\0"
+    with pytest.raises(DecodeError, match="no PE signature"):
+        pe.read_headers(pe.file_reader(bytes(data)))
+
+
+def test_rva_outside_sections_and_raw_data():
+    data = bytes(_pe())
+    h = pe.read_headers(pe.file_reader(data))
+    read = pe.rva_reader(pe.file_reader(data), h, "file")
+    with pytest.raises(DecodeError, match="in no section"):
+        read(0x5000, 4)
+    with pytest.raises(DecodeError, match="past the raw data"):
+        read(0x11FC, 8)
+
+
+def _reader(blob, at=0x2000):
+    def read(rva, size):
+        if not (at <= rva and rva + size <= at + len(blob)):
+            raise DecodeError("test", None, "RVA 0x%x outside" % rva)
+        return bytes(blob[rva - at:rva - at + size])
+    return read
+
+
+def test_looping_chain_is_bounded():
+    # UNWIND_INFO at 0x2000, CHAININFO, no codes, chained RUNTIME_FUNCTION -> 0x2000 itself
+    blob = bytes([0x21, 0, 0, 0]) + struct.pack("<III", 0x1000, 0x1010, 0x2000)
+    with pytest.raises(DecodeError, match="loops"):
+        x64.chain(_reader(blob), x64.RuntimeFunction(0x1000, 0x1010, 0x2000))
+
+
+def test_long_chain_is_bounded():
+    blob = b"".join(bytes([0x21, 0, 0, 0]) + struct.pack("<III", 0, 1, 0x2000 + 16 * (n + 1))
+                    for n in range(100))
+    with pytest.raises(DecodeError, match="deeper than"):
+        x64.chain(_reader(blob), x64.RuntimeFunction(0, 1, 0x2000))
+
+
+@pytest.mark.parametrize("codes,words", [
+    (bytes([0, 0x01]), "needs 2 slots"),            # ALLOC_LARGE info 0 with no operand slot
+    (bytes([0, 0x11, 0, 0]), "needs 3 slots"),      # ALLOC_LARGE info 1 with one
+    (bytes([0, 0x0B]), "unknown operation 11"),
+])
+def test_bad_codes(codes, words):
+    with pytest.raises(DecodeError, match=words):
+        x64.decode_codes(codes, len(codes) // 2, 1)
+
+
+def test_bad_version_and_truncated_info():
+    with pytest.raises(DecodeError, match="version 3"):
+        x64.read_unwind_info(_reader(bytes([3, 0, 0, 0])), 0x2000)
+    with pytest.raises(DecodeError, match="outside"):
+        x64.read_unwind_info(_reader(bytes([1, 0, 4, 0])), 0x2000)   # 4 codes, none present
+
+
+def test_push_machframe_reads_the_machine_frame():
+    """With an error code: rsp+8 holds RIP, rsp+32 holds RSP (Microsoft's machine frame)."""
+    stack = {0x1000 + 8: 0x401234, 0x1000 + 32: 0x7FF000}
+    info = x64.UnwindInfo(0, 1, x64.Flag(0), 0, 0, 0,
+                          (x64.UnwindCode(0, x64.Op.PUSH_MACHFRAME, 1, 0, 1),), None, None)
+    frame = pdata_eval.unwind_x64(x64.RuntimeFunction(0, 4, 0), [info], 0x140000000,
+                                  0x140000000, {n: 0 for n in x64.GPR} | {"rsp": 0x1000},
+                                  lambda a, s: struct.pack("<Q", stack.get(a, 0)))
+    assert (frame.rip, frame.cfa) == (0x401234, 0x7FF000)
+
+
+@pytest.mark.parametrize("data,words", [(b"MZ" + bytes(30), "truncated"),
+                                        (bytes(_pe(machine=0x14C)), "i386")])
+def test_tables_command_refuses_in_one_line(tmp_path, data, words):
+    path = tmp_path / "bad.exe"
+    path.write_bytes(data)
+    run = subprocess.run([sys.executable, "-m", "plugin", "tables", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and words in run.stderr and "Traceback" not in run.stderr
