@@ -69,3 +69,42 @@ def readobj_x64(path: str) -> list:
         elif s.startswith("Handler:"):
             info["handler"] = _num(s)
     return functions
+
+
+def readobj_arm64(path: str) -> list:
+    """Each ARM64 RuntimeFunction as a dict of llvm-readobj's fields: Function, and either
+    the packed ones (Fragment, FunctionLength, RegF, RegI, HomedParameters, CR, FrameSize)
+    or ExceptionRecord and the .xdata ones, with "prologue" (opcode hex strings) and
+    "scopes" ([StartOffset, EpilogueStartIndex, [opcode hex strings]])."""
+    out = subprocess.run(["llvm-readobj-16", "--unwind", path], check=True,
+                         capture_output=True, text=True).stdout
+    functions = []
+    where = None
+    for line in out.splitlines():
+        s = line.strip()
+        if s.startswith("RuntimeFunction {"):
+            functions.append({"prologue": [], "scopes": []})
+            where = None
+        elif s.startswith("Function:"):
+            functions[-1]["Function"] = int(re.search(r"0x([0-9A-F]+)", s.split(":", 1)[1])
+                                            .group(1), 16)
+        elif s.startswith("ExceptionRecord:"):
+            functions[-1]["ExceptionRecord"] = int(s.split()[1], 16)
+        elif s.startswith("Prologue ["):
+            where = functions[-1]["prologue"]
+        elif s.startswith("EpilogueScope {"):
+            functions[-1]["scopes"].append([None, None, []])
+        elif s.startswith("StartOffset:"):
+            functions[-1]["scopes"][-1][0] = int(s.split()[1])
+        elif s.startswith("EpilogueStartIndex:"):
+            functions[-1]["scopes"][-1][1] = int(s.split()[1])
+        elif s.startswith("Opcodes ["):
+            where = functions[-1]["scopes"][-1][2]
+        elif s.startswith("Epilogue ["):
+            where = functions[-1].setdefault("epilogue", [])
+        elif re.match(r"0x[0-9a-f]+ +;", s) and where is not None:
+            where.append(s.split()[0][2:])
+        elif re.match(r"[A-Za-z]+: ", s) and functions:
+            key, value = s.split(":", 1)
+            functions[-1].setdefault(key, value.strip())
+    return functions
