@@ -102,6 +102,9 @@ def tables_of(path, args):
     from plugin.render import tables
     from plugin.targets import load
     if _is_pe(path):
+        if args.json or args.address is not None or args.arch or args.sources:
+            return _fail("%s is a PE file: --json, --address, --arch and --sources do not "
+                         "apply to PE files yet (plain `tables FILE` prints its entries)" % path)
         return _pe_tables(path)
     try:
         target, modules = load(path, args.arch)

@@ -73,3 +73,22 @@ def test_the_fixtures_cover_each_kind(tmp_path):
             "scopes", "packed epilogue"} <= kinds
     assert {"save_fplr", "save_fplr_x", "save_regp", "save_freg", "set_fp", "alloc_s",
             "save_reg", "end"} <= names
+
+
+@pytest.mark.parametrize("target", [ARM64, "x86_64-pc-windows-msvc"])
+def test_tables_command_prints_every_entry(tmp_path, target):
+    """`python -m plugin tables FILE` on a PE file: exit 0, one RuntimeFunction line per
+    entry llvm-readobj lists, at the same addresses."""
+    import re
+    import subprocess
+    import sys
+    path = build("x64_funcs.c", str(tmp_path), target=target, opt="-O0")
+    run = subprocess.run([sys.executable, "-m", "plugin", "tables", path],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    ours = [int(a, 16) for a in re.findall(r"^RuntimeFunction 0x([0-9a-f]+)", run.stdout, re.M)]
+    readobj = subprocess.run(["llvm-readobj-16", "--unwind", path], capture_output=True,
+                             text=True, check=True).stdout
+    theirs = [int(a, 16) for a in
+              re.findall(r"(?:Function|StartAddress): .*?\(?0x([0-9A-F]+)\)?$", readobj, re.M)]
+    assert ours == theirs and ours
