@@ -83,8 +83,10 @@ def test_tables_command_prints_every_entry(tmp_path, target):
     import subprocess
     import sys
     path = build("x64_funcs.c", str(tmp_path), target=target, opt="-O0")
+    import os
     run = subprocess.run([sys.executable, "-m", "plugin", "tables", path],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120,
+                         cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
     assert run.returncode == 0, run.stderr
     ours = [int(a, 16) for a in re.findall(r"^RuntimeFunction 0x([0-9a-f]+)", run.stdout, re.M)]
     readobj = subprocess.run(["llvm-readobj-16", "--unwind", path], capture_output=True,

@@ -2,6 +2,7 @@
 from `python -m plugin tables`), in bounded time; a looping chain ends."""
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
@@ -128,6 +129,7 @@ def test_tables_command_refuses_in_one_line(tmp_path, data, words):
     path = tmp_path / "bad.exe"
     path.write_bytes(data)
     run = subprocess.run([sys.executable, "-m", "plugin", "tables", str(path)],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60,
+                         cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1 and words in run.stderr and "Traceback" not in run.stderr
