@@ -133,3 +133,29 @@ def test_tables_command_refuses_in_one_line(tmp_path, data, words):
                          cwd=os.path.join(os.path.dirname(__file__), "..", ".."))
     assert run.returncode == 2
     assert run.stderr.count("\n") == 1 and words in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("code,steps", [
+    (b"\x48\x83\xc4\x28\x5b\x41\x5e\xc3", [("add", 0, 0x28), ("pop", 3, 0), ("pop", 14, 0)]),
+    (b"\x48\x81\xc4\x00\x01\x00\x00\xc3", [("add", 0, 0x100)]),
+    (b"\x48\x8d\x65\x10\x5d\xf3\xc3", [("lea", 5, 0x10), ("pop", 5, 0)]),
+    (b"\x49\x8d\xa5\x00\x02\x00\x00\xc3", [("lea", 13, 0x200)]),
+    (b"\x5e\xe9\x00\x10\x00\x00", [("pop", 6, 0)]),           # jmp out: a tail call
+    (b"\x48\xff\x25\x00\x00\x00\x00", []),                     # jmp [rip+0]
+])
+def test_epilogues_are_read_from_the_code(code, steps):
+    """Each form Microsoft lists for an x64 epilogue, read as the rest of it."""
+    got = pdata_eval._epilogue(lambda a, n: code.ljust(n, b"\xcc")[:n], 0x1000,
+                               [(0x1000, 0x1010)])
+    assert got == steps + [("ret", 0, 0)]
+
+
+@pytest.mark.parametrize("code", [
+    b"\x48\x83\xc4\x28\x90\xc3",      # add rsp, then a nop: not an epilogue
+    b"\xeb\x02",                      # jmp inside the function
+    b"\x48\x83\xec\x28\xc3",          # sub rsp is a prologue's
+    b"\x5b\x5b\x48\x89\xc8\xc3",      # pops then a mov
+])
+def test_code_that_is_no_epilogue(code):
+    assert pdata_eval._epilogue(lambda a, n: code.ljust(n, b"\xcc")[:n], 0x1000,
+                                [(0x1000, 0x1010)]) is None
