@@ -94,3 +94,32 @@ def test_tables_command_prints_every_entry(tmp_path, target):
     theirs = [int(a, 16) for a in
               re.findall(r"(?:Function|StartAddress): .*?\(?0x([0-9A-F]+)\)?$", readobj, re.M)]
     assert ours == theirs and ours
+
+
+@pytest.mark.parametrize("target", [ARM64, "x86_64-pc-windows-msvc"])
+def test_damaged_images_give_decode_errors_only(tmp_path, target):
+    """300 copies of a clang-built image, each with 8 random bytes of its headers, .pdata or
+    .xdata overwritten: `tables` prints or raises DecodeError, nothing else."""
+    import io
+    import random
+    from plugin.errors import DecodeError
+    from plugin.render import pe_tables
+    data = open(build("x64_funcs.c", str(tmp_path), target=target, opt="-O0"), "rb").read()
+    headers = pe.read_headers(pe.file_reader(data))
+    spots = list(range(0, 0x200)) + [s.raw_offset + k for s in headers.sections
+                                     if s.name in (".pdata", ".xdata", ".rdata")
+                                     for k in range(min(s.raw_size, 0x100))]
+    rng = random.Random(36)
+    outcomes = {"printed": 0, "refused": 0}
+    for n in range(300):
+        damaged = bytearray(data)
+        for _ in range(8):
+            damaged[rng.choice(spots)] = rng.randrange(256)
+        path = tmp_path / ("d%d.exe" % n)
+        path.write_bytes(bytes(damaged))
+        try:
+            pe_tables.write_text(str(path), io.StringIO())
+            outcomes["printed"] += 1
+        except DecodeError:
+            outcomes["refused"] += 1
+    assert outcomes["printed"] and outcomes["refused"]
