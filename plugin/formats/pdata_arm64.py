@@ -142,6 +142,8 @@ _OPCODES = ((0x00, 0x1F, "alloc_s", 1), (0x20, 0x3F, "save_r19r20_x", 1),
             (0xE7, 0xE7, "save_any_reg", 3), (0xE8, 0xE8, "trap_frame", 1),
             (0xE9, 0xE9, "machine_frame", 1), (0xEA, 0xEA, "context", 1),
             (0xEB, 0xEB, "ec_context", 1), (0xEC, 0xEC, "clear_unwound_to_call", 1),
+            (0xF8, 0xF8, "reserved", 2), (0xF9, 0xF9, "reserved", 3),
+            (0xFA, 0xFA, "reserved", 4), (0xFB, 0xFB, "reserved", 5),
             (0xFC, 0xFC, "pac_sign_lr", 1))
 
 

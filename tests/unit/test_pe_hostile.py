@@ -159,3 +159,18 @@ def test_epilogues_are_read_from_the_code(code, steps):
 def test_code_that_is_no_epilogue(code):
     assert pdata_eval._epilogue(lambda a, n: code.ljust(n, b"\xcc")[:n], 0x1000,
                                 [(0x1000, 0x1010)]) is None
+
+
+def test_arm64_opcodes_split_by_their_documented_lengths():
+    """Microsoft's table: the first byte gives each opcode's length, reserved ones too;
+    a code cut short is an error, and splitting stops at end."""
+    from plugin.formats import pdata_arm64 as a64
+    codes = bytes([0xE0, 0, 1, 0, 0xC8, 0x02, 0xFA, 1, 2, 3, 0xE2, 4, 0xE4, 0x01])
+    ops = a64.opcodes(codes)
+    assert [(op.name, op.raw.hex()) for op in ops] == [
+        ("alloc_l", "e0000100"), ("save_regp", "c802"), ("reserved", "fa010203"),
+        ("add_fp", "e204"), ("end", "e4")]
+    assert [a64.operand(op) for op in ops] == [256 * 16, 16, 0, 32, 0]
+    assert a64.register(ops[1]) == "x19"
+    with pytest.raises(DecodeError, match="needs 4 bytes"):
+        a64.opcodes(bytes([0xE0, 0]))
