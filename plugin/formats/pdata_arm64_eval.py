@@ -5,9 +5,8 @@ epilogue scope (or the packed epilogue at the function's end) the opcodes of
 the instructions not yet run apply; elsewhere the whole prologue.
 
 A pure function over read_memory(address, size) and a dict of registers
-("x0".."x30", "sp", "pc"). Packed entries are evaluated only in their plainest
-form (RegI = RegF = 0, H = 0, CR = 0: one `sub sp, sp, #FrameSize`, which is
-what clang emits for small leaf frames, and CR = 1 saving lr alone in 16 bytes); others raise DecodeError, as do
+("x0".."x30", "sp", "pc"). Packed entries are turned into their equivalent
+prologue opcodes for the forms _packed_prologue names; others raise DecodeError, as do
 save_next, save_any_reg, alloc_z and the Microsoft frame opcodes (not evaluated
 yet). Saved d registers are reported as addresses.
 """
@@ -125,14 +124,56 @@ def unwind_arm64(entry: a64.Entry, xdata, image_base: int, pc: int,
     return CallerFrame(regs["sp"], regs["x30"], regs, saved)
 
 
+def _op(name: str, *raw: int) -> a64.Opcode:
+    return a64.Opcode(name, bytes(raw), 0)
+
+
+def _alloc(size: int) -> List[a64.Opcode]:
+    if size <= 0:
+        return []
+    if size < 512:
+        return [_op("alloc_s", size // 16)]
+    if size < 32768:
+        return [_op("alloc_m", 0xC0 | (size // 16) >> 8, (size // 16) & 0xFF)]
+    raise _fail("packed local area of %d bytes is not evaluated yet" % size)
+
+
 def _packed_prologue(p: a64.Packed) -> List[a64.Opcode]:
-    """The opcodes equal to a packed entry's canonical prologue, for the forms evaluated:
-    CR=0 with nothing saved (`sub sp, sp, #FrameSize`) and CR=1 saving lr alone in a
-    16-byte frame (`str lr, [sp, #-16]!`)."""
-    if (p.reg_i, p.reg_f, p.homed) == (0, 0, False):
-        if p.cr == a64.CR.UNCHAINED and 0 < p.frame_size <= 496:
-            return [a64.Opcode("alloc_s", bytes([p.frame_size // 16]), 0)]
-        if p.cr == a64.CR.UNCHAINED_SAVED_LR and p.frame_size == 16:
-            return [a64.Opcode("save_reg_x", bytes([0xD5, 0x61]), 0)]    # x30, 16 bytes
-    raise _fail("packed form RegI=%d RegF=%d H=%d CR=%d FrameSize=%d is not evaluated yet"
-                % (p.reg_i, p.reg_f, p.homed, p.cr, p.frame_size))
+    """The opcodes (last-run first) equal to a packed entry's canonical prologue, for the
+    forms evaluated: RegF = 0 and H = 0, with CR 0 or 1 (any RegI: the integer saves, lr
+    with them when CR = 1, then `sub sp`) or CR 3 with RegI = 0 (`stp x29, lr,
+    [sp, #-FrameSize]!`, `mov x29, sp`)."""
+    if p.reg_f or p.homed or p.cr == a64.CR.CHAINED_PAC or \
+            (p.cr == a64.CR.CHAINED and p.reg_i):
+        raise _fail("packed form RegI=%d RegF=%d H=%d CR=%d is not evaluated yet"
+                    % (p.reg_i, p.reg_f, p.homed, p.cr))
+    if p.cr == a64.CR.CHAINED:
+        if p.frame_size > 512:
+            raise _fail("packed chained frame of %d bytes is not evaluated yet" % p.frame_size)
+        return [_op("set_fp", 0xE1), _op("save_fplr_x", 0x80 | (p.frame_size // 8 - 1))]
+    lr = p.cr == a64.CR.UNCHAINED_SAVED_LR
+    saved = p.reg_i + (1 if lr else 0)
+    save_size = (8 * saved + 15) // 16 * 16
+    run: List[a64.Opcode] = []                  # in execution order
+    regs = ["x%d" % (19 + n) for n in range(p.reg_i)] + (["x30"] if lr else [])
+    for k in range(0, len(regs), 2):
+        first, pair = int(regs[k][1:]), regs[k + 1:k + 2]
+        x = first - 19
+        if k == 0:
+            z = save_size // 8 - 1
+            if pair and pair[0] != "x30":
+                run.append(_op("save_regp_x", 0xCC | x >> 2, (x & 3) << 6 | z))
+            elif pair:                          # x19, lr first: no pre-indexed lr pair opcode
+                raise _fail("packed RegI=1 CR=1 is not evaluated yet")
+            else:
+                run.append(_op("save_reg_x", 0xD4 | x >> 3, (x & 7) << 5 | z))
+            continue
+        off = 8 * k // 8
+        if pair and pair[0] == "x30":
+            run.append(_op("save_lrpair", 0xD6 | (x // 2) >> 2, ((x // 2) & 3) << 6 | off))
+        elif pair:
+            run.append(_op("save_regp", 0xC8 | x >> 2, (x & 3) << 6 | off))
+        else:
+            run.append(_op("save_reg", 0xD0 | x >> 2, (x & 3) << 6 | off))
+    run += _alloc(p.frame_size - save_size)
+    return list(reversed(run))

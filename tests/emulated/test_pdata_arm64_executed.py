@@ -79,7 +79,9 @@ def _run(path, index):
 
 
 CASES = [("x64_funcs.c", "-O0", n) for n in range(4)] + \
-    [("x64_funcs.c", "-O2", n) for n in range(2)] + [("arm64_codes.s", "-O0", 0)]
+    [("x64_funcs.c", "-O2", n) for n in range(2)] + [("arm64_codes.s", "-O0", 0)] + \
+    [("arm64_packed.c", "-O0", n) for n in range(6)] + \
+    [("arm64_packed.c", "-O2", n) for n in range(4)]
 
 
 @pytest.mark.parametrize("source,opt,index", CASES)
