@@ -101,6 +101,11 @@ def tables_of(path, args):
     cannot be used at all (one line on stderr)."""
     from plugin.render import tables
     from plugin.targets import load
+    if _is_pe(path):
+        if args.json or args.address is not None or args.arch or args.sources:
+            return _fail("%s is a PE file: --json, --address, --arch and --sources do not "
+                         "apply to PE files yet (plain `tables FILE` prints its entries)" % path)
+        return _pe_tables(path)
     try:
         target, modules = load(path, args.arch)
     except unusable_input() as exc:
@@ -108,6 +113,23 @@ def tables_of(path, args):
     write = tables.write_json if args.json else tables.write_text
     problems = write(target, modules, args.address, sys.stdout, args.sources)
     return 1 if len(problems) > problems.misses else 0
+
+
+def _is_pe(path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"MZ"
+    except OSError:
+        return False
+
+
+def _pe_tables(path):
+    """A PE file's x64 .pdata entries (plugin.render.pe_tables); text only for now."""
+    from plugin.render import pe_tables
+    try:
+        return pe_tables.write_text(path, sys.stdout)
+    except unusable_input() as exc:
+        return _fail("cannot open %s: %s" % (path, getattr(exc, "strerror", None) or exc))
 
 
 def unusable_input() -> tuple:

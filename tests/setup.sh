@@ -20,6 +20,8 @@ all_packages=("${demo_packages[@]}" g++ make file bzip2 lldb-16 python3-lldb-16 
 #   tests/lldb/test_lldb_native_frames.py); libipt2..libpython3.11: what the unpacked LLDB 19
 #   and 22 (below) need at run time; golang-go, rustc: the runtime matrix (tests/gdb/test_runtimes.py);
 #   dejagnu, dpkg-dev: GDB's own testsuite (runtest; dpkg-source unpacks its source, below);
+#   clang-16, lld-16 (lld-link-16), llvm-16 (llvm-readobj-16): the PE images of tests/fixtures/pe/
+#   and their oracle (pefile, the x64 cross-check, is in the [test] extra);
 #   time: /usr/bin/time measures the sweep's and benchmarks' children (tests/realworld/sweep_tables.py)
 if [ "${1:-all}" = demo ]; then packages=("${demo_packages[@]}"); else packages=("${all_packages[@]}"); fi
 

@@ -24,7 +24,7 @@ def open_file(path, arch=None):
 
 
 ELF_MAGIC = b"\x7fELF"
-_OTHER_FORMATS = ((b"MZ", "a PE/COFF file (Windows): its unwind data is not read"),
+_OTHER_FORMATS = ((b"MZ", "a PE/COFF file (Windows): only `tables FILE` reads its unwind data"),
                   (b"#!", "a script"), (b"!<ar", "an ar archive: extract its members"))
 
 

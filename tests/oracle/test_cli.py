@@ -73,12 +73,20 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_a_pe_file_is_refused_by_name(tmp_path):
+def test_a_damaged_pe_file_is_refused_in_one_line(tmp_path):
     exe = tmp_path / "x.exe"
     exe.write_bytes(b"MZ\x90\x00" + bytes(60))
     result = plugin("tables", exe)
     assert result.returncode == 2
-    assert "not an ELF or Mach-O file: it starts with 4d 5a 90 00 (a PE/COFF file (Windows)" in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "python -m plugin: error: cannot open %s: PE: e_lfanew 0x0 is outside the file's headers"
+        % exe]
+    result = plugin("tables", "--json", exe)
+    assert result.returncode == 2 and "do not apply to PE files yet" in result.stderr
+    result = plugin("validate", exe)
+    assert result.returncode == 2
+    assert "it starts with 4d 5a 90 00 (a PE/COFF file (Windows): only `tables FILE` reads" \
+        in result.stderr
 
 
 MISSING_ELFTOOLS = ("import runpy, sys; sys.modules['elftools'] = None; sys.argv = ['plugin'] + sys.argv[1:]; "

@@ -1,0 +1,149 @@
+"""PE/COFF headers: DOS header, PE signature, COFF file header, the PE32+
+optional header with its data directories, and the section table.
+
+Reads through a read(address, size) -> bytes callable, so the same code
+works on a file (address = file offset, layout="file") and on an image the
+loader mapped (address = image base + RVA, layout="image"). Only what the
+unwinder needs is decoded: the machine, the image base, the exception
+directory (data directory 3, the .pdata RUNTIME_FUNCTION table) and the
+sections, by which an RVA is turned into a file offset.
+
+Bad input raises plugin.errors.DecodeError, nothing else: every offset and
+count is checked before it is used, and at most _MAX_SECTIONS are read.
+(Facts from Microsoft's "PE Format" documentation.)
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+from plugin.errors import DecodeError
+
+Read = Callable[[int, int], bytes]
+
+
+class Machine(enum.IntEnum):
+    I386 = 0x14C
+    AMD64 = 0x8664
+    ARM64 = 0xAA64
+
+
+PE32_MAGIC = 0x10B
+PE32PLUS_MAGIC = 0x20B
+EXCEPTION_DIRECTORY = 3
+_COFF_SIZE = 20
+_SECTION_SIZE = 40
+_MAX_SECTIONS = 96           # the loader's own limit
+_MAX_PE_OFFSET = 0x10000000  # e_lfanew past 256 MiB is garbage
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    virtual_address: int     # RVA
+    virtual_size: int
+    raw_offset: int          # file offset
+    raw_size: int
+
+
+@dataclass(frozen=True)
+class PEHeaders:
+    machine: Machine
+    image_base: int
+    size_of_image: int
+    exception_rva: int       # 0 when the image has no exception directory
+    exception_size: int
+    sections: Tuple[Section, ...]
+
+
+def _read(read: Read, address: int, size: int, what: str) -> bytes:
+    try:
+        data = read(address, size)
+    except (OSError, ValueError, IndexError) as exc:
+        raise DecodeError("PE", None, "cannot read the %s at 0x%x: %s" % (what, address, exc))
+    if data is None or len(data) < size:
+        raise DecodeError("PE", None, "the %s at 0x%x is truncated (%d of %d bytes)"
+                          % (what, address, 0 if data is None else len(data), size))
+    return bytes(data[:size])
+
+
+def is_pe(head: bytes) -> bool:
+    """Whether bytes start with the DOS header's "MZ"."""
+    return head[:2] == b"MZ"
+
+
+def read_headers(read: Read, base: int = 0) -> PEHeaders:
+    """The headers of the PE image whose DOS header is at base."""
+    dos = _read(read, base, 64, "DOS header")
+    if dos[:2] != b"MZ":
+        raise DecodeError("PE", None, "no MZ signature (starts with %s)" % dos[:2].hex())
+    lfanew = struct.unpack_from("<I", dos, 0x3C)[0]
+    if lfanew < 64 or lfanew > _MAX_PE_OFFSET:
+        raise DecodeError("PE", None, "e_lfanew 0x%x is outside the file's headers" % lfanew)
+    head = _read(read, base + lfanew, 4 + _COFF_SIZE, "PE signature and COFF header")
+    if head[:4] != b"PE\0\0":
+        raise DecodeError("PE", None, "no PE signature at 0x%x (found %s)" % (lfanew, head[:4].hex()))
+    machine, nsections, _, _, _, opt_size, _ = struct.unpack_from("<HHIIIHH", head, 4)
+    if machine == Machine.I386:
+        raise DecodeError("PE", None, "machine i386 (0x14c) has no .pdata: 32-bit x86 unwinds by "
+                          "frame chains and SEH records on the stack, which are not read")
+    if machine not in (Machine.AMD64, Machine.ARM64):
+        raise DecodeError("PE", None, "machine 0x%x is not supported (only AMD64 and ARM64)" % machine)
+    if nsections > _MAX_SECTIONS:
+        raise DecodeError("PE", None, "%d sections (the limit is %d)" % (nsections, _MAX_SECTIONS))
+    opt_at = base + lfanew + 4 + _COFF_SIZE
+    if opt_size < 112:
+        raise DecodeError("PE", None, "optional header of %d bytes is too small for PE32+" % opt_size)
+    opt = _read(read, opt_at, opt_size, "optional header")
+    magic = struct.unpack_from("<H", opt, 0)[0]
+    if magic != PE32PLUS_MAGIC:
+        raise DecodeError("PE", None, "optional header magic 0x%x is not PE32+ (0x20b)" % magic)
+    image_base = struct.unpack_from("<Q", opt, 24)[0]
+    size_of_image = struct.unpack_from("<I", opt, 56)[0]
+    ndirs = struct.unpack_from("<I", opt, 108)[0]
+    exc_rva = exc_size = 0
+    if ndirs > EXCEPTION_DIRECTORY and 112 + 8 * (EXCEPTION_DIRECTORY + 1) <= opt_size:
+        exc_rva, exc_size = struct.unpack_from("<II", opt, 112 + 8 * EXCEPTION_DIRECTORY)
+    table = _read(read, opt_at + opt_size, nsections * _SECTION_SIZE, "section table")
+    sections = []
+    for n in range(nsections):
+        name, vsize, vaddr, rsize, roff = struct.unpack_from("<8sIIII", table, n * _SECTION_SIZE)
+        sections.append(Section(name.rstrip(b"\0").decode("latin-1"), vaddr, vsize, roff, rsize))
+    return PEHeaders(Machine(machine), image_base, size_of_image, exc_rva, exc_size,
+                     tuple(sections))
+
+
+def section_of(headers: PEHeaders, rva: int) -> Optional[Section]:
+    """The section holding an RVA, or None."""
+    for s in headers.sections:
+        if s.virtual_address <= rva < s.virtual_address + max(s.virtual_size, s.raw_size):
+            return s
+    return None
+
+
+def rva_reader(read: Read, headers: PEHeaders, layout: str, base: int = 0) -> Read:
+    """A read(rva, size) over the image: layout "image" reads base + rva; layout "file"
+    turns the rva into a file offset through the section table (DecodeError outside any)."""
+    if layout == "image":
+        return lambda rva, size: _read(read, base + rva, size, "data at RVA 0x%x" % rva)
+
+    def from_file(rva: int, size: int) -> bytes:
+        s = section_of(headers, rva)
+        if s is None:
+            raise DecodeError("PE", None, "RVA 0x%x is in no section" % rva)
+        off = rva - s.virtual_address
+        if off + size > s.raw_size:
+            raise DecodeError("PE", None, "RVA 0x%x+%d is past the raw data of %s" % (rva, size, s.name))
+        return _read(read, s.raw_offset + off, size, "data at RVA 0x%x" % rva)
+    return from_file
+
+
+def file_reader(data: bytes) -> Read:
+    """read(offset, size) over a file's bytes (short at the end, as a file read is)."""
+    def read(offset: int, size: int) -> bytes:
+        if offset < 0:
+            raise ValueError("negative offset")
+        return data[offset:offset + size]
+    return read

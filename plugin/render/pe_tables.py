@@ -1,0 +1,128 @@
+"""`python -m plugin tables FILE` for a PE file: every .pdata entry with its
+x64 UNWIND_INFO and unwind codes, or its ARM64 packed fields or .xdata
+record (header, epilogue scopes, opcodes), in substance as
+`llvm-readobj --unwind` prints them."""
+from __future__ import annotations
+
+from typing import TextIO
+
+from plugin.errors import DecodeError
+from plugin.formats import pdata_arm64 as arm64
+from plugin.formats import pdata_x64 as x64
+from plugin.formats import pe
+
+
+def describe_code(code: x64.UnwindCode, info: x64.UnwindInfo) -> str:
+    """One unwind code as a line: its prolog offset, operation and operands."""
+    op = code.op
+    if op in (x64.Op.PUSH_NONVOL,):
+        detail = "reg=%s" % x64.GPR[code.info].upper()
+    elif op in (x64.Op.ALLOC_LARGE, x64.Op.ALLOC_SMALL):
+        detail = "size=%d" % code.operand
+    elif op == x64.Op.SET_FPREG:
+        detail = "reg=%s, offset=0x%x" % (x64.GPR[info.frame_register].upper(), info.frame_offset)
+    elif op in (x64.Op.SAVE_NONVOL, x64.Op.SAVE_NONVOL_FAR):
+        detail = "reg=%s, offset=0x%x" % (x64.GPR[code.info].upper(), code.operand)
+    elif op in (x64.Op.SAVE_XMM128, x64.Op.SAVE_XMM128_FAR):
+        detail = "reg=XMM%d, offset=0x%x" % (code.info, code.operand)
+    elif op == x64.Op.PUSH_MACHFRAME:
+        detail = "errcode=%s" % ("yes" if code.info else "no")
+    else:
+        detail = "info=%d, operand=0x%x" % (code.info, code.operand)
+    return "0x%02x: %s %s" % (code.offset, op.name, detail)
+
+
+def write_text(path: str, out: TextIO) -> int:
+    """Exit status: 0 every entry decoded, 1 some not (each said), DecodeError if none can be."""
+    with open(path, "rb") as f:
+        data = f.read()
+    read = pe.file_reader(data)
+    headers = pe.read_headers(read)
+    out.write("File: %s\nFormat: PE32+ %s\nImageBase: 0x%x\n"
+              % (path, headers.machine.name, headers.image_base))
+    if not headers.exception_rva:
+        out.write("no exception directory (.pdata): no unwind data\n")
+        return 0
+    rva_read = pe.rva_reader(read, headers, "file")
+    if headers.machine == pe.Machine.ARM64:
+        return _write_arm64(rva_read, headers, out)
+    status = 0
+    base = headers.image_base
+    for fn in x64.read_runtime_functions(rva_read, headers.exception_rva, headers.exception_size):
+        out.write("RuntimeFunction 0x%x-0x%x UnwindInfo 0x%x\n"
+                  % (base + fn.begin, base + fn.end, base + fn.unwind_info))
+        try:
+            infos = x64.chain(rva_read, fn)
+        except DecodeError as exc:
+            out.write("  problem: %s\n" % exc)
+            status = 1
+            continue
+        for info in infos:
+            out.write("  Version %d Flags 0x%x%s PrologSize %d FrameRegister %s FrameOffset 0x%x "
+                      "Codes %d\n" % (info.version, info.flags,
+                                      "".join(" " + f.name for f in x64.Flag if info.flags & f),
+                                      info.prolog_size,
+                                      x64.GPR[info.frame_register].upper()
+                                      if info.frame_register else "-",
+                                      info.frame_offset, sum(c.slots for c in info.codes)))
+            for code in info.codes:
+                out.write("    %s\n" % describe_code(code, info))
+            if info.handler is not None:
+                out.write("    Handler 0x%x\n" % (base + info.handler))
+            if info.chained is not None:
+                out.write("    Chained 0x%x-0x%x UnwindInfo 0x%x\n"
+                          % (base + info.chained.begin, base + info.chained.end,
+                             base + info.chained.unwind_info))
+    return status
+
+
+def _opcode_text(op: arm64.Opcode) -> str:
+    reg = arm64.register(op)
+    return "%-12s %-14s%s%s" % (op.raw.hex(), op.name, " " + reg if reg else "",
+                               " #%d" % arm64.operand(op) if arm64.operand(op) else "")
+
+
+def _write_arm64(read, headers: pe.PEHeaders, out: TextIO) -> int:
+    status = 0
+    base = headers.image_base
+    for entry in arm64.read_entries(read, headers.exception_rva, headers.exception_size):
+        out.write("RuntimeFunction 0x%x %s\n" % (base + entry.begin, entry.flag.name))
+        if entry.packed is not None:
+            p = entry.packed
+            out.write("  FunctionLength %d RegF %d RegI %d H %d CR %d (%s) FrameSize %d\n"
+                      % (p.function_length, p.reg_f, p.reg_i, p.homed, p.cr, p.cr.name,
+                         p.frame_size))
+            continue
+        if entry.xdata is None:
+            out.write("  problem: reserved Flag 3\n")
+            status = 1
+            continue
+        try:
+            x = arm64.read_xdata(read, entry.xdata)
+            prologue = arm64.opcodes(x.codes)
+            scopes = [(s, arm64.opcodes(x.codes, s.start_index)) for s in x.scopes]
+            packed_epilogue = arm64.opcodes(x.codes, x.epilogue_count) \
+                if x.epilogue_packed and x.epilogue_count < len(x.codes) else []
+        except DecodeError as exc:
+            out.write("  problem: %s\n" % exc)
+            status = 1
+            continue
+        out.write("  XData 0x%x FunctionLength %d Version %d ExceptionData %s EpiloguePacked %s "
+                  "%s %d CodeBytes %d\n"
+                  % (base + x.rva, x.function_length, x.version, x.has_exception_data,
+                     x.epilogue_packed, "EpilogueIndex" if x.epilogue_packed else "EpilogueScopes",
+                     x.epilogue_count, len(x.codes)))
+        out.write("  Prologue\n")
+        for op in prologue:
+            out.write("    %s\n" % _opcode_text(op))
+        if packed_epilogue:
+            out.write("  Epilogue (packed, at the function's end) from index %d\n" % x.epilogue_count)
+            for op in packed_epilogue:
+                out.write("    %s\n" % _opcode_text(op))
+        for scope, ops in scopes:
+            out.write("  Epilogue at +0x%x from index %d\n" % (scope.offset, scope.start_index))
+            for op in ops:
+                out.write("    %s\n" % _opcode_text(op))
+        if x.handler is not None:
+            out.write("  Handler 0x%x\n" % (base + x.handler))
+    return status
