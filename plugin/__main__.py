@@ -8,6 +8,7 @@ live debugger. Errors are one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from plugin.commands.spec import OPTIONS, Debugger, convert
@@ -116,6 +117,10 @@ def tables_of(path, args):
 
 
 def _is_pe(path) -> bool:
+    """Does a regular file start with "MZ"? (A fifo or a device is left to load()'s refusal: reading
+    one could block or never end.)"""
+    if not os.path.isfile(path):
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(2) == b"MZ"
