@@ -360,6 +360,9 @@ def _selector(target, args):
 def _symbol_starts(target, name):
     elf = getattr(target, "elf", None)
     starts = set()
+    if elf is None and hasattr(target, "_symbol_table"):     # Mach-O: names kept without the leading '_'
+        wanted = {name, name[1:] if name.startswith("_") else name}
+        return {start for start, _end, known in target._symbol_table()[1] if known in wanted}
     for section_name in (".symtab", ".dynsym"):
         section = elf.get_section_by_name(section_name) if elf is not None else None
         if section is None:
