@@ -1,0 +1,34 @@
+"""arm64 Mach-O objects: __eh_frame pc_begin relocations (SUBTRACTOR/UNSIGNED pairs) are applied,
+so FDEs start where llvm-nm puts the functions (llvm-dwarfdump leaves them at __eh_frame's address)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from plugin.targets.macho_relocs import relocate_eh_frame
+
+_C = ("extern int g(int);\nint f1(int x) { return g(x) * 7 + x; }\n"
+      "int f2(int a, int b) { return g(a) + g(b) * b + a; }\n")
+
+
+def test_fde_starts_are_the_functions(tmp_path):
+    (tmp_path / "obj.c").write_text(_C)
+    obj = str(tmp_path / "obj.o")
+    subprocess.run(["clang-16", "-target", "arm64-apple-macos11", "-O2", "-fomit-frame-pointer", "-c",
+                    str(tmp_path / "obj.c"), "-o", obj], check=True)
+    relocs = subprocess.run(["llvm-objdump-16", "-r", obj], capture_output=True, text=True, check=True).stdout
+    assert "ARM64_RELOC_SUBTRACTOR" in relocs.split("[__eh_frame]")[1]
+    nm = subprocess.run(["llvm-nm-16", obj], capture_output=True, text=True, check=True).stdout
+    starts = sorted(int(a, 16) for a in re.findall(r"^([0-9a-f]+) T _f[12]$", nm, re.M))
+    done = subprocess.run([sys.executable, "-m", "plugin", "tables", obj], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    fdes = [int(a, 16) for a in re.findall(r"^  \[0x([0-9a-f]+), 0x[0-9a-f]+\) FDE", done.stdout, re.M)]
+    assert starts == [0, 0x24] and sorted(fdes) == starts
+
+
+def test_truncated_object_says_so():
+    header = bytes.fromhex("cffaedfe0c000001000000000100000004000000")
+    data, problems = relocate_eh_frame(header + b"\0" * 8)
+    assert data == header + b"\0" * 8 and problems and "unrelocated" in problems[0]
