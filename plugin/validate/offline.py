@@ -393,13 +393,27 @@ def run(args) -> int:
     select, error = _selector(target, args)
     if error:
         return _fail(error)
+    known = None
+    if getattr(args, "baseline", None):
+        from plugin.validate import baseline
+        try:
+            known = baseline.load(args.baseline)
+        except ValueError as exc:
+            return _fail(str(exc))
     detail = select is not None
     reports = [_validated(target, module, select, detail) for module in chosen]
+    dropped = sum(baseline.keep_new(r, known) for r in reports) if known is not None else 0
     if args.json:
-        json.dump({"modules": [r.to_json() for r in reports]}, sys.stdout, indent=1)
+        out = {"modules": [r.to_json() for r in reports]}
+        if known is not None:
+            out["baseline"] = {"file": args.baseline, "known_not_shown": dropped}
+        json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print("\n".join(text(r, detail) for r in reports))
+        if known is not None:
+            print("baseline %s: %d known disagreement(s) not shown; %d new"
+                  % (args.baseline, dropped, sum(len(r.disagreements) for r in reports)))
         for module in chosen:
             if not module.tables:
                 print("%s: no unwind tables (nothing to check)" % module.name)

@@ -49,3 +49,31 @@ def test_the_correct_twin_is_clean(twin):
     assert report["disagreements"] == []
     assert report["sources"]["cfi"]["wrong"] == 0 and report["sources"]["cfi"]["unknown"] == 0
     assert report["sources"]["cfi"]["right"] >= 30
+
+
+def _run(*argv):
+    import subprocess
+    import sys
+    from support import ROOT
+    return subprocess.run([sys.executable, "-m", "plugin", "validate", *map(str, argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_baseline_reports_only_what_is_new(planted, twin, tmp_path):
+    import json
+    old, clean = tmp_path / "old.json", tmp_path / "clean.json"
+    first = _run(planted, "--json")
+    assert first.returncode == 1
+    old.write_text(first.stdout)
+    clean.write_text(_run(twin, "--json").stdout)
+    same = _run(planted, "--json", "--baseline", old)
+    assert same.returncode == 0
+    out = json.loads(same.stdout)
+    assert out["modules"][0]["disagreements"] == [] and out["baseline"]["known_not_shown"] == 7
+    new = _run(planted, "--json", "--baseline", clean)
+    assert new.returncode == 1
+    assert sorted(d["address"] for d in json.loads(new.stdout)["modules"][0]["disagreements"]) == \
+        planted_ranges(planted, (5, 6, 7, 8))
+    bad = _run(planted, "--baseline", planted)
+    assert bad.returncode == 2 and "not the output of validate --json" in bad.stderr
+    assert "Traceback" not in bad.stderr
