@@ -402,6 +402,8 @@ def run(args) -> int:
             return _fail(str(exc))
     detail = select is not None
     reports = [_validated(target, module, select, detail) for module in chosen]
+    damaged = list(getattr(target, "problems", ()))    # the file's own (e.g. relocations not applied)
+    reports[0].problems.extend(damaged)
     dropped = sum(baseline.keep_new(r, known) for r in reports) if known is not None else 0
     if args.json:
         out = {"modules": [r.to_json() for r in reports]}
@@ -417,7 +419,7 @@ def run(args) -> int:
         for module in chosen:
             if not module.tables:
                 print("%s: no unwind tables (nothing to check)" % module.name)
-    return 1 if any(r.disagreements for r in reports) else 0
+    return 2 if damaged else 1 if any(r.disagreements for r in reports) else 0
 
 
 def _validated(target, module, select, detail) -> ModuleReport:

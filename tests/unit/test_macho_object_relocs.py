@@ -36,3 +36,19 @@ def test_truncated_object_says_so():
     header = bytes.fromhex("cffaedfe0c000001000000000100000004000000")
     data, problems = relocate_eh_frame(header + b"\0" * 8)
     assert data == header + b"\0" * 8 and problems and "unrelocated" in problems[0]
+
+
+def test_unapplied_relocations_are_a_problem_and_status_2(tmp_path):
+    """A truncated arm64 object whose relocation table is cut: tables and validate say the ranges
+    are unrelocated; validate exits 2 (a bad file), never with a traceback."""
+    (tmp_path / "obj.c").write_text(_C)
+    obj = tmp_path / "obj.o"
+    subprocess.run(["clang-16", "-target", "arm64-apple-macos11", "-O2", "-fomit-frame-pointer", "-c",
+                    str(tmp_path / "obj.c"), "-o", str(obj)], check=True)
+    cut = tmp_path / "cut.o"
+    cut.write_bytes(obj.read_bytes()[:900])
+    for command, status in (("tables", 1), ("validate", 2)):
+        done = subprocess.run([sys.executable, "-m", "plugin", command, str(cut)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == status and "Traceback" not in done.stderr
+        assert "FDE ranges are unrelocated" in done.stdout + done.stderr
