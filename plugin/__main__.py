@@ -57,6 +57,7 @@ def build_parser():
     v.add_argument("--function", metavar="NAME", help="only this function, row by row")
     v.add_argument("--address", type=parse_address, metavar="A", help="only the function holding A")
     v.add_argument("--json", action="store_true", help="print JSON instead of text")
+    v.add_argument("--baseline", metavar="JSON", help="report only disagreements not in this earlier --json output")
     v.set_defaults(handler=cmd_validate)
     for name, rc in (("gdbinit", "~/.gdbinit"), ("lldbinit", "~/.lldbinit")):
         init = sub.add_parser(name, help="print the line that loads the plugin from %s" % rc,

@@ -141,17 +141,19 @@ class Arch:
     min_instruction_size: int = 1
     returns: tuple = ()            # (encoding, mnemonic) of each return instruction
     sigreturns: tuple = ()         # SigReturn: the kernel's signal trampolines
+    vector_names: dict = field(default_factory=dict)   # DWARF number -> name of registers only named
+                                   # (vector/float: never read as a frame's integer registers)
 
     def __post_init__(self):
         if not self.stack_alignment:
             object.__setattr__(self, "stack_alignment", self.address_size)
 
     def name_of(self, number):
-        return self.registers.get(number, "r%d" % number)
+        return self.registers.get(number) or self.vector_names.get(number, "r%d" % number)
 
     def number_of(self, name):
         name = name.lower().lstrip("$%")
-        for number, known in self.registers.items():
+        for number, known in list(self.registers.items()) + list(self.vector_names.items()):
             if known == name:
                 return number
         if name in self.aliases:

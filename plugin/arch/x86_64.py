@@ -29,6 +29,8 @@ from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 _NAMES = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
           "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"]
+# psABI DWARF numbers 17-32: xmm0-xmm15 (named in rows; not integer registers a frame restores)
+_VECTOR_NAMES = {17 + n: "xmm%d" % n for n in range(16)}
 
 # Go's stack-bound check (rsp unchanged): cmp 0x10/0x18(%r14),%rsp | lea disp(%rsp),%r12; cmp ...,%r12; then jbe.
 GO_STACK_CHECK = re.compile(rb"(?:\x49\x3b\x66[\x10\x18]|\x4c\x8d\x64\x24.\x4d\x3b\x66[\x10\x18]"
@@ -173,6 +175,7 @@ SIGRETURNS = (SigReturn(b"\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", "mov rax, 15; s
 ARCH = X86_64(
     name="x86_64", address_size=8, byteorder="little",
     registers=dict(enumerate(_NAMES)),
+    vector_names=_VECTOR_NAMES,
     sp=7, fp=6, ra=16, pc=16,
     callee_saved=(3, 6, 12, 13, 14, 15),
     elf_machine=62,

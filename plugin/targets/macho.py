@@ -79,6 +79,11 @@ class MachOFileTarget(LaidOutFile):
             if wanted is not None and self.image.cputype != wanted:
                 raise ValueError("%s is a thin %s file, not %s: --arch picks a slice of a universal file"
                                  % (os.path.basename(path), cputype_name(self.image.cputype), arch))
+        if self.image.filetype == mf.MH_OBJECT and self.image.byteorder == "little":
+            from plugin.targets.macho_relocs import relocate_eh_frame
+            patched, unapplied = relocate_eh_frame(self.image.region.read(0, self.image.region.size))
+            self.problems.extend(unapplied)
+            self.image = mf.MachO(Region.from_bytes(os.path.basename(path), 0, patched))
         image = self.image
         self.name = os.path.basename(path)
         self.arch = image.arch

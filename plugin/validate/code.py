@@ -5,7 +5,8 @@ judged by meaning, item by item: the CFA (register + offset, a dereference,
 or a simple DWARF expression), the return address, and (for CFI) every
 callee-saved register. An item is WRONG only when the analysis is sure:
 the CFA rule names a register whose offset from the CFA is known and
-different; a saved-register rule names a slot known to hold something
+different, or a register holding the caller's value (restored, or never
+changed here: no base for this frame's CFA); a saved-register rule names a slot known to hold something
 else, or a slot this function never wrote while the value is known to be
 elsewhere; "same value" where the register was overwritten and the
 function saved the caller's value. Everything the analysis cannot decide
@@ -73,10 +74,15 @@ def judge_cfa(row, state: State, facts, arch, explain: bool = True, pc: int = No
     if cfa.kind == CfaKind.EXPRESSION:
         value = arows.symbolic(cfa.expression, state, pc=pc, pc_register=arch.pc)
     else:
-        value = arows.plus(state.reg(cfa.register), cfa.offset)
+        base = state.reg(cfa.register)
+        value = arows.plus(base, cfa.offset)
         if cfa.deref:
             value = state.slot(value, state.word)
-    if value is None or value[0] != Kind.STACK or value[1] != CFA:
+    if cfa.kind != CfaKind.EXPRESSION and base[0] == Kind.CALLER and cfa.register != arch.sp:
+        verdict = Verdict.WRONG
+        detail = ("%s holds the caller's value here (restored, or never changed in this frame): "
+                  "a CFA computed from it is not this frame's" % arch.name_of(cfa.register))
+    elif value is None or value[0] != Kind.STACK or value[1] != CFA:
         verdict, detail = Verdict.UNKNOWN, _why(value)
     elif value[2] == 0:
         verdict, detail = Verdict.RIGHT, ""

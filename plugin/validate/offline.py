@@ -360,6 +360,9 @@ def _selector(target, args):
 def _symbol_starts(target, name):
     elf = getattr(target, "elf", None)
     starts = set()
+    if elf is None and hasattr(target, "_symbol_table"):     # Mach-O: names kept without the leading '_'
+        wanted = {name, name[1:] if name.startswith("_") else name}
+        return {start for start, _end, known in target._symbol_table()[1] if known in wanted}
     for section_name in (".symtab", ".dynsym"):
         section = elf.get_section_by_name(section_name) if elf is not None else None
         if section is None:
@@ -390,17 +393,33 @@ def run(args) -> int:
     select, error = _selector(target, args)
     if error:
         return _fail(error)
+    known = None
+    if getattr(args, "baseline", None):
+        from plugin.validate import baseline
+        try:
+            known = baseline.load(args.baseline)
+        except ValueError as exc:
+            return _fail(str(exc))
     detail = select is not None
     reports = [_validated(target, module, select, detail) for module in chosen]
+    damaged = list(getattr(target, "problems", ()))    # the file's own (e.g. relocations not applied)
+    reports[0].problems.extend(damaged)
+    dropped = sum(baseline.keep_new(r, known) for r in reports) if known is not None else 0
     if args.json:
-        json.dump({"modules": [r.to_json() for r in reports]}, sys.stdout, indent=1)
+        out = {"modules": [r.to_json() for r in reports]}
+        if known is not None:
+            out["baseline"] = {"file": args.baseline, "known_not_shown": dropped}
+        json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print("\n".join(text(r, detail) for r in reports))
+        if known is not None:
+            print("baseline %s: %d known disagreement(s) not shown; %d new"
+                  % (args.baseline, dropped, sum(len(r.disagreements) for r in reports)))
         for module in chosen:
             if not module.tables:
                 print("%s: no unwind tables (nothing to check)" % module.name)
-    return 1 if any(r.disagreements for r in reports) else 0
+    return 2 if damaged else 1 if any(r.disagreements for r in reports) else 0
 
 
 def _validated(target, module, select, detail) -> ModuleReport:

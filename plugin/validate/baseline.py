@@ -1,0 +1,35 @@
+"""`validate --baseline FILE`: keep only the disagreements an earlier `--json` run did not have.
+
+A disagreement is known when the earlier run had one in the same module,
+function and source, at the same address, with the same items and the same
+table rules (a row that changes is new).
+"""
+from __future__ import annotations
+
+import json
+from typing import Set, Tuple
+
+
+def _key(module: str, d: dict) -> Tuple:
+    items = tuple(sorted((i.get("item"), i.get("table")) for i in d.get("items", ())))
+    return (module, d.get("function"), d.get("source"), d.get("address"), items)
+
+
+def load(path: str) -> Set[Tuple]:
+    """The known disagreements of an earlier `validate --json` output; ValueError when it is not one."""
+    try:
+        with open(path) as handle:
+            earlier = json.load(handle)
+        return {_key(m["module"], d) for m in earlier["modules"] for d in m["disagreements"]}
+    except OSError as exc:
+        raise ValueError("cannot read baseline %s: %s" % (path, exc.strerror or exc))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError("baseline %s is not the output of validate --json" % path)
+
+
+def keep_new(report, known: Set[Tuple]) -> int:
+    """Drop the report's known disagreements; the number dropped."""
+    name = report.module
+    before = len(report.disagreements)
+    report.disagreements[:] = [d for d in report.disagreements if _key(name, d.to_json()) not in known]
+    return before - len(report.disagreements)
