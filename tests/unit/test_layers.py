@@ -40,11 +40,6 @@ KNOWN = {
     ("plugin.api", "gdb_unwinder"),
     ("plugin.api", "gdb_unwinder.commands"),
     ("plugin.api", "lldb_commands.commands"),
-    ("plugin.arch", "plugin.arch.x86_64"),
-    ("plugin.arch", "plugin.arch.aarch64"),
-    ("plugin.arch", "plugin.arch.i386"),
-    ("plugin.arch", "plugin.arch.s390x"),
-    ("plugin.arch", "plugin.arch.arm"),
 }
 
 
