@@ -35,7 +35,6 @@ ACROSS = {("gdb_unwinder", "lldb_commands"), ("lldb_commands", "gdb_unwinder")}
 # (importing module, imported module): upward imports that exist today (issue 32 item 2).
 KNOWN = {
     ("plugin.model.rules", "plugin.formats.dwarf_expr"),
-    ("plugin.targets.object_file", "plugin.render.cfi_dump"),
     ("plugin.api", "gdb_unwinder"),
     ("plugin.api", "gdb_unwinder.commands"),
     ("plugin.api", "lldb_commands.commands"),
