@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from plugin.arch import Arch, ChainLayout, Edge, FrameEdge, Read, SigReturn, Slots
+from plugin.arch.base import Arch, ChainLayout, Edge, FrameEdge, Read, SigReturn, Slots
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 _NAMES = {n: "x%d" % n for n in range(31)}

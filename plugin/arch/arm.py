@@ -9,15 +9,14 @@ callee-saved core registers (AAPCS 5.1.1); d8-d15 are too, but they are
 listed. CPSR has no DWARF number; CPSR below is the plugin's own key for it
 (outside every range AADWARF assigns), so a caller's Thumb state (bit 5,
 T) can be handed to the debugger, whose Arm code asks every frame for it.
-The module registers itself in plugin.arch's tables on import.
+plugin.arch lists it in its tables, as it does every architecture.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from plugin import arch as arches
-from plugin.arch import Arch
+from plugin.arch.base import Arch
 
 ELF_MACHINE_ARM = 40
 SP, LR, PC = 13, 14, 15
@@ -97,8 +96,6 @@ ARCH = ArmArch(
     aliases={"r13": 13, "r14": 14, "r15": 15, "fp": 11, "ip": 12},
 )
 
-arches.BY_NAME.setdefault(ARCH.name, ARCH)
-arches.BY_ELF_MACHINE.setdefault(ARCH.elf_machine, ARCH)
 
 
 # -- instruction facts for rows that hold only at call sites (EHABI) -----------------

@@ -1,6 +1,6 @@
 """i386 (System V DWARF register numbering; 8 is the return-address column)."""
 
-from plugin.arch import SigReturn
+from plugin.arch.base import SigReturn
 from plugin.arch.x86 import RETURNS, X86
 
 _NAMES = ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "eip"]

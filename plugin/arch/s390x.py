@@ -1,6 +1,6 @@
 """s390x (z/Architecture ELF ABI DWARF numbering: r0-r15 = 0-15, f = 16-31)."""
 
-from plugin.arch import Arch
+from plugin.arch.base import Arch
 
 _NAMES = {n: "r%d" % n for n in range(16)}
 # DWARF 16-31 are the FPRs in the ABI's order f0 f2 f4 f6 f1 f3 f5 f7 f8 f10 ...

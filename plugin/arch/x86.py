@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from plugin.arch import Arch, Edge, FrameEdge, Read
+from plugin.arch.base import Arch, Edge, FrameEdge, Read
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 ENDBR64 = b"\xf3\x0f\x1e\xfa"

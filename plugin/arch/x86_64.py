@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Optional
 
-from plugin.arch import Edge, FrameEdge, PrologueModel, Read, SigReturn, Slots
+from plugin.arch.base import Edge, FrameEdge, PrologueModel, Read, SigReturn, Slots
 from plugin.arch.x86 import ENDBR64, PUSH_BP, RETURNS, X86
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 

@@ -11,11 +11,14 @@ repeats a few thousand distinct rows over its many FDEs; in text mode FDEs
 with the same program also share their row texts (_text_entry).
 """
 
+from __future__ import annotations
+
 from enum import Enum
 
 from plugin.errors import DecodeError
 from plugin.formats import cfi
 from plugin.strategies.cfi import CfiTables, ra_column_problem
+from plugin.targets import object_file
 
 ROW_CACHE = 1 << 16         # distinct rows remembered per renderer
 
@@ -198,3 +201,34 @@ def _with_problems(out, fde, module_name, arch, problems, error, unknown_from):
         out["error"] = str(error)
         out["unknown_from"] = unknown_from
     return out
+
+
+def object_file_sources(target, address, problems: list) -> list[dict]:
+    """The "cfi" sources of `python -m plugin tables` for a relocatable object.
+    With an address: the entries whose offset range holds it (in any section)."""
+    module_name = target.name
+    out = []
+    try:
+        own = []
+        found = object_file.cfi_sections(target.elf, target.arch, own, target.file_size)
+    except object_file.PYELFTOOLS_ERRORS as exc:
+        own.append(str(exc) or type(exc).__name__)
+        found = []
+    problems.extend("%s %s" % (module_name, p) for p in own)
+    for item in found:
+        fdes = item.section.fdes()
+        problems.extend("%s %s" % (module_name, exc) for exc in item.section.bad_entries())
+        if address is not None:
+            fdes = [f for f in fdes if f.start <= address < f.end]
+            if not fdes:
+                continue
+        convert = fde_converter(module_name, target.arch, address, problems)
+
+        def relative(fde, convert=convert, item=item):
+            entry = convert(fde)
+            entry["relative_to"] = item.target_of(fde)
+            return entry
+        out.append({"kind": "cfi", "module": module_name, "section": item.name, "address": 0,
+                    "relocatable": True, "entries": Entries(fdes, relative)})
+    return out
+

@@ -21,7 +21,6 @@ from plugin.strategies import sframe as sframe_strategy
 from plugin.render.cfi_dump import Want
 from plugin.render.style import Styled, plain
 from plugin.strategies.cfi import CfiTables
-from plugin.targets import object_file
 
 
 class Problems(list):
@@ -48,7 +47,7 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None, want=
                 problems.misses += 1
     if getattr(target, "relocatable", False):
         if kinds is None or "cfi" in kinds:
-            yield from _guarded(lambda: object_file.table_sources(target, address, problems), problems,
+            yield from _guarded(lambda: cfi_dump.object_file_sources(target, address, problems), problems,
                                 "%s: cfi" % getattr(target, "name", "file"))
         _note_file_problems(target, problems)
         return

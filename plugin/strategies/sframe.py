@@ -17,7 +17,7 @@ from plugin.model.evidence import StepEvidence
 from plugin.model.rules import RuleKind
 from plugin.formats import sframe
 from plugin.modules import region_of
-from plugin.render.sframe_dump import entry_json
+from plugin.strategies.sframe_entry import entry_json
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
 from plugin.strategies import ModuleTables
 from plugin.strategies.row_step import step_with_row

@@ -87,35 +87,3 @@ def _targets(elf, relocations) -> dict:
         if isinstance(shndx, int) and 0 < shndx < elf.num_sections():
             out[reloc["r_offset"]] = elf.get_section(shndx).name
     return out
-
-
-def table_sources(target, address, problems: list) -> list[dict]:
-    """The "cfi" sources of `python -m plugin tables` for a relocatable object.
-    With an address: the entries whose offset range holds it (in any section)."""
-    from plugin.render.cfi_dump import Entries, fde_converter
-    module_name = target.name
-    out = []
-    try:
-        own = []
-        found = cfi_sections(target.elf, target.arch, own, target.file_size)
-    except PYELFTOOLS_ERRORS as exc:
-        own.append(str(exc) or type(exc).__name__)
-        found = []
-    problems.extend("%s %s" % (module_name, p) for p in own)
-    for item in found:
-        fdes = item.section.fdes()
-        problems.extend("%s %s" % (module_name, exc) for exc in item.section.bad_entries())
-        if address is not None:
-            fdes = [f for f in fdes if f.start <= address < f.end]
-            if not fdes:
-                continue
-        convert = fde_converter(module_name, target.arch, address, problems)
-
-        def relative(fde, convert=convert, item=item):
-            entry = convert(fde)
-            entry["relative_to"] = item.target_of(fde)
-            return entry
-        out.append({"kind": "cfi", "module": module_name, "section": item.name, "address": 0,
-                    "relocatable": True, "entries": Entries(fdes, relative)})
-    return out
-
