@@ -9,9 +9,9 @@ cannot drift apart.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Set
 
-from documented import documented_json
+from documented import documented_json, run_documented
 from gdbrun import run_gdb
 from support import ROOT, build
 
@@ -56,18 +56,7 @@ def _line(name: str, option: str) -> str:
 def test_documented_commands_and_json_fields_hold_in_gdb():
     commands = documented_gdb_commands()
     fields = documented_json()
-    actions: List[Tuple[str, str, str]] = []
-    for name in commands:
-        for option in [""] + [o for o in commands[name] if o != "-json"]:
-            actions.append(("%s %s" % (name, option), "cmd", _line(name, option)))
-        actions.append(("%s json" % name, "json", _line(name, "-json")))
-    binary = build("chain.c", ["-O2"])
-    # validate steps one real call of the function the program stopped at the
-    # entry of, and leaves the program after it: one session each.
-    stepped = [action for action in actions if action[2].startswith("unwind validate")]
-    results, _ = run_gdb(binary, [action for action in actions if action not in stepped], args=["plain"])
-    for action in stepped:
-        results.update(run_gdb(binary, [action], args=["plain"])[0])
+    results = run_documented(run_gdb, build("chain.c", ["-O2"]), commands, _line, "-json")
     failed = {key: value for key, value in results.items()
               if isinstance(value, dict) and set(value) == {"error"}}
     assert not failed, failed

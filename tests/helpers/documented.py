@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, List
+from typing import Callable, Dict, List, Tuple
 
 from support import ROOT
 
@@ -36,3 +36,20 @@ def documented_json() -> Dict[str, List[str]]:
         heading = text.find("\n## ", start, end)
         found[name] = top_level_keys(text[start:end if heading < 0 else heading])
     return found
+
+
+def run_documented(run: Callable, binary, commands: Dict[str, List[str]], line: Callable,
+                   json_option: str) -> dict:
+    """Run each documented command bare, with each of its options on its own, and with its JSON option,
+    in the debugger `run` drives (run_gdb or run_lldb); the results by "NAME OPTION" and "NAME json".
+    validate steps one real call and leaves the program after it: one session each."""
+    actions: List[Tuple[str, str, str]] = []
+    for name, options in commands.items():
+        for option in [""] + [o for o in options if o != json_option]:
+            actions.append(("%s %s" % (name, option), "cmd", line(name, option)))
+        actions.append(("%s json" % name, "json", line(name, json_option)))
+    stepped = [action for action in actions if action[2].startswith("unwind validate")]
+    results, _ = run(binary, [action for action in actions if action not in stepped], args=["plain"])
+    for action in stepped:
+        results.update(run(binary, [action], args=["plain"])[0])
+    return results

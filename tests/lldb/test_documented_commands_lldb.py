@@ -10,9 +10,9 @@ docs and this test cannot drift apart.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
-from documented import documented_json
+from documented import documented_json, run_documented
 from lldbrun import run_lldb
 from support import ROOT, build
 
@@ -58,17 +58,7 @@ def _line(name: str, option: str) -> str:
 def test_documented_commands_and_json_fields_hold_in_lldb():
     commands = documented_lldb_commands()
     fields = documented_json()
-    actions: List[Tuple[str, str, str]] = []
-    for name, options in commands.items():
-        for option in [""] + [o for o in options if o != "--json"]:
-            actions.append(("%s %s" % (name, option), "cmd", _line(name, option)))
-        actions.append(("%s json" % name, "json", _line(name, "--json")))
-    binary = build("chain.c", ["-O2"])
-    # validate steps one real call and leaves the program after it: one session each.
-    stepped = [action for action in actions if action[2].startswith("unwind validate")]
-    results, _ = run_lldb(binary, [action for action in actions if action not in stepped], args=["plain"])
-    for action in stepped:
-        results.update(run_lldb(binary, [action], args=["plain"])[0])
+    results = run_documented(run_lldb, build("chain.c", ["-O2"]), commands, _line, "--json")
     failed = {key: value for key, value in results.items()
               if isinstance(value, dict) and (value.get("ok") is False or set(value) == {"error"})}
     assert not failed, failed
