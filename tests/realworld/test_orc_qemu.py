@@ -145,12 +145,14 @@ def test_timer_interrupt_walks_through_pt_regs_to_the_end(booted):
     print("timer stop:", [n for n, _, _, _, _ in timer])
     names = [name.split("+")[0] for name, _, _, _, _ in timer]
     assert names[0] == "update_process_times"
+    # One interrupt, or more when the tick lands in softirqs run on the way out of an earlier
+    # interrupt (seen under TCG at boot): each one's entry code holds a full pt_regs.
     interrupted = [n for n, (_, outcome, _, _, _) in enumerate(timer) if outcome == "interrupted"]
-    assert len(interrupted) == 1 and timer[interrupted[0]][2] == "regs"
-    assert names[interrupted[0]].startswith("asm_")         # the interrupt's entry code holds pt_regs
-    assert timer[-1][1] == "end of stack" and len(timer) > interrupted[0] + 2
+    assert interrupted and all(timer[n][2] == "regs" for n in interrupted), timer
+    assert all(names[n].startswith("asm_") for n in interrupted), names
+    assert timer[-1][1] == "end of stack" and len(timer) > interrupted[-1] + 2
     assert all(int(name.split("+0x")[1], 16) < 0x4000 for name, _, _, _, _ in timer)
     # the IRQ stack: one frame's CFA is the task-stack pointer saved on it (SP_INDIRECT),
     # and the stack pointer jumps there (the IRQ stack is a separate area)
     switch = [n for n, (_, _, _, sp_reg, _) in enumerate(timer) if sp_reg == 9]
-    assert len(switch) == 1 and abs(timer[switch[0] + 1][4] - timer[switch[0]][4]) > 0x1000
+    assert switch and all(abs(timer[n + 1][4] - timer[n][4]) > 0x1000 for n in switch), timer
