@@ -110,20 +110,14 @@ def apply(entry: OrcEntry, frame: Frame, read_word: ReadWord, sp_indirect_v5_12:
         return _with_bp(entry, frame, read_word, cfa, Frame(pc, cfa, frame.bp, exact=entry.signal),
                         None, Outcome.CALLER)
     if entry.type is OrcType.REGS:
-        words = {}
-        for name, offset in PT_REGS.items():
-            value = read_word(cfa + offset)
-            if value is None:
-                return _unreadable(entry, cfa + offset, "pt_regs.%s" % name, cfa)
-            words[name] = value
+        words = _read_words(read_word, cfa, PT_REGS)
+        if isinstance(words, tuple):
+            return _unreadable(entry, words[0], "pt_regs.%s" % words[1], cfa)
         caller = Frame(words["ip"], words["sp"], words["bp"], exact=True, others=words)
         return _with_bp(entry, frame, read_word, cfa, caller, cfa, Outcome.INTERRUPTED, words["cs"])
-    words = {}
-    for name, offset in IRET_FRAME.items():
-        value = read_word(cfa + offset)
-        if value is None:
-            return _unreadable(entry, cfa + offset, "the iret frame's %s" % name, cfa)
-        words[name] = value
+    words = _read_words(read_word, cfa, IRET_FRAME)
+    if isinstance(words, tuple):
+        return _unreadable(entry, words[0], "the iret frame's %s" % words[1], cfa)
     caller = Frame(words["ip"], words["sp"], frame.bp, exact=True, others=words)
     return _with_bp(entry, frame, read_word, cfa, caller, cfa - PT_REGS["ip"], Outcome.INTERRUPTED, words["cs"])
 
@@ -182,3 +176,14 @@ def _rule_words(entry, regs_address):
     if entry.type is OrcType.REGS_PARTIAL:
         return "iret frame at 0x%x: the interrupted frame's pc (exact) and sp" % (regs_address + PT_REGS["ip"])
     return "return address at CFA-8"
+
+
+def _read_words(read_word, base: int, layout: dict):
+    """{name: word} read at base + each offset of layout, or (address, name) of the first unreadable one."""
+    words = {}
+    for name, offset in layout.items():
+        value = read_word(base + offset)
+        if value is None:
+            return base + offset, name
+        words[name] = value
+    return words

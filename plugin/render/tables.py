@@ -29,6 +29,11 @@ class Problems(list):
     misses = 0
 
 
+
+# A non-CFI source's entry printer, by the source's "kind" (CFI's rows are printed here).
+ENTRY_TEXT = {"sframe": sframe_dump.entry_text, "compact": compact_dump.entry_text,
+              "exidx": exidx_dump.entry_text, "orc": orc_dump.entry_text}
+
 def iter_sources(target, modules, address=None, problems=None, kinds=None, want=Want.BOTH):
     """Each table source of every module (or of the one holding address), its
     "entries" lazy (Entries, or a list). Problems are appended to `problems`
@@ -218,18 +223,10 @@ def _source_lines(source, style=plain):
         style(Styled.ADDRESS, "0x%x" % source["address"]), count, "entry" if count == 1 else "entries")
     if source["kind"] == "orc":
         yield orc_dump.head_text(source)
+    entry_text = ENTRY_TEXT.get(source["kind"])     # None: CFI, printed below
     for entry in source["entries"]:
-        if source["kind"] == "sframe":
-            yield from sframe_dump.entry_text(entry, style)
-            continue
-        if source["kind"] == "compact":
-            yield from compact_dump.entry_text(entry, style)
-            continue
-        if source["kind"] == "exidx":
-            yield from exidx_dump.entry_text(entry, style)
-            continue
-        if source["kind"] == "orc":
-            yield from orc_dump.entry_text(entry, style)
+        if entry_text is not None:
+            yield from entry_text(entry, style)
             continue
         where = entry.get("relative_to")
         at = (lambda a: style(Styled.ADDRESS, "%s+0x%x" % (where, a) if where else "0x%x" % a))
