@@ -28,6 +28,7 @@ class CallerFrame:
     pc: int                                    # the return address (lr)
     registers: Dict[str, int]
     saved_at: Dict[str, int] = field(default_factory=dict)
+    cfa_register: str = "sp"                   # the callee register the CFA was computed from
 
 
 def _fail(cause: str) -> DecodeError:
@@ -121,7 +122,8 @@ def unwind_arm64(entry: a64.Entry, xdata, image_base: int, pc: int,
         if offset < 4 * len(prologue):
             ops = prologue[len(prologue) - offset // 4:]  # those already run
     saved = _apply(ops, regs, read_memory)
-    return CallerFrame(regs["sp"], regs["x30"], regs, saved)
+    base = "x29" if any(op.name in ("set_fp", "add_fp") for op in _body(ops)) else "sp"
+    return CallerFrame(regs["sp"], regs["x30"], regs, saved, base)
 
 
 def _op(name: str, *raw: int) -> a64.Opcode:

@@ -30,6 +30,8 @@ class CallerFrame:
     registers: Dict[str, int]                  # every register of the caller that is known
     saved_at: Dict[str, int] = field(default_factory=dict)   # register -> address it was read from
     xmm_saved_at: Dict[int, int] = field(default_factory=dict)
+    cfa_register: str = "rsp"                  # the callee register the CFA was computed from
+    epilogue: bool = False                     # pc is in an epilogue, simulated from the code
 
 
 def _u64(read_memory: ReadMemory, address: int) -> int:
@@ -52,6 +54,7 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
         return _run_epilogue(epilogue, regs, read_memory)
     saved: Dict[str, int] = {}
     xmm: Dict[int, int] = {}
+    base = "rsp"
     offset = pc - (image_base + function.begin)
     for depth, info in enumerate(infos):
         for code in info.codes:
@@ -68,6 +71,7 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
                     raise DecodeError(".xdata", None, "x64 SET_FPREG in UNWIND_INFO at RVA 0x%x with no frame "
                                       "register" % info.rva)
                 regs["rsp"] = regs[GPR[info.frame_register]] - info.frame_offset
+                base = GPR[info.frame_register]
             elif code.op in (Op.SAVE_NONVOL, Op.SAVE_NONVOL_FAR):
                 saved[GPR[code.info]] = regs["rsp"] + code.operand
             elif code.op in (Op.SAVE_XMM128, Op.SAVE_XMM128_FAR):
@@ -85,7 +89,7 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
         regs[name] = _u64(read_memory, address)
     regs["rip"] = _u64(read_memory, regs["rsp"])
     regs["rsp"] += 8
-    return CallerFrame(regs["rsp"], regs["rip"], regs, saved, xmm)
+    return CallerFrame(regs["rsp"], regs["rip"], regs, saved, xmm, base)
 
 
 EPILOGUE_WINDOW = 64        # bytes read at pc to recognise an epilogue
@@ -154,4 +158,5 @@ def _run_epilogue(steps: List[Tuple[str, int, int]], regs: Dict[str, int],
             regs["rsp"] += 8
     regs["rip"] = _u64(read_memory, regs["rsp"])
     regs["rsp"] += 8
-    return CallerFrame(regs["rsp"], regs["rip"], regs, saved, {})
+    base = next((GPR[reg] for kind, reg, _ in steps if kind == "lea"), "rsp")
+    return CallerFrame(regs["rsp"], regs["rip"], regs, saved, {}, base, True)

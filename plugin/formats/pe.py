@@ -33,6 +33,7 @@ class Machine(enum.IntEnum):
 PE32_MAGIC = 0x10B
 PE32PLUS_MAGIC = 0x20B
 EXCEPTION_DIRECTORY = 3
+SCN_MEM_EXECUTE = 0x20000000
 _COFF_SIZE = 20
 _SECTION_SIZE = 40
 _MAX_SECTIONS = 96           # the loader's own limit
@@ -46,6 +47,11 @@ class Section:
     virtual_size: int
     raw_offset: int          # file offset
     raw_size: int
+    characteristics: int = 0
+
+    @property
+    def executable(self) -> bool:
+        return bool(self.characteristics & SCN_MEM_EXECUTE)
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,8 @@ def read_headers(read: Read, base: int = 0) -> PEHeaders:
     sections = []
     for n in range(nsections):
         name, vsize, vaddr, rsize, roff = struct.unpack_from("<8sIIII", table, n * _SECTION_SIZE)
-        sections.append(Section(name.rstrip(b"\0").decode("latin-1"), vaddr, vsize, roff, rsize))
+        flags = struct.unpack_from("<I", table, n * _SECTION_SIZE + 36)[0]
+        sections.append(Section(name.rstrip(b"\0").decode("latin-1"), vaddr, vsize, roff, rsize, flags))
     return PEHeaders(Machine(machine), image_base, size_of_image, exc_rva, exc_size,
                      tuple(sections))
 
