@@ -10,13 +10,14 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "pe")
 X64 = "x86_64-pc-windows-msvc"
 
 
-def build(source: str, out_dir: str, target: str = X64, opt: str = "-O2", dll: bool = False) -> str:
+def build(source: str, out_dir: str, target: str = X64, opt: str = "-O2", dll: bool = False,
+          link_flags: tuple = (), suffix: str = "") -> str:
     """The linked image of one fixture source (C or assembly)."""
     src = os.path.join(FIXTURES, source)
-    stem = os.path.join(out_dir, "%s%s" % (os.path.splitext(source)[0], opt))
+    stem = os.path.join(out_dir, "%s%s%s" % (os.path.splitext(source)[0], opt, suffix))
     subprocess.run(["clang-16", "--target=" + target, opt, "-c", src, "-o", stem + ".obj"],
                    check=True)
-    link = ["lld-link-16", "/nodefaultlib", "/debug:symtab", stem + ".obj"]
+    link = ["lld-link-16", "/nodefaultlib", "/debug:symtab", *link_flags, stem + ".obj"]
     link += ["/dll", "/noentry", "/out:%s.dll" % stem] if dll else \
         ["/entry:start", "/subsystem:console", "/out:%s.exe" % stem]
     subprocess.run(link, check=True)
