@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from plugin.errors import DecodeError
 
@@ -38,6 +38,7 @@ _COFF_SIZE = 20
 _SECTION_SIZE = 40
 _MAX_SECTIONS = 96           # the loader's own limit
 _MAX_PE_OFFSET = 0x10000000  # e_lfanew past 256 MiB is garbage
+MAX_EXCEPTION_ENTRIES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,17 @@ def rva_reader(read: Read, headers: PEHeaders, layout: str, base: int = 0) -> Re
             raise DecodeError("PE", None, "RVA 0x%x+%d is past the raw data of %s" % (rva, size, s.name))
         return _read(read, s.raw_offset + off, size, "data at RVA 0x%x" % rva)
     return from_file
+
+
+def exception_entries(read: Read, rva: int, size: int, layout: str) -> List[tuple]:
+    """The exception directory's entries unpacked by a struct layout: x64 RUNTIME_FUNCTION
+    "<III", ARM64 "<II" (at most MAX_EXCEPTION_ENTRIES; a partial entry at the end is left out)."""
+    width = struct.calcsize(layout)
+    count = size // width
+    if count > MAX_EXCEPTION_ENTRIES:
+        raise DecodeError(".pdata", None, "%d entries (the limit is %d)" % (count, MAX_EXCEPTION_ENTRIES))
+    data = read(rva, count * width)
+    return [struct.unpack_from(layout, data, n * width) for n in range(count)]
 
 
 def file_reader(data: bytes) -> Read:
