@@ -78,6 +78,9 @@ def parse_source_list(text):
 
 
 def cmd_validate(args):
+    if _is_pe(args.file):
+        from plugin.validate import pe as pe_validate
+        return pe_validate.run(args)
     from plugin.validate import offline
     return offline.run(args)
 

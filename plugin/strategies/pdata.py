@@ -111,9 +111,9 @@ def step(frame, ctx):
             return Outcome.not_applicable(SOURCE, "no .pdata entry of %s covers 0x%x" % (module.name, pc),
                                           FailureKind.NO_ENTRY)
         if arch.name == "aarch64":
-            caller, described = _arm64(tables, entry, pc, names, ctx)
+            caller, described = _arm64(tables, entry, pc, names, ctx.read_memory)
         else:
-            caller, described = _x64(tables, entry, pc, names, ctx)
+            caller, described = _x64(tables, entry, pc, names, ctx.read_memory)
     except KeyError as exc:
         return Outcome.failed(SOURCE, "register %s of the frame is not known" % exc, FailureKind.NOT_SUPPORTED)
     except (DecodeError, MemoryReadError) as exc:
@@ -138,11 +138,15 @@ def _register_names(registers, arch) -> Dict[str, int]:
     return names
 
 
-def _x64(tables: PdataTables, fn: x64.RuntimeFunction, pc: int, names: Dict[str, int], ctx):
+def _x64(tables: PdataTables, fn: x64.RuntimeFunction, pc: int, names: Dict[str, int], read_memory):
     base = tables.image_base
     infos = x64.chain(tables.read_rva, fn)
-    parts = [(base + i.chained.begin, base + i.chained.end) for i in infos if i.chained is not None]
-    caller = pdata_eval.unwind_x64(fn, infos, base, pc, names, ctx.read_memory, parts)
+    root = _root(fn, infos)
+
+    def same_function(address):
+        other = tables.find(address)
+        return other is not None and _root(other, x64.chain(tables.read_rva, other)) == root
+    caller = pdata_eval.unwind_x64(fn, infos, base, pc, names, read_memory, (), same_function)
     entry = {"begin": base + fn.begin, "end": base + fn.end, "unwind_info": base + fn.unwind_info,
              "chain": [base + i.rva for i in infos],
              "prolog_offset": pc - (base + fn.begin), "epilogue": caller.epilogue}
@@ -160,15 +164,61 @@ def _x64(tables: PdataTables, fn: x64.RuntimeFunction, pc: int, names: Dict[str,
     return caller, (entry, notes)
 
 
-def _arm64(tables: PdataTables, entry: a64.Entry, pc: int, names: Dict[str, int], ctx):
+def _root(fn: x64.RuntimeFunction, infos) -> x64.RuntimeFunction:
+    """The entry a chain of records ends at: the function a chained piece belongs to."""
+    return infos[-2].chained if len(infos) > 1 else fn
+
+
+def _arm64(tables: PdataTables, entry: a64.Entry, pc: int, names: Dict[str, int], read_memory):
     base = tables.image_base
     xdata = a64.read_xdata(tables.read_rva, entry.xdata) if entry.xdata is not None else None
-    caller = pdata_arm64_eval.unwind_arm64(entry, xdata, base, pc, names, ctx.read_memory)
+    caller = pdata_arm64_eval.unwind_arm64(entry, xdata, base, pc, names, read_memory)
     described = {"begin": base + entry.begin, "flag": entry.flag.name,
                  "offset": pc - (base + entry.begin)}
     if xdata is not None:
         described["xdata"] = base + xdata.rva
     return caller, (described, ["ARM64 .pdata entry at 0x%x, %s" % (base + entry.begin, entry.flag.name)])
+
+
+def row_of(caller, names: Dict[str, int], arch, pc: int) -> Row:
+    """The evaluation's answer as a row: CFA = the register it started from + offset, each
+    saved register at CFA + offset (x64: the return address at CFA-8)."""
+    rules = {}
+    for name, address in caller.saved_at.items():
+        name = "v" + name[1:] if name.startswith("d") else name      # ARM64 d8-d15: the low halves of v8-v15
+        if name in arch.registers.values():
+            rules[arch.number_of(name)] = Rule(RuleKind.OFFSET, address - caller.cfa)
+    if arch.name == "x86_64":
+        rules[arch.ra] = Rule(RuleKind.OFFSET, -8)
+    return Row(pc, CfaRule(CfaKind.REGISTER, arch.number_of(caller.cfa_register),
+                           caller.cfa - names.get(caller.cfa_register, 0)), rules, end=pc + arch.min_instruction_size)
+
+
+MADE_UP_STACK = 0x7ff000000000     # register values static_row evaluates with: far from any image
+
+
+def static_row(tables: PdataTables, pc: int) -> Optional[Row]:
+    """The row the source gives at pc, whatever the registers hold (its offsets do not depend on
+    them): evaluated from made-up values, the stack read as zeros. None where no entry covers pc,
+    or where an x64 machine frame is pushed (the caller's rsp is read from the stack there).
+    DecodeError, MemoryReadError for bad unwind data."""
+    module, arch = tables.module, tables.module.arch
+    entry = tables.find(pc)
+    if entry is None:
+        return None
+    names = {name: MADE_UP_STACK + 0x1000 * k for k, name in enumerate(sorted(INTEGER_NAMES[arch.name]))}
+    names[arch.name_of(arch.pc)] = pc
+
+    def read(address, size):
+        inside = module.contains(address) and module.contains(address + size - 1)
+        return tables.target.read_memory(address, size) if inside else bytes(size)
+    if arch.name == "aarch64":
+        caller, _ = _arm64(tables, entry, pc, names, read)
+    else:
+        if any(c.op == x64.Op.PUSH_MACHFRAME for i in x64.chain(tables.read_rva, entry) for c in i.codes):
+            return None
+        caller, _ = _x64(tables, entry, pc, names, read)
+    return row_of(caller, names, arch, pc)
 
 
 def _outcome(caller, names: Dict[str, int], evidence: StepEvidence, pc: int) -> Outcome:
@@ -186,13 +236,7 @@ def _outcome(caller, names: Dict[str, int], evidence: StepEvidence, pc: int) -> 
             continue
     registers[arch.sp] = caller.cfa
     registers[arch.pc] = ra
-    base_value = names.get(caller.cfa_register, 0)
-    rules = {arch.number_of(name): Rule(RuleKind.OFFSET, address - caller.cfa)
-             for name, address in caller.saved_at.items() if name in arch.registers.values()}
-    if arch.name == "x86_64":
-        rules[arch.ra] = Rule(RuleKind.OFFSET, -8)
-    evidence.rule = Row(pc, CfaRule(CfaKind.REGISTER, arch.number_of(caller.cfa_register),
-                                    caller.cfa - base_value), rules, end=pc + arch.min_instruction_size)
+    evidence.rule = row_of(caller, names, arch, pc)
     evidence.cfa = caller.cfa
     evidence.caller_registers = registers
     return Outcome(AttemptStatus.RECOVERED, SOURCE, registers=registers, evidence=evidence)
