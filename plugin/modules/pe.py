@@ -90,10 +90,12 @@ def image_name(mapping: Mapping) -> str:
 def scan_mappings(target: Target, mappings: Iterable[Mapping], known: Set[int] = frozenset()) -> List[ModuleRef]:
     """ModuleRefs of the PE images that begin a mapping: a file mapped from offset 0, or anonymous
     memory a loader copied the image into (never a kernel's special mapping, "[stack]" etc.).
+    Only read-only mappings are looked at: a loader leaves the headers' page read-only (Windows'
+    and Wine's do), and so heaps and stacks, most of a process's mappings, cost no read.
     Addresses in `known` (modules found otherwise) are not looked at again."""
     refs = []
     for m in mappings:
-        if not m.readable or m.offset != 0 or m.start in known:
+        if not m.readable or m.writable or m.offset != 0 or m.start in known:
             continue
         if m.name and not m.name.startswith("/"):
             continue
