@@ -24,25 +24,9 @@ from plugin.modules import ModuleMap, on_disk
 from plugin import checks, settings
 from plugin.arch import reader
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, source_names
-from plugin.strategies import analysis as analysis_strategy
-from plugin.strategies import cfi as cfi_strategy
-from plugin.strategies import compact as compact_strategy
-from plugin.strategies import exidx as exidx_strategy
-from plugin.strategies import frame_pointer as frame_pointer_strategy
 from plugin.strategies import planted
-from plugin.strategies import scan as scan_strategy
 from plugin.strategies import sigframe
-from plugin.strategies import sframe as sframe_strategy
-
-STRATEGIES = {
-    "cfi": cfi_strategy.step,
-    "sframe": sframe_strategy.step,
-    "compact": compact_strategy.step,
-    "exidx": exidx_strategy.step,
-    "analysis": analysis_strategy.step,
-    "frame-pointer": frame_pointer_strategy.step,
-    "scan": scan_strategy.step,
-}
+from plugin.strategies.registry import STRATEGIES
 
 # Sources that read the code or the stack itself rather than a table. They
 # answer only for frames no table covers (see step_frame).
