@@ -44,6 +44,9 @@ class Source:
     description: str
     planned: bool = False    # its step ends in row_step.step_with_row: a per-pc plan may replay it (plugin/plans.py)
     gdb_sections: Tuple[str, ...] = ()   # its sections GDB's own DWARF unwinder reads (gdb_unwinder/claim.py)
+    # (module format, source): in a module of that format it is tried just before that source
+    # when both are on and the order puts it after (plugin/engine.py)
+    goes_before: Optional[Tuple[str, "Trust"]] = None
 
     @property
     def trust(self) -> str:
@@ -56,7 +59,8 @@ SOURCES: Tuple[Source, ...] = (
     Source(Trust.CFI, SourceKind.TABLE, "DWARF CFI: .eh_frame, .debug_frame, __eh_frame",
            planned=True, gdb_sections=(".eh_frame", ".debug_frame")),
     Source(Trust.SFRAME, SourceKind.TABLE, "SFrame v1/v2/v3 (.sframe)", planned=True),
-    Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)"),
+    Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)",
+           goes_before=("macho", Trust.CFI)),     # Apple's unwinders read __unwind_info first
     Source(Trust.EXIDX, SourceKind.TABLE, "ARM EHABI (.ARM.exidx/.ARM.extab)"),
     Source(Trust.ANALYSIS, SourceKind.PROOF, "the function's instructions, read from its start to pc",
            planned=True),
@@ -66,6 +70,9 @@ SOURCES: Tuple[Source, ...] = (
 CONTEXT = Trust.CONTEXT.value
 
 SOURCE_BY_NAME = {s.name: s for s in SOURCES}
+# (source, module format, the source it goes before there): Source.goes_before, by name
+GOES_BEFORE: Tuple[Tuple[str, str, str], ...] = tuple(
+    (s.name.value, s.goes_before[0], s.goes_before[1].value) for s in SOURCES if s.goes_before)
 TRUST_WORDS = {member.value: member.description for member in Trust}
 
 

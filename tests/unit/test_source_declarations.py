@@ -38,3 +38,7 @@ def test_found_by_words_and_kinds_are_declared_once():
     assert settings.TRUST_WORDS["sframe"] == "SFrame"
     assert settings.kind_of("analysis") == settings.SourceKind.PROOF
     assert settings.is_guess("scan") and not settings.is_guess("cfi")
+
+
+def test_the_mach_o_order_is_declared_with_compact():
+    assert settings.GOES_BEFORE == (("compact", "macho", "cfi"),)
