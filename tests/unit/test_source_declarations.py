@@ -42,3 +42,18 @@ def test_found_by_words_and_kinds_are_declared_once():
 
 def test_the_mach_o_order_is_declared_with_compact():
     assert settings.GOES_BEFORE == (("compact", "macho", "cfi"),)
+
+
+def test_a_rule_shows_its_expression_disassembled_once_formats_are_loaded():
+    # model/rules.py no longer imports formats (layers): plugin.formats installs the disassembler
+    import subprocess
+    import sys
+    code = ("from plugin.model.rules import CfaKind, CfaRule\n"
+            "from plugin.arch import x86_64\n"
+            "rule = CfaRule(CfaKind.EXPRESSION, expression=bytes([0x77, 0x08]))\n"
+            "print(rule.text(x86_64.ARCH))\n"
+            "import plugin.formats.cfi\n"
+            "print(rule.text(x86_64.ARCH))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2])).stdout.splitlines()
+    assert out == ["(DWARF expression 7708)", "(DW_OP_breg7 (rsp) +8)"]
