@@ -33,11 +33,7 @@ LAYERS = (
 ACROSS = {("gdb_unwinder", "lldb_commands"), ("lldb_commands", "gdb_unwinder")}
 
 # (importing module, imported module): upward imports that exist today (issue 32 item 2).
-KNOWN = {
-    ("plugin.api", "gdb_unwinder"),
-    ("plugin.api", "gdb_unwinder.commands"),
-    ("plugin.api", "lldb_commands.commands"),
-}
+KNOWN: Set[Tuple[str, str]] = set()
 
 
 def unit(module: str) -> str:
