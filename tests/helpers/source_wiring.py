@@ -43,9 +43,10 @@ def names_in(path: pathlib.Path) -> set:
             before = tokens[i - 2].string if i >= 2 else ""
             if tokens[i - 1].string == "." and before == "Trust" and tok.string in member:
                 found.add(member[tok.string])
-            elif tok.string in module and any(t.string == "import" for t in tokens[max(0, i - 8):i]) \
-                    and tokens[i - 1].type != tokenize.OP or (tok.string in module and before == "strategies"):
-                found.add(module[tok.string])
+            elif tok.string in module:
+                imported = any(t.string == "import" for t in tokens[max(0, i - 8):i]) and tokens[i - 1].type != tokenize.OP
+                if imported or before == "strategies":      # `import cfi`, `plugin.strategies.cfi`
+                    found.add(module[tok.string])
     return found
 
 
