@@ -29,9 +29,10 @@ from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.modules.pe import SECTION
+from plugin.settings import Trust
 from plugin.strategies import ModuleTables
 
-SOURCE = "pdata"
+SOURCE = Trust.PDATA.value
 # What a callee may change under each Windows ABI: unknown in the caller.
 VOLATILE = {"x86_64": frozenset(("rax", "rcx", "rdx", "r8", "r9", "r10", "r11")),
             "aarch64": frozenset("x%d" % n for n in range(19))}
