@@ -168,8 +168,8 @@ def info_json(info: x64.UnwindInfo, base: int) -> dict:
             "chained": _range_json(base, info.chained) if info.chained is not None else None}
 
 
-def _x64_entries(read, headers: pe.PEHeaders, problems: List[str]) -> List[dict]:
-    base, out = headers.image_base, []
+def _x64_entries(read, headers: pe.PEHeaders, problems: List[str], base: int) -> List[dict]:
+    out = []
     for fn in x64.read_runtime_functions(read, headers.exception_rva, headers.exception_size):
         entry = _range_json(base, fn)
         try:
@@ -203,8 +203,8 @@ def _xdata_json(read, rva: int, base: int) -> dict:
     return out
 
 
-def _arm64_entries(read, headers: pe.PEHeaders, problems: List[str]) -> List[dict]:
-    base, out = headers.image_base, []
+def _arm64_entries(read, headers: pe.PEHeaders, problems: List[str], base: int) -> List[dict]:
+    out = []
     for e in arm64.read_entries(read, headers.exception_rva, headers.exception_size):
         entry = {"start": base + e.begin, "flag": e.flag.name}
         if e.packed is not None:
@@ -225,6 +225,15 @@ def _arm64_entries(read, headers: pe.PEHeaders, problems: List[str]) -> List[dic
     return out
 
 
+def entries_json(read, headers: pe.PEHeaders, problems: List[str], base: int) -> List[dict]:
+    """Every entry of the exception directory as JSON, addresses at an image loaded at base
+    (the ImageBase for a file; where a loader mapped it in a process). Problems are appended."""
+    if not headers.exception_rva:
+        return []
+    entries = _arm64_entries if headers.machine == pe.Machine.ARM64 else _x64_entries
+    return entries(read, headers, problems, base)
+
+
 def collect(path: str) -> Tuple[dict, List[str]]:
     """The file's .pdata as one source of `tables --json` ({"kind": "pdata", ...}), and its problems."""
     headers, read = _open(path)
@@ -233,9 +242,7 @@ def collect(path: str) -> Tuple[dict, List[str]]:
               "format": "PE32+", "machine": headers.machine.name, "image_base": headers.image_base,
               "address": headers.image_base + headers.exception_rva if headers.exception_rva else None,
               "entries": []}
-    if headers.exception_rva:
-        entries = _arm64_entries if headers.machine == pe.Machine.ARM64 else _x64_entries
-        source["entries"] = entries(read, headers, problems)
+    source["entries"] = entries_json(read, headers, problems, headers.image_base)
     return source, problems
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from gdb_actions import native_frames
 from gdbrun import run_gdb
-from pe_images import CHAIN, build_live, check_live_walk, image_base, nm_symbols, module_line
+from pe_images import CHAIN, build_live, check_live_walk, image_base, nm_symbols, module_line, readobj_x64
 from support import build, pcs_sps
 
 @pytest.fixture(scope="module")
@@ -33,10 +33,12 @@ def images(tmp_path_factory):
 def test_walk_goes_through_pe_frames_into_the_c_frames(images, mode):
     dll = images[mode]
     host = build("pe_host.c", ["-O1"])
-    entry_rva = nm_symbols(dll)["pe_entry"] - image_base(dll)
+    symbols = nm_symbols(dll)
+    entry_rva = symbols["pe_entry"] - image_base(dll)
     results, transcript = run_gdb(host, [
         ("walk", "json", "unwind backtrace -json"),
         ("modules", "cmd", "unwind modules"),
+        ("tables", "json", "unwind tables -json 0x%x" % (symbols["pe_saves"] + 0x10)),
         ("bt", "frames", None),
         *native_frames(),
     ], args=[dll, hex(entry_rva), mode])
@@ -44,6 +46,13 @@ def test_walk_goes_through_pe_frames_into_the_c_frames(images, mode):
     # The module scan found the image by its headers.
     assert module_line(dll, mode).search(results["modules"]), results["modules"]
     assert ".pdata" in results["modules"]
+    # `unwind tables` reads the entry from memory: as llvm-readobj-16 --unwind reads the file.
+    [source] = results["tables"]["sources"]
+    [entry] = source["entries"]
+    [want] = [f for f in readobj_x64(dll) if f["StartAddress"] == symbols["pe_saves"]]
+    assert (source["kind"], entry["start"], entry["end"], entry["unwind_info"]) == \
+        ("pdata", want["StartAddress"], want["EndAddress"], want["UnwindInfoAddress"])
+    assert [(c["offset"], c["text"]) for c in entry["records"][0]["codes"]] == want["infos"][0]["codes"]
     walk = results["walk"]["frames"]
     check_live_walk(walk, dll)
     assert results["walk"]["stop_reason"] == "outermost", transcript
