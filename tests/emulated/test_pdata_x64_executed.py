@@ -112,7 +112,8 @@ def _run_from(path, entry_index):
 def _cases():
     return [("x64_funcs.c", "-O0", n) for n in range(3)] + \
         [("x64_funcs.c", "-O2", n) for n in range(2)] + \
-        [("x64_codes.s", "-O0", 0), ("x64_codes.s", "-O0", 1), ("x64_chained.s", "-O0", 0)]
+        [("x64_codes.s", "-O0", 0), ("x64_codes.s", "-O0", 1), ("x64_codes.s", "-O0", 2),
+         ("x64_chained.s", "-O0", 0)]
 
 
 @pytest.mark.parametrize("source,opt,index", _cases())
