@@ -8,18 +8,10 @@ from typing import List
 
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import pe
-from plugin.render.pe_tables import entries_json
+from plugin.render.pe_tables import covers, entries_json
 from plugin.render.style import Styled, plain
 from plugin.strategies.pdata import PdataTables
 from plugin.modules.pe import SECTION
-
-
-def _covers(entry: dict, address: int) -> bool:
-    end = entry.get("end")
-    if end is None:                     # ARM64: the packed or .xdata function length
-        length = (entry.get("packed") or entry.get("xdata") or {}).get("function_length", 0)
-        end = entry["start"] + length
-    return entry["start"] <= address < end
 
 
 def table_sources(target, module, address, problems) -> List[dict]:
@@ -37,7 +29,7 @@ def table_sources(target, module, address, problems) -> List[dict]:
         problems.append("%s %s: %s" % (module.name, SECTION, exc))
         return []
     if address is not None:
-        entries = [e for e in entries if _covers(e, address)]
+        entries = [e for e in entries if covers(e, address)]
         if not entries:
             return []
     return [{"kind": "pdata", "module": module.name, "section": SECTION, "machine": headers.machine.name,

@@ -6,7 +6,7 @@ record (header, epilogue scopes, opcodes), in substance as
 from __future__ import annotations
 
 import json
-from typing import List, TextIO, Tuple
+from typing import List, Optional, TextIO, Tuple
 
 from plugin.errors import DecodeError
 from plugin.formats import pdata_arm64 as arm64
@@ -34,19 +34,28 @@ def describe_code(code: x64.UnwindCode, info: x64.UnwindInfo) -> str:
     return "0x%02x: %s %s" % (code.offset, op.name, detail)
 
 
-def write_text(path: str, out: TextIO) -> int:
-    """Exit status: 0 every entry decoded, 1 some not (each said), DecodeError if none can be."""
+def write_text(path: str, out: TextIO, address: Optional[int] = None) -> int:
+    """Exit status: 0 every entry decoded, 1 some not (each said), DecodeError if none can be.
+    address: only the entry whose function holds it."""
     headers, rva_read = _open(path)
     out.write("File: %s\nFormat: PE32+ %s\nImageBase: 0x%x\n"
               % (path, headers.machine.name, headers.image_base))
     if not headers.exception_rva:
         out.write("no exception directory (.pdata): no unwind data\n")
         return 0
+    wanted = None
+    if address is not None:
+        wanted = {e["start"] for e in entries_json(rva_read, headers, [], headers.image_base) if covers(e, address)}
+        if not wanted:
+            out.write("no .pdata entry covers 0x%x\n" % address)
+            return 0
     if headers.machine == pe.Machine.ARM64:
-        return _write_arm64(rva_read, headers, out)
+        return _write_arm64(rva_read, headers, out, wanted)
     status = 0
     base = headers.image_base
     for fn in x64.read_runtime_functions(rva_read, headers.exception_rva, headers.exception_size):
+        if wanted is not None and base + fn.begin not in wanted:
+            continue
         out.write("RuntimeFunction 0x%x-0x%x UnwindInfo 0x%x\n"
                   % (base + fn.begin, base + fn.end, base + fn.unwind_info))
         try:
@@ -80,10 +89,12 @@ def _opcode_text(op: arm64.Opcode) -> str:
                                " #%d" % arm64.operand(op) if arm64.operand(op) else "")
 
 
-def _write_arm64(read, headers: pe.PEHeaders, out: TextIO) -> int:
+def _write_arm64(read, headers: pe.PEHeaders, out: TextIO, wanted=None) -> int:
     status = 0
     base = headers.image_base
     for entry in arm64.read_entries(read, headers.exception_rva, headers.exception_size):
+        if wanted is not None and base + entry.begin not in wanted:
+            continue
         out.write("RuntimeFunction 0x%x %s\n" % (base + entry.begin, entry.flag.name))
         if entry.packed is not None:
             p = entry.packed
@@ -234,6 +245,15 @@ def entries_json(read, headers: pe.PEHeaders, problems: List[str], base: int) ->
     return entries(read, headers, problems, base)
 
 
+def covers(entry: dict, address: int) -> bool:
+    """Does an entry's function (its JSON) hold address? ARM64 entries end by their function length."""
+    end = entry.get("end")
+    if end is None:
+        length = (entry.get("packed") or entry.get("xdata") or {}).get("function_length", 0)
+        end = entry["start"] + length
+    return entry["start"] <= address < end
+
+
 def collect(path: str) -> Tuple[dict, List[str]]:
     """The file's .pdata as one source of `tables --json` ({"kind": "pdata", ...}), and its problems."""
     headers, read = _open(path)
@@ -246,9 +266,12 @@ def collect(path: str) -> Tuple[dict, List[str]]:
     return source, problems
 
 
-def write_json(path: str, out: TextIO) -> int:
-    """{"sources": [the .pdata source], "problems": [...]}; exit status as write_text's."""
+def write_json(path: str, out: TextIO, address: Optional[int] = None) -> int:
+    """{"sources": [the .pdata source], "problems": [...]}; exit status as write_text's.
+    address: only the entry whose function holds it."""
     source, problems = collect(path)
+    if address is not None:
+        source["entries"] = [e for e in source["entries"] if covers(e, address)]
     json.dump({"sources": [source], "problems": problems}, out)
     out.write("\n")
     return 1 if problems else 0

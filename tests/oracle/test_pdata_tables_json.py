@@ -22,8 +22,8 @@ ARM64_IMAGES = [("x64_funcs.c", "-O0", False), ("x64_funcs.c", "-O2", False), ("
                 ("arm64_codes.s", "-O0", False)]
 
 
-def _tables_json(path):
-    run = subprocess.run([sys.executable, "-m", "plugin", "tables", "--json", path], capture_output=True,
+def _tables_json(path, *extra):
+    run = subprocess.run([sys.executable, "-m", "plugin", "tables", "--json", *extra, path], capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
@@ -86,3 +86,22 @@ def test_arm64_entries_equal_llvm_readobj(tmp_path, source, opt, dll):
             assert str(len(x["epilogue_scopes"])) == want["EpilogueScopes"]
             assert [[s["offset"] // 4, s["start_index"], [op["bytes"] for op in s["opcodes"]]]
                     for s in x["epilogue_scopes"]] == want["scopes"]
+
+
+@pytest.mark.parametrize("target", [ARM64, "x86_64-pc-windows-msvc"])
+def test_address_picks_the_entry_llvm_readobj_has_there(tmp_path, target):
+    """`tables --json --address A`: the one entry whose function holds A (the last byte of each
+    function llvm-readobj lists, and its first), none outside every function."""
+    path = build("x64_funcs.c", str(tmp_path), target=target, opt="-O0")
+    every = _tables_json(path)["entries"]
+    if target == ARM64:
+        ends = [e["start"] + (e.get("packed") or e.get("xdata"))["function_length"] for e in every]
+        assert [e["start"] for e in every] == [f["Function"] for f in readobj_arm64(path)]
+    else:
+        ends = [e["end"] for e in every]
+        assert [(e["start"], e["end"]) for e in every] == \
+            [(f["StartAddress"], f["EndAddress"]) for f in readobj_x64(path)]
+    for entry, end in zip(every, ends):
+        for address in (entry["start"], end - 1):
+            assert _tables_json(path, "--address", hex(address))["entries"] == [entry]
+    assert _tables_json(path, "--address", "0x10")["entries"] == []
