@@ -131,8 +131,13 @@ def run(args) -> int:
         import capstone  # noqa: F401
     except ImportError:
         return _fail("validate needs capstone: pip install 'capstone>=5'")
+    known = None
     if getattr(args, "baseline", None):
-        return _fail("--baseline does not apply to PE files yet")
+        from plugin.validate import baseline
+        try:
+            known = baseline.load(args.baseline)
+        except ValueError as exc:
+            return _fail(str(exc))
     try:
         target = PeFileTarget(args.file)
         module = discover(target, target.modules()[0])
@@ -148,11 +153,18 @@ def run(args) -> int:
         select = (lambda s, e: any(s <= a < e for a in starts))
     detail = select is not None
     report = validate_pe(target, module, select, detail)
+    dropped = baseline.keep_new(report, known) if known is not None else 0
     if args.json:
-        json.dump({"modules": [report.to_json()]}, sys.stdout, indent=1)
+        out = {"modules": [report.to_json()]}
+        if known is not None:
+            out["baseline"] = {"file": args.baseline, "known_not_shown": dropped}
+        json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(text(report, detail))
+        if known is not None:
+            print("baseline %s: %d known disagreement(s) not shown; %d new"
+                  % (args.baseline, dropped, len(report.disagreements)))
     return 1 if report.disagreements else 0
 
 

@@ -93,3 +93,25 @@ def test_function_option_and_refusals(tmp_path):
     run = subprocess.run([sys.executable, "-m", "plugin", "validate", path, "--function", "nothing"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "no function named 'nothing'" in run.stderr
+
+
+def test_baseline_reports_only_new_disagreements(tmp_path):
+    """An earlier --json run as the baseline: the same file is clean (exit 0, all known); a twin
+    with one more planted directive reports only that one."""
+    path = build("x64_planted.s", str(tmp_path), opt="-O0")
+    status, report = _validate(path)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"modules": [report]}))
+    status, again = _validate(path, "--baseline", str(old))
+    assert status == 0 and again["disagreements"] == []
+    source = open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "pe", "x64_planted.s")).read()
+    more = tmp_path / "more.s"
+    more.write_text(source.replace("  .seh_stackalloc 0x20\n  .seh_endprologue\n  mov %rcx, %rbx",
+                                   "  .seh_stackalloc 0x28\n  .seh_endprologue\n  mov %rcx, %rbx", 1))
+    (tmp_path / "twin").mkdir()
+    obj, exe = str(tmp_path / "more.obj"), str(tmp_path / "twin" / os.path.basename(path))   # the same module name
+    subprocess.run(["clang-16", "--target=" + X64, "-c", str(more), "-o", obj], check=True)
+    subprocess.run(["lld-link-16", "/nodefaultlib", "/debug:symtab", "/entry:start", "/subsystem:console", obj,
+                    "/out:" + exe], check=True)
+    status, new = _validate(exe, "--baseline", str(old))
+    assert status == 1 and {d["function"] for d in new["disagreements"]} == {"right_alloc"}
