@@ -82,19 +82,22 @@ class PluginUnwinder(Unwinder):
 
     # -- the policy ----------------------------------------------------------------------
     def __call__(self, pending_frame):
-        self._catch_up()
+        state = self.state
+        state.catch_up()                # events since the last call: this may move the epoch
+        if self._epoch != state.epoch:
+            self.reconsider()
         last, self._last = self._last, None
         if last is not None:
             info = self.fast.answered(pending_frame, last)      # replay: an answer computed ahead
             if info is not None:
                 return info
         selected = gdb.selected_inferior()
-        claim = self.state.claim        # a Claim value (a str): passed down, not read back
+        claim = state.claim             # a Claim value (a str): passed down, not read back
         if selected is self._quiet or claim == Claim.NONE:
             return None         # decline: nothing the plugin could claim, or claiming is off
         if last is None and self._declined_by_pc(pending_frame, selected):
             return None
-        inferior = self.state.inferior_of(selected)
+        inferior = state.inferior_of(selected)
         target = inferior.target
         target.inside_unwinder = True
         try:
@@ -171,7 +174,8 @@ class PluginUnwinder(Unwinder):
                 pc = int(pending_frame.read_register(callers.pc_register)) & mask
                 depth, reason = callers.verdicts.get(pc, NOT_COVERED)
                 if level > depth:
-                    return self._decline(level, pc, reason)
+                    self.declines.append((level, pc, reason))     # (_decline, inline: every frame GDB covers)
+                    return True
         except Exception:       # an optimized-out pc and the like: the full path says why
             pass
         return False
