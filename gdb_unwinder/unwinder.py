@@ -114,6 +114,11 @@ class PluginUnwinder(Unwinder):
             target.inside_unwinder = False
 
     def _unwind(self, pending_frame, selected, inferior, claim, last):
+        """The policy, in order: under auto, decline what GDB covers (the whole inferior, a caller
+        by its pc, the frame's lookup pc, a caller GDB's prologue analyser gives alike); find
+        whether the pc is exact; replay the pc's plan (fast, from the callee's claim, or with
+        the engine's evaluator); else the slow path (the engine's step and its checks); hand
+        the caller over to GDB. Each step that declines records why (`unwind explain`)."""
         auto = claim == Claim.AUTO
         if auto and self._nothing_to_add(pending_frame, selected, inferior):
             return None
