@@ -40,7 +40,7 @@ from plugin.arch import CLONE_FUNCTIONS, FrameEdge, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
-from plugin.strategies import planted, sigframe
+from plugin.strategies import planted, process_entry, sigframe
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "frame-pointer"
@@ -60,11 +60,12 @@ def function_of(frame, ctx):
 
 def stack_edge(frame, ctx, source):
     """What every source that reads code or the stack answers alike, else None: a signal
-    trampoline's frame (unwound by the kernel's signal frame), or a new thread's first frame."""
+    trampoline's frame (unwound by the kernel's signal frame), a new thread's first frame, or
+    the process's first frame (plugin.strategies.process_entry)."""
     trampoline = sigframe.at_trampoline(frame, ctx)
     if trampoline is not None:
         return sigframe.step(frame, ctx, source, trampoline)
-    return outermost_child_of_clone(frame, ctx, source)
+    return outermost_child_of_clone(frame, ctx, source) or process_entry.outermost(frame, ctx, source)
 
 
 def outermost_child_of_clone(frame, ctx, source):

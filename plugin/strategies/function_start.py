@@ -1,7 +1,8 @@
 """Where the `analysis` source starts reading a function that has no table: its first instruction.
 
 Tried in this order (plugin.strategies.analysis follows each until one decides the frame):
-  symbol   the function symbol holding the pc (then no other start is tried);
+  symbol   the function symbol holding the pc (then only starts above it: the nearest symbol
+           below may be a size-less one, `_start`, with a nameless function between);
   table    a neighbouring function's table entry: the .eh_frame/.debug_frame
            FDE or SFrame FDE that ends nearest below the pc (no entry covering
            the pc), its end then moved past the alignment padding the compiler
@@ -31,7 +32,7 @@ from plugin.arch import arm
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.exidx import EntryKind
 from plugin.model.vocabulary import Found, Vocabulary
-from plugin.strategies import exidx as exidx_strategy
+from plugin.strategies import exidx as exidx_strategy, process_entry
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.scan import read_stack_words
 from plugin.strategies.sframe import SFrameTables
@@ -71,7 +72,16 @@ def starts(frame, ctx, pc, thumb=False) -> Iterator[Start]:
     if found is not None and 0 <= pc - start < MAX_FUNCTION:
         yield Start(start, StartBy.SYMBOL, "the function starts at 0x%x: the symbol %s" % (start, found[0]),
                     found[0])
+        # The nearest symbol below the pc may not hold it (a size-less `_start`, a stripped program's
+        # .dynsym): a nameless function may lie between them, so only starts above it are tried next.
+        for other in _other_starts(frame, ctx, pc, thumb):
+            if other.address > start:
+                yield other
         return
+    yield from _other_starts(frame, ctx, pc, thumb)
+
+
+def _other_starts(frame, ctx, pc, thumb) -> Iterator[Start]:
     if ctx.arch.name == "arm":
         from_exidx = _start_from_exidx(ctx, pc)
         if from_exidx is not None:
@@ -299,11 +309,10 @@ def _arm_main_from_entry(ctx, module) -> Optional[Tuple[int, int, str]]:
     PIC: `ldr sl, L; adr r3, L; add sl, r3` (sl = the GOT), `ldr r0, L+4; ldr r0, [sl, r0]` (main's
     GOT slot); not PIC: `ldr r0, =main`. Literal loads, pc-relative addresses, register adds and
     the load through them are followed; r0 at the call is main (bit 0: Thumb, cleared)."""
+    entry = process_entry.entry_point(ctx, module)
+    if entry is None:
+        return None
     try:
-        header = bytes(ctx.read_memory(module.header_address, 28))
-        if header[:5] != b"\x7fELF\x01":
-            return None
-        entry = int.from_bytes(header[24:28], "little") + module.load_bias
         code = code_of(ctx, entry & ~1, bool(entry & 1))
         values, address, named = {}, entry & ~1, None
         while address < (entry & ~1) + ENTRY_CODE:

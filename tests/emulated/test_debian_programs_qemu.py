@@ -7,9 +7,13 @@ gdb-multiarch stops it at a libc function it calls; the plugin's walk
 (`unwind backtrace -json`) must equal GDB's own frames, (pc, sp) frame by
 frame, as far as GDB goes, and GDB's `bt` with the plugin loaded must show
 every frame GDB alone shows. The programs have no .symtab, so `main` is
-nameless and GDB's own walk stops in the program's code (frame 1 to 6);
-the frames the plugin finds beyond (analysis, then scan) have no oracle
-here yet: they are printed (run with -s), not asserted.
+nameless and GDB's own walk stops in the program's code (frame 1 to 6).
+Beyond GDB the oracle is a shadow call stack (tests/helpers/shadow_stack.py:
+qemu's log of the blocks it ran, replayed up to the first entry into the
+breakpoint's function, each call pushing its return address and each return
+popping it): the plugin's frames must equal it whole, to the process's
+first frame (the program's `_start`, or ld.so's when the stop is in the
+loader), and it must itself equal GDB's frames as far as GDB goes.
 
 i386 runs natively under GDB, the sysroot's ld.so loading the program with
 the sysroot's libc (--library-path); the program is added to GDB as a
