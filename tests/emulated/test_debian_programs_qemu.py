@@ -81,6 +81,7 @@ def test_armhf_walk_equals_gdb(stop):
     entry = results["entry"]
     oracle = shadow_stack(need_tool("qemu-arm"), sysroot, binary, args, entry)
     assert oracle is not None, "qemu never entered %s at %#x" % (breakpoint, entry)
+    oracle = [address for address, _ in oracle]
     ours = [f["pc"] & ~1 for f in results["ours"]["frames"][1:]]
     native = [f["pc"] & ~1 for f in results["native"][1:]]
     print("%s: shadow stack %s; GDB %s; ours %s" % (stop, _hex(oracle), _hex(native), _hex(ours)))

@@ -8,10 +8,16 @@ for somewhere other than the instruction after it pushes that instruction's
 address (the return address); a block left through an indirect branch (`bx
 lr`, `pop {.., pc}`, `ldr pc, ..`, `ldm .., pc`) for an address on the
 shadow stack pops down to it (a return, or a longjmp to an older frame).
-When the program first enters `stop` (a function's entry address), the
-shadow stack, innermost first, is the list of return addresses the frames
-above the stop must have: what a debugger's backtrace must show (bit 0, the
-Thumb bit, cleared).
+A block that ends in `svc` and is left for somewhere other than the
+instruction after it delivered a signal (unless it returns to an address
+on the stack: a sigreturn): the address after the `svc` is pushed as the
+interrupted pc, marked SIGNAL. When the program first enters `stop` (a
+function's entry address), the shadow stack, innermost first, is the list
+of (address, kind) the frames above the stop must have (bit 0, the Thumb
+bit, cleared): a CALL's address is a caller frame's return address; a
+SIGNAL stands for two frames, the signal trampoline's (its address is the
+restorer the handler returns to, not seen here) and the interrupted one,
+whose pc is exactly that address.
 """
 import re
 import subprocess
@@ -27,6 +33,7 @@ def _is_call(mnemonic):
         or (len(base) == 5 and base[:3] == "blx" and base[3:] in _CONDITIONS)
 
 
+CALL, SIGNAL = "call", "signal"
 _CONDITIONS = ("eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le")
 
 
@@ -72,7 +79,7 @@ def _replay(lines, stop):
         if previous is not None:
             _step(stack, blocks.get(previous), pc)
         if pc == stop:
-            return [address & ~1 for address in reversed(stack)]
+            return [(address & ~1, kind) for address, kind in reversed(stack)]
         previous = pc
     return None
 
@@ -85,11 +92,13 @@ def _step(stack, block, pc):
     following = address + size
     if _is_call(mnemonic):
         if pc != following:
-            stack.append(following)
+            stack.append((following, CALL))
         return
     if _DIRECT.match(mnemonic):
         return
     for depth in range(len(stack) - 1, -1, -1):
-        if stack[depth] & ~1 == pc:
+        if stack[depth][0] & ~1 == pc:
             del stack[depth:]
             return
+    if mnemonic in ("svc", "swi") and pc != following:
+        stack.append((following, SIGNAL))
