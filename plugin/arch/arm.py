@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from plugin.arch.base import SigReturn, Arch
+from plugin.arch.base import Arch, SigReturn
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 ELF_MACHINE_ARM = 40
 SP, LR, PC = 13, 14, 15
@@ -43,6 +44,12 @@ class ArmArch(Arch):
         if cpsr is not None:
             caller[CPSR] = (cpsr | CPSR_THUMB) if ra & 1 else (cpsr & ~CPSR_THUMB)
         return ra & ~1
+
+    def entry_row(self, pc: int, unchanged=(), ra_signed=False):
+        """At a function's first instruction (or a call's non-code target): CFA = sp, return address in lr."""
+        registers = {n: Rule(RuleKind.SAME) for n in unchanged}
+        registers[self.ra] = Rule(RuleKind.SAME)
+        return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=self.sp, offset=0), registers=registers)
 
     def call_before(self, read, address: int) -> Optional[str]:
         """The call that ends at a return address (a Thumb one may keep its bit 0): Thumb's 32-bit
