@@ -27,18 +27,20 @@ _TRACE = re.compile(r"^Trace \d+: \S+ \[[0-9a-f]+/([0-9a-f]+)/")
 _DIRECT = re.compile(r"^(b|bl|blx|cbz|cbnz)(eq|ne|cs|hs|cc|lo|mi|pl|vs|vc|hi|ls|ge|lt|gt|le)?(\.w|\.n)?$")
 
 
+CALL, SIGNAL = "call", "signal"
+_CONDITIONS = ("eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le")
+
+
 def _is_call(mnemonic):
+    """bl, blx and their conditional forms (`blne`; not `ble`/`blt`, which are b<cond>)."""
     base = mnemonic.split(".")[0]
     return base in ("bl", "blx") or (len(base) == 4 and base[:2] == "bl" and base[2:] in _CONDITIONS) \
         or (len(base) == 5 and base[:3] == "blx" and base[3:] in _CONDITIONS)
 
 
-CALL, SIGNAL = "call", "signal"
-_CONDITIONS = ("eq", "ne", "cs", "hs", "cc", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le")
-
-
 def shadow_stack(emulator, sysroot, binary, args, stop, timeout=300):
-    """Return addresses (innermost first) when `binary` first enters address `stop`; None if it never does."""
+    """[(address, CALL or SIGNAL)], innermost first, when `binary` (run under `emulator` with the
+    sysroot's libraries) first enters address `stop`; None if it never does."""
     proc = subprocess.Popen([emulator, "-L", str(sysroot), "-d", "in_asm,exec,nochain", str(binary), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             text=True, errors="replace")
