@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
 from plugin import analysis as code_analysis
-from plugin.analysis.ops import Flow, immediate, operands
+from plugin.analysis.ops import Flow
 from plugin.arch import arm
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.exidx import EntryKind
@@ -45,8 +45,6 @@ CALLER_WORDS = 256                   # stack words searched for the call that re
 MAX_CALL_STARTS = 4                  # starts from calls tried before giving up
 PROLOGUE_WINDOW = 4096               # how far below the pc a prologue is looked for
 MAX_PROLOGUE_STARTS = 2              # prologues tried, the nearest first
-ENTRY_CODE = 64                      # bytes of the entry point's code searched for main's address
-LEA_RDI, MOV_RDI = b"\x48\x8d\x3d", b"\x48\xc7\xc7"     # lea disp32(%rip), %rdi; mov $imm32, %rdi
 
 
 class StartBy(Vocabulary):
@@ -92,7 +90,7 @@ def _other_starts(frame, ctx, pc, thumb) -> Iterator[Start]:
     yield from _starts_from_calls(frame, ctx, pc, thumb)
     if ctx.arch.name != "arm":               # no frame-record prologue pattern is declared for Arm
         yield from _starts_from_prologues(ctx, pc)
-    main = main_from_entry(ctx, pc)
+    main = process_entry.main_from_entry(ctx, pc)
     if main is not None and 0 <= pc - main[0] < MAX_FUNCTION:
         yield Start(main[0], StartBy.ENTRY, "the function starts at 0x%x: main, whose address the entry code "
                                             "at 0x%x passes to __libc_start_main (`%s`)" % main, "main")
@@ -275,87 +273,6 @@ def _direct_call_target(ctx, return_address, thumb=False) -> Optional[int]:
 
 
 # -- a prologue --------------------------------------------------------------------------
-
-def main_from_entry(ctx, pc) -> Optional[Tuple[int, int, str]]:
-    """(main, the entry point, the instruction naming main) of the x86_64 or 32-bit Arm ELF program
-    holding pc: its entry code (glibc's _start) loads main's address into the first argument of
-    __libc_start_main: on x86_64 rdi, with `lea disp32(%rip), %rdi` or `mov $imm32, %rdi`; on Arm
-    r0 (_arm_main_from_entry); None otherwise."""
-    module = ctx.modules.find(pc)
-    if module is None or module.format != "elf" or ctx.arch.name not in ("x86_64", "arm"):
-        return None
-    if ctx.arch.name == "arm":
-        return _arm_main_from_entry(ctx, module)
-    try:
-        header = bytes(ctx.read_memory(module.header_address, 32))
-        if header[:5] != b"\x7fELF\x02":
-            return None
-        entry = int.from_bytes(header[24:32], "little") + module.load_bias
-        code = bytes(ctx.read_memory(entry, ENTRY_CODE))
-    except Exception:           # unreadable: no start from the entry
-        return None
-    at = code.find(LEA_RDI)
-    if at >= 0 and at + 7 <= len(code):
-        return entry + at + 7 + int.from_bytes(code[at + 3:at + 7], "little", signed=True), entry, \
-            "lea disp32(%rip), %rdi"
-    at = code.find(MOV_RDI)
-    if at >= 0 and at + 7 <= len(code):
-        return int.from_bytes(code[at + 3:at + 7], "little") + module.load_bias, entry, "mov $imm32, %rdi"
-    return None
-
-
-def _arm_main_from_entry(ctx, module) -> Optional[Tuple[int, int, str]]:
-    """glibc's Arm _start (sysdeps/arm/start.S), up to its first call (`blx __libc_start_main`):
-    PIC: `ldr sl, L; adr r3, L; add sl, r3` (sl = the GOT), `ldr r0, L+4; ldr r0, [sl, r0]` (main's
-    GOT slot); not PIC: `ldr r0, =main`. Literal loads, pc-relative addresses, register adds and
-    the load through them are followed; r0 at the call is main (bit 0: Thumb, cleared)."""
-    entry = process_entry.entry_point(ctx, module)
-    if entry is None:
-        return None
-    try:
-        code = code_of(ctx, entry & ~1, bool(entry & 1))
-        values, address, named = {}, entry & ~1, None
-        while address < (entry & ~1) + ENTRY_CODE:
-            insn = code.decode_at(address)
-            if insn is None:
-                return None
-            if insn.flow == Flow.CALL:
-                main = values.get("r0")
-                return (main & ~1, entry & ~1, named) if main else None
-            _arm_entry_value(ctx, insn, values, 4 if entry & 1 else 8)
-            named = insn.text if values.get("r0") and insn.text.split(" ", 1)[-1].startswith("r0") else named
-            address = insn.end
-    except (DecodeError, MemoryReadError):
-        return None
-    return None
-
-
-def _arm_entry_value(ctx, insn, values, pc_ahead):
-    """Follow one instruction of _start in `values` (register name -> known value)."""
-    mnemonic, _, rest = insn.text.partition(" ")
-    mnemonic = mnemonic.split(".")[0]
-    ops = operands(rest)
-    if not ops:
-        return
-    here = ((insn.address + pc_ahead) & ~3)
-    value = None
-    if mnemonic == "ldr" and len(ops) == 2 and ops[1].startswith("[pc"):
-        k = immediate(ops[1].strip("[]").split(",")[1]) if "," in ops[1] else 0
-        value = int.from_bytes(bytes(ctx.read_memory(here + k, 4)), "little") if k is not None else None
-    elif mnemonic == "adr" and len(ops) == 2:
-        k = immediate(ops[1])
-        value = here + k if k is not None else None
-    elif mnemonic == "add" and len(ops) in (2, 3) and all(o in values for o in ops[-2:]):
-        value = (values[ops[-2]] + values[ops[-1]]) & 0xffffffff
-    elif mnemonic == "ldr" and len(ops) == 2 and ops[1].startswith("["):
-        parts = [p.strip() for p in ops[1].strip("[]").split(",")]
-        if len(parts) == 2 and all(p in values for p in parts):
-            value = int.from_bytes(bytes(ctx.read_memory((values[parts[0]] + values[parts[1]]) & 0xffffffff, 4)),
-                                   "little")
-    values.pop(ops[0], None)
-    if value is not None:
-        values[ops[0]] = value
-
 
 def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
     """Functions entered by no call (a signal handler, a thread's start): the nearest prologues
