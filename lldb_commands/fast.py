@@ -24,12 +24,13 @@ tables, never stack bytes, and are dropped when the modules change.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 from plugin import checks, engine
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, Outcome
-from plugin.plans import compile_row, evaluate_fast
+from plugin.cache import BoundedCache
+from plugin.plans import PLAN_CACHE_SIZE, compile_row, evaluate_fast
 from plugin.settings import SourceKind, source_names
 from plugin.strategies.evaluate import UnwindError, evaluate_row
 
@@ -53,20 +54,17 @@ class Plans:
     """The plans of one target, keyed by (lookup pc, exact pc, sources), for one module generation."""
 
     def __init__(self) -> None:
-        self._plans: Dict[Tuple, Plan] = {}
-        self._generation = None
-        self.hits = 0
+        self.entries = BoundedCache("backtrace plans", PLAN_CACHE_SIZE)    # key -> Plan
+        self.hits = 0           # plans applied (the engine's checks passed)
 
     def stepper(self, generation: int):
         """engine.unwind's `step` for a walk of a target at module generation `generation`."""
-        if generation != self._generation:
-            self._plans.clear()
-            self._generation = generation
+        self.entries.for_generation(generation)
         return self.step
 
     def step(self, frame, ctx, previous_cfa):
         key = (ctx.lookup_pc(frame), frame.exact_pc, ctx.sources)
-        plan = self._plans.get(key)
+        plan = self.entries.get(key)
         if plan is not None:
             outcome = _apply(plan, key[0], frame, ctx, previous_cfa)
             if outcome is not None:
@@ -75,7 +73,7 @@ class Plans:
         outcome, attempts = engine.step_frame(frame, ctx, previous_cfa)
         if (outcome is not None and not attempts and not outcome.outermost and outcome.source in TABLE_SOURCES
                 and outcome.evidence is not None and outcome.evidence.rule is not None):
-            self._plans[key] = Plan(outcome, ctx.arch)
+            self.entries.put(key, Plan(outcome, ctx.arch))
         return outcome, attempts
 
 

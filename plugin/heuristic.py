@@ -30,8 +30,6 @@ from plugin.strategies.evaluate import UnwindError, evaluate_row
 GUESSES = (Trust.FRAME_POINTER.value, Trust.SCAN.value)   # sources that guess rather than read code or tables
 SOURCE = "debugger heuristic"
 SYMBOLS_CACHE_KEY = "heuristic: file symbols"    # module.cache: the function symbols of its file
-MODEL_CACHE_ATTRIBUTE = "_debugger_models"        # per UnwindContext: (generation, start, pc) -> model
-MODEL_CACHE_SIZE = 1 << 16
 
 
 def yields_to_debugger(outcome: Outcome, frame, ctx) -> Optional[str]:
@@ -115,14 +113,8 @@ def _model(frame, ctx) -> Optional[PrologueModel]:
     if frame.exact_pc and arch.return_at(read, frame.pc):
         return None             # GDB's epilogue unwinder may take a frame at its return: not modelled
     start = _function_start(ctx, ctx.lookup_pc(frame))
-    cache = getattr(ctx, MODEL_CACHE_ATTRIBUTE, None)
-    if cache is None or len(cache) >= MODEL_CACHE_SIZE:
-        cache = {}
-        setattr(ctx, MODEL_CACHE_ATTRIBUTE, cache)
-    key = (ctx.target.generation, start, frame.pc)
-    if key not in cache:
-        cache[key] = arch.debugger_prologue_row(read, start, frame.pc)
-    return cache[key]
+    models = ctx.prologue_models.for_generation(ctx.target.generation)
+    return models.lookup((start, frame.pc), lambda: arch.debugger_prologue_row(read, start, frame.pc))
 
 
 def _same_rules(row, applied, arch) -> bool:

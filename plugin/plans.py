@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from plugin.arch import Arch
+from plugin.cache import BoundedCache
 from plugin.errors import MemoryReadError
 from plugin.model.outcome import AttemptStatus
 from plugin.model.rules import CfaKind, Row, RuleKind
@@ -129,16 +130,16 @@ class PlanCache:
 
     def __init__(self, owner=None):
         self.owner = owner      # what the plans were made for (the debugger's unwinder context)
-        self._plans = {}
-        self.hits = 0
+        self.entries = BoundedCache("plans", PLAN_CACHE_SIZE)     # (lookup pc, exact pc) -> Plan
+        self.hits = 0           # plans replayed (the debugger's unwinder counts them)
         self.fast_hits = 0      # of those, replays of a FastRow (replay_fast)
 
     def clear(self, owner=None):
-        self._plans.clear()
+        self.entries.clear()
         self.owner = owner
 
     def get(self, lookup_pc: int, exact_pc: bool) -> Optional[Plan]:
-        return self._plans.get((lookup_pc, exact_pc))
+        return self.entries.get((lookup_pc, exact_pc))
 
     def remember(self, lookup_pc: int, exact_pc: bool, outcome, attempts) -> Optional[Plan]:
         """Keep the engine's accepted outcome as a plan when replaying it is safe (see the module doc);
@@ -149,15 +150,12 @@ class PlanCache:
                 or any(a.outcome != AttemptStatus.NOT_APPLICABLE for a in attempts)
                 or (outcome.source == ANALYSIS and evidence.entry.get("start_by") not in PC_STARTS)):
             return None
-        if len(self._plans) >= PLAN_CACHE_SIZE:
-            self._plans.clear()
         start = evidence.entry.get("start", lookup_pc)
         fast = compile_row(evidence.rule, evidence.arch) if evidence.arch is not None else None
         if fast is not None and not fast.whole_file:
             fast = None             # replay (the evaluator) applies it
-        plan = self._plans[(lookup_pc, exact_pc)] = Plan(outcome.source, evidence.rule, start, exact_pc, fast,
-                                                         outcome.source in AFTER_CALL_SOURCES)
-        return plan
+        return self.entries.put((lookup_pc, exact_pc), Plan(outcome.source, evidence.rule, start, exact_pc, fast,
+                                                            outcome.source in AFTER_CALL_SOURCES))
 
 
 def replay(plan: Plan, registers, ctx) -> Optional[Replay]:

@@ -37,7 +37,6 @@ from plugin.strategies.evaluate import UnwindError, evaluate_row
 # vDSO symbols of sigreturn trampolines (aarch64, i386, x86_64 vDSO conventions).
 VDSO_SIGRETURN_SYMBOLS = ("__kernel_rt_sigreturn", "__kernel_sigreturn", "__vdso_rt_sigreturn",
                           "__vdso_sigreturn")
-CACHE_ATTRIBUTE = "_signal_trampolines"       # per UnwindContext: address -> Trampoline or None
 
 
 class RecognisedBy(Vocabulary):
@@ -54,17 +53,16 @@ class Trampoline(Found):
 
 
 def recognise(ctx, address: int) -> Optional[Trampoline]:
-    """The signal trampoline starting at address, or None (cached for this walk)."""
-    cache = getattr(ctx, CACHE_ATTRIBUTE, None)
-    if cache is None:
-        cache = {}
-        setattr(ctx, CACHE_ATTRIBUTE, cache)
-    if address not in cache:
-        try:
-            cache[address] = _recognise(ctx, address)
-        except Exception:       # recognition only helps; unreadable or undecodable means "not one"
-            cache[address] = None
-    return cache[address]
+    """The signal trampoline starting at address, or None (kept in ctx.signal_trampolines)."""
+    return ctx.signal_trampolines.for_generation(ctx.target.generation).lookup(
+        address, lambda: _recognised(ctx, address))
+
+
+def _recognised(ctx, address):
+    try:
+        return _recognise(ctx, address)
+    except Exception:       # recognition only helps; unreadable or undecodable means "not one"
+        return None
 
 
 def _recognise(ctx, address):
