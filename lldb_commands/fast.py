@@ -32,13 +32,14 @@ from plugin.model.outcome import AttemptStatus, Outcome
 from plugin.cache import BoundedCache
 from plugin.plans import PLAN_CACHE_SIZE, compile_row, evaluate_fast
 from plugin.settings import SourceKind, source_names
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 
 TABLE_SOURCES = source_names(SourceKind.TABLE)
 
 
-class Plan:
-    """What the first step at a lookup pc found: its source, found-by words, row, signal mark."""
+class FirstStep:
+    """What the first step at a lookup pc found, to repeat at that pc: its source, found-by words,
+    row (and its FastRow), signal mark."""
 
     __slots__ = ("source", "found_by", "row", "signal_frame", "fast")
 
@@ -54,7 +55,7 @@ class Plans:
     """The plans of one target, keyed by (lookup pc, exact pc, sources), for one module generation."""
 
     def __init__(self) -> None:
-        self.entries = BoundedCache("backtrace plans", PLAN_CACHE_SIZE)    # key -> Plan
+        self.entries = BoundedCache("backtrace plans", PLAN_CACHE_SIZE)    # key -> FirstStep
         self.hits = 0           # plans applied (the engine's checks passed)
 
     def stepper(self, generation: int):
@@ -73,11 +74,11 @@ class Plans:
         outcome, attempts = engine.step_frame(frame, ctx, previous_cfa)
         if (outcome is not None and not attempts and not outcome.outermost and outcome.source in TABLE_SOURCES
                 and outcome.evidence is not None and outcome.evidence.rule is not None):
-            self.entries.put(key, Plan(outcome, ctx.arch))
+            self.entries.put(key, FirstStep(outcome, ctx.arch))
         return outcome, attempts
 
 
-def _apply(plan: Plan, lookup_pc: int, frame, ctx, previous_cfa) -> Optional[Outcome]:
+def _apply(plan: FirstStep, lookup_pc: int, frame, ctx, previous_cfa) -> Optional[Outcome]:
     """The caller by the plan's row, as row_step.step_with_row finds it; None: let the engine step."""
     arch = ctx.arch
     if plan.fast is not None:
@@ -88,7 +89,7 @@ def _apply(plan: Plan, lookup_pc: int, frame, ctx, previous_cfa) -> Optional[Out
     else:
         try:
             result = evaluate_row(plan.row, arch, frame.registers, ctx.read_memory)
-        except UnwindError:
+        except RowError:
             return None
         if arch.ra in result.undefined:
             return None

@@ -25,7 +25,7 @@ from plugin.model.outcome import AttemptStatus, Outcome
 from plugin.model.rules import CfaKind, Row, RuleKind
 from plugin.settings import Trust
 from plugin.strategies import sigframe
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 
 GUESSES = (Trust.FRAME_POINTER.value, Trust.SCAN.value)   # sources that guess rather than read code or tables
 SOURCE = "debugger heuristic"
@@ -98,7 +98,7 @@ def modelled_answer(frame, ctx, model=None) -> Optional[Outcome]:
     arch = ctx.arch
     try:
         result = evaluate_row(model.row, arch, frame.registers, ctx.read_memory)
-    except UnwindError:
+    except RowError:
         return None
     evidence = StepEvidence(source=SOURCE, found_by=model.why, lookup_pc=ctx.lookup_pc(frame), rule=model.row,
                             arch=arch, cfa=result.cfa, reads=result.reads, caller_registers=result.registers)

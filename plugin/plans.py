@@ -41,7 +41,7 @@ from plugin.errors import MemoryReadError
 from plugin.model.outcome import AttemptStatus
 from plugin.model.rules import CfaKind, Row, RuleKind
 from plugin.settings import Trust, source_names
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 from plugin.strategies.row_step import return_address
 
 ANALYSIS = Trust.ANALYSIS.value
@@ -71,7 +71,8 @@ class FastRow:
 
 
 @dataclass(frozen=True)
-class Plan:
+class ReplayPlan:
+    """The row the engine accepted at a lookup pc, and what replaying it needs and checks."""
     source: str
     row: Row
     start: int              # the entry's start: the frame id's function
@@ -126,11 +127,11 @@ class Replay:
 
 
 class PlanCache:
-    """lookup pc -> Plan, for one UnwindContext (sources) and one generation of its modules."""
+    """lookup pc -> ReplayPlan, for one UnwindContext (sources) and one generation of its modules."""
 
     def __init__(self, owner=None):
         self.owner = owner      # what the plans were made for (the debugger's unwinder context)
-        self.entries = BoundedCache("plans", PLAN_CACHE_SIZE)     # (lookup pc, exact pc) -> Plan
+        self.entries = BoundedCache("plans", PLAN_CACHE_SIZE)     # (lookup pc, exact pc) -> ReplayPlan
         self.hits = 0           # plans replayed (the debugger's unwinder counts them)
         self.fast_hits = 0      # of those, replays of a FastRow (replay_fast)
 
@@ -138,10 +139,10 @@ class PlanCache:
         self.entries.clear()
         self.owner = owner
 
-    def get(self, lookup_pc: int, exact_pc: bool) -> Optional[Plan]:
+    def get(self, lookup_pc: int, exact_pc: bool) -> Optional[ReplayPlan]:
         return self.entries.get((lookup_pc, exact_pc))
 
-    def remember(self, lookup_pc: int, exact_pc: bool, outcome, attempts) -> Optional[Plan]:
+    def remember(self, lookup_pc: int, exact_pc: bool, outcome, attempts) -> Optional[ReplayPlan]:
         """Keep the engine's accepted outcome as a plan when replaying it is safe (see the module doc);
         the plan, or None when it is not planned."""
         evidence = outcome.evidence
@@ -154,17 +155,17 @@ class PlanCache:
         fast = compile_row(evidence.rule, evidence.arch) if evidence.arch is not None else None
         if fast is not None and not fast.whole_file:
             fast = None             # replay (the evaluator) applies it
-        return self.entries.put((lookup_pc, exact_pc), Plan(outcome.source, evidence.rule, start, exact_pc, fast,
+        return self.entries.put((lookup_pc, exact_pc), ReplayPlan(outcome.source, evidence.rule, start, exact_pc, fast,
                                                             outcome.source in AFTER_CALL_SOURCES))
 
 
-def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
+def replay(plan: ReplayPlan, registers, ctx) -> Optional[Replay]:
     """The caller's registers under plan's row, checked as the engine checks an answer
     (CFA above sp, return address in code); None where the engine must decide instead."""
     arch = ctx.arch
     try:
         result = evaluate_row(plan.row, arch, registers, ctx.read_memory)
-    except (UnwindError, MemoryReadError):
+    except (RowError, MemoryReadError):
         return None
     if arch.ra in result.undefined:
         return None             # outermost: the engine says so, with its reason
@@ -232,7 +233,7 @@ def evaluate_fast(fast: FastRow, arch, registers: dict, read_memory):
     return cfa, caller
 
 
-def replay_fast(plan: Plan, values: dict, ctx) -> Optional[Replay]:
+def replay_fast(plan: ReplayPlan, values: dict, ctx) -> Optional[Replay]:
     """What replay gives, for a plan with a FastRow and a complete register file `values`
     (DWARF number -> int, every register the callee has): the caller's whole register file
     (callee values kept where no rule changes them, as GDB's unspecified rule and the ABI's

@@ -37,6 +37,7 @@ from enum import Enum
 from typing import Optional, Tuple
 
 from plugin.errors import DecodeError
+from plugin.leb128 import LebError, LebProblem, read_uleb
 
 SP, LR, PC = 13, 14, 15
 
@@ -184,15 +185,9 @@ def _vfp(start, data, arg, base, fstmx, count_only=False):
 
 
 def _uleb(data, pos, error, start):
-    value, shift = 0, 0
-    while True:
-        if pos >= len(data):
-            raise error(start, "ULEB128 operand is cut short by the end of the opcodes")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-        if shift > 63:
-            raise error(start, "ULEB128 operand is too long")
+    try:
+        return read_uleb(data, pos, max_bits=63)
+    except LebError as exc:
+        cut_short = exc.kind == LebProblem.TRUNCATED
+        raise error(start, "ULEB128 operand is cut short by the end of the opcodes" if cut_short
+                    else "ULEB128 operand is too long") from None

@@ -32,7 +32,7 @@ from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.vocabulary import Found, Vocabulary
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 
 # vDSO symbols of sigreturn trampolines (aarch64, i386, x86_64 vDSO conventions).
 VDSO_SIGRETURN_SYMBOLS = ("__kernel_rt_sigreturn", "__kernel_sigreturn", "__vdso_rt_sigreturn",
@@ -118,7 +118,7 @@ def step(frame, ctx, source: str, trampoline: Trampoline) -> Outcome:
                           "kernel saved at sp+%d" % trampoline.sigreturn.context)
     try:
         result = evaluate_row(row, arch, frame.registers, ctx.read_memory)
-    except UnwindError as exc:
+    except RowError as exc:
         evidence.reads = exc.reads
         return Outcome.failed(source, exc.reason, exc.kind, evidence=evidence)
     evidence.cfa, evidence.reads = result.cfa, result.reads

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
-from plugin.plans import Plan, compile_row, evaluate_fast, replay, replay_fast
-from plugin.strategies.evaluate import UnwindError as RowError, evaluate_row
+from plugin.plans import ReplayPlan, compile_row, evaluate_fast, replay, replay_fast
+from plugin.strategies.evaluate import RowError, evaluate_row
 
 X86 = arches.by_name("x86_64")
 STACK, STACK_END = 0x7ff000, 0x803000
@@ -83,7 +83,7 @@ def test_fast_replay_equals_the_engines_replay_on_random_rows():
         ctx, row, values = _context(rng), _row(rng), _values(rng)
         fast = compile_row(row, X86)
         assert fast is not None, row.text(X86)
-        plan = Plan("cfi", row, 0x1000, rng.random() < 0.2, fast)
+        plan = ReplayPlan("cfi", row, 0x1000, rng.random() < 0.2, fast)
         expected, got = replay(plan, values, ctx), replay_fast(plan, dict(values), ctx)
         if expected is None:
             assert got is None, (seed, row.text(X86))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from plugin.errors import DecodeError
 from plugin.formats.cfi.entries import CIE, FDE
-from plugin.memory import Cursor, LebError, decode_sleb, decode_uleb
+from plugin.leb128 import LebError, LebProblem, read_sleb, read_uleb
+from plugin.memory import Cursor
 from plugin.model.rules import CfaKind, CfaRule, Rule, RuleKind
 
 # --- DW_CFA opcodes (DWARF 5 table 7.29, GNU and vendor extensions) ---------
@@ -109,20 +110,20 @@ class _Malformed(Exception):
 
 def _uleb(data, i):
     try:
-        return decode_uleb(data, i)
+        return read_uleb(data, i)
     except LebError as exc:
         raise _Malformed(_leb_cause(exc)) from None
 
 
 def _sleb(data, i):
     try:
-        return decode_sleb(data, i)
+        return read_sleb(data, i)
     except LebError as exc:
         raise _Malformed(_leb_cause(exc)) from None
 
 
 def _leb_cause(exc):
-    if "past the end" in exc.cause:
+    if exc.kind == LebProblem.TRUNCATED:
         return "LEB128 operand runs past the end of the instructions"
     return exc.cause
 
