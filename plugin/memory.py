@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import struct
 
-from plugin.errors import DecodeError, MemoryReadError
-from plugin.leb128 import LebError, read_sleb, read_uleb
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
+from plugin.leb128 import LebError, LebProblem, read_sleb, read_uleb
 
 PAGE = 4096
 
@@ -73,8 +73,8 @@ class Region:
     def read(self, offset, size):
         """Bytes [offset, offset+size) of the region, or DecodeError."""
         if offset < 0 or size < 0 or offset + size > self.size:
-            raise DecodeError(self.name, offset,
-                              "read of %d bytes runs past the end (size 0x%x)" % (size, self.size))
+            raise DecodeError(self.name, offset, "read of %d bytes runs past the end (size 0x%x)" % (size, self.size),
+                              DecodeKind.TRUNCATED)
         if self._whole is not None:
             return self._whole[offset:offset + size]
         first, last = offset // PAGE, (offset + size - 1) // PAGE if size else offset // PAGE
@@ -110,9 +110,10 @@ class Region:
         try:
             data = self._fetch(self.address + offset, size)
         except MemoryReadError as exc:
-            raise DecodeError(self.name, offset, str(exc)) from None
+            raise DecodeError(self.name, offset, str(exc), DecodeKind.UNREADABLE) from None
         if len(data) != size:
-            raise DecodeError(self.name, offset, "short read (%d of %d bytes)" % (len(data), size))
+            raise DecodeError(self.name, offset, "short read (%d of %d bytes)" % (len(data), size),
+                              DecodeKind.UNREADABLE)
         return bytes(data)
 
     def cursor(self, offset=0):
@@ -143,8 +144,8 @@ class Cursor:
         """Target address of the current position."""
         return self.region.address + self.pos
 
-    def error(self, cause, offset=None):
-        return DecodeError(self.region.name, self.pos if offset is None else offset, cause)
+    def error(self, cause, offset=None, kind=DecodeKind.MALFORMED):
+        return DecodeError(self.region.name, self.pos if offset is None else offset, cause, kind)
 
     def bytes(self, n):
         data = self.region.read(self.pos, n)
@@ -189,7 +190,7 @@ class Cursor:
         try:
             value, self.pos = read(data, start, self.region.size)
         except LebError as exc:
-            raise self.error(exc.cause, start) from None
+            raise self.error(exc.cause, start, LEB_KINDS[exc.kind]) from None
         return value
 
     def cstring(self, limit=4096):
@@ -261,6 +262,9 @@ def encoded_size(encoding, address_size):
     if fmt in _FIXED_FORMATS:
         return _FIXED_FORMATS[fmt][1]
     return None
+
+
+LEB_KINDS = {LebProblem.TRUNCATED: DecodeKind.TRUNCATED, LebProblem.TOO_LONG: DecodeKind.LIMIT}
 
 
 class _RegionBytes:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.leb128 import LebError, LebProblem, read_uleb
 
 SP, LR, PC = 13, 14, 15
@@ -88,12 +88,12 @@ def decode_opcodes(data: bytes, section: str, offset: int) -> Tuple[Instruction,
     pos = 0
     n = len(data)
 
-    def error(at, cause):
-        return DecodeError(section, offset, "opcode byte %d (0x%02x): %s" % (at, data[at], cause))
+    def error(at, cause, kind=DecodeKind.MALFORMED):
+        return DecodeError(section, offset, "opcode byte %d (0x%02x): %s" % (at, data[at], cause), kind)
 
     def operand(at):
         if at + 1 >= n:
-            raise error(at, "instruction is cut short by the end of the opcodes")
+            raise error(at, "instruction is cut short by the end of the opcodes", DecodeKind.TRUNCATED)
         return data[at + 1]
 
     while pos < n:
@@ -188,6 +188,6 @@ def _uleb(data, pos, error, start):
     try:
         return read_uleb(data, pos, max_bits=63)
     except LebError as exc:
-        cut_short = exc.kind == LebProblem.TRUNCATED
-        raise error(start, "ULEB128 operand is cut short by the end of the opcodes" if cut_short
-                    else "ULEB128 operand is too long") from None
+        if exc.kind == LebProblem.TRUNCATED:
+            raise error(start, "ULEB128 operand is cut short by the end of the opcodes", DecodeKind.TRUNCATED) from None
+        raise error(start, "ULEB128 operand is too long", DecodeKind.LIMIT) from None

@@ -5,7 +5,7 @@ length bounds each reader keeps)."""
 import pytest
 from hypothesis import given, strategies as st
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.formats import exidx_ops
 from plugin.leb128 import LebError, LebProblem, encode_sleb, encode_uleb, read_sleb, read_uleb
 from plugin.memory import Cursor, Region
@@ -61,3 +61,25 @@ def test_the_ehabi_vsp_operand_keeps_its_own_bounds_and_sentences():
         exidx_ops.decode_opcodes(b"\xb2\x81", ".ARM.extab", 0)
     with pytest.raises(DecodeError, match="ULEB128 operand is too long"):
         exidx_ops.decode_opcodes(b"\xb2" + b"\xff" * 10 + b"\x01", ".ARM.extab", 0)
+
+
+def test_decode_errors_say_their_kind():
+    """A DecodeError carries a DecodeKind (plugin/errors.py), set where the problem is known."""
+    region = Region.from_bytes("b", 0, b"\x01\x02")
+    with pytest.raises(DecodeError) as past:
+        region.read(1, 4)
+    assert past.value.kind == DecodeKind.TRUNCATED
+    with pytest.raises(DecodeError) as unreadable:
+        Region("gone", 0x1000, 16, lambda address, size: (_ for _ in ()).throw(MemoryReadError(address, size))).read(0, 4)
+    assert unreadable.value.kind == DecodeKind.UNREADABLE
+    kinds = {}
+    for name, data in (("cut", b"\x80\x80"), ("long", b"\x80" * 100 + b"\x01")):
+        with pytest.raises(DecodeError) as bad:
+            Cursor(Region.from_bytes("b", 0, data)).sleb()
+        kinds[name] = bad.value.kind
+    assert kinds == {"cut": DecodeKind.TRUNCATED, "long": DecodeKind.LIMIT}
+    for data, kind in ((b"\xb2\x81", DecodeKind.TRUNCATED), (b"\xb2" + b"\xff" * 10 + b"\x01", DecodeKind.LIMIT),
+                       (b"\xb1", DecodeKind.TRUNCATED), (b"\xb1\x00", DecodeKind.MALFORMED)):
+        with pytest.raises(DecodeError) as bad:
+            exidx_ops.decode_opcodes(data, ".ARM.extab", 0)
+        assert bad.value.kind == kind, data
