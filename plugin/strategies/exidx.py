@@ -224,7 +224,7 @@ def step(frame, ctx) -> Outcome:
 
 
 def apply(steps: OpcodeRun, frame, ctx, evidence: StepEvidence) -> Outcome:
-    """The caller's registers from a OpcodeRun: the row evaluated, pc from r15 or r14."""
+    """The caller's registers from an OpcodeRun: the row evaluated, pc from r15 or r14."""
     arch = ctx.arch
     evidence.rule = steps.row
     evidence.arch = arch
