@@ -15,9 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Hashable, Optional
 
-_MISSING = object()
-
-
 @dataclass(frozen=True)
 class CacheStats:
     """What a cache holds and how often it answered."""
@@ -66,8 +63,9 @@ class BoundedCache:
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The entry for key (a hit), or default (a miss)."""
-        value = self._entries.get(key, _MISSING)
-        if value is _MISSING:
+        try:
+            value = self._entries[key]
+        except KeyError:
             self.misses += 1
             return default
         self.hits += 1
@@ -80,14 +78,16 @@ class BoundedCache:
         self._entries[key] = value
         return value
 
-    def lookup(self, key: Hashable, compute: Callable[[], Any]) -> Any:
-        """The entry for key, computed by compute() and remembered on a miss (None included)."""
-        value = self._entries.get(key, _MISSING)
-        if value is not _MISSING:
-            self.hits += 1
-            return value
-        self.misses += 1
-        return self.put(key, compute())
+    def lookup(self, key: Hashable, compute: Callable[..., Any], *args: Any) -> Any:
+        """The entry for key, computed by compute(*args) and remembered on a miss (None included).
+        (Hits are the common case: a dict lookup, no closure made.)"""
+        try:
+            value = self._entries[key]
+        except KeyError:
+            self.misses += 1
+            return self.put(key, compute(*args))
+        self.hits += 1
+        return value
 
     def stats(self) -> CacheStats:
         return CacheStats(self.name, self.bound, len(self._entries), self.hits, self.misses)

@@ -115,7 +115,7 @@ class UnwindContext:
     def follows_call(self, address):
         """Can address be a return address: right after a call instruction, or the start of a
         signal trampoline (the kernel plants those)? Cached until the process runs."""
-        return self.after_call.lookup(address, lambda: self._follows_call(address))
+        return self.after_call.lookup(address, self._follows_call, address)
 
     def _follows_call(self, address):
         return self.arch.call_before(reader(self.read_memory), address) is not None \
@@ -123,7 +123,7 @@ class UnwindContext:
 
     def is_code(self, address):
         # in_a_stack depends on the walk's sp
-        return self.code_checks.lookup((address, self.stack_pointer), lambda: self._is_code(address))
+        return self.code_checks.lookup((address, self.stack_pointer), self._is_code, address)
 
     def _is_code(self, address):
         module = self.modules.find(address)
@@ -182,7 +182,7 @@ class UnwindContext:
 
     def symbol(self, address):
         """(name, start) of the function holding address, or None; cached for this walk."""
-        return self.symbols.lookup(address, lambda: self._symbol(address))
+        return self.symbols.lookup(address, self._symbol, address)
 
     def _symbol(self, address):
         try:

@@ -114,7 +114,7 @@ def _model(frame, ctx) -> Optional[PrologueModel]:
         return None             # GDB's epilogue unwinder may take a frame at its return: not modelled
     start = _function_start(ctx, ctx.lookup_pc(frame))
     models = ctx.prologue_models.for_generation(ctx.target.generation)
-    return models.lookup((start, frame.pc), lambda: arch.debugger_prologue_row(read, start, frame.pc))
+    return models.lookup((start, frame.pc), arch.debugger_prologue_row, read, start, frame.pc)
 
 
 def _same_rules(row, applied, arch) -> bool:

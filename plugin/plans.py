@@ -183,25 +183,28 @@ def replay(plan: ReplayPlan, registers, ctx) -> Optional[Replay]:
     return Replay(caller, cfa, plan.start)
 
 
-def saved_words(fast: FastRow, cfa: int, arch, read_memory) -> Optional[list]:
-    """The values of fast's loads at cfa, as [(number, value)]: in one read when they lie within
+def load_saved(fast: FastRow, cfa: int, arch, read_memory, caller: dict) -> bool:
+    """Put the values of fast's loads at cfa into caller: in one read when they lie within
     MAX_SPAN bytes (a frame's saves sit together below its CFA), else (or where that read fails:
-    a span across an unreadable page) a word at a time; None if one cannot be read."""
-    mask, size, order = arch.mask, arch.address_size, arch.byteorder
+    a span across an unreadable page) a word at a time; False if one cannot be read."""
+    size, order = arch.address_size, arch.byteorder
     low, length = fast.span
-    if length <= MAX_SPAN and 0 <= cfa + low and cfa + low + length <= mask:
+    if length <= MAX_SPAN and 0 <= cfa + low and cfa + low + length <= arch.mask:
         try:
             data = read_memory(cfa + low, length)
         except MemoryReadError:
             data = None
         if data is not None:
-            return [(number, int.from_bytes(data[offset - low:offset - low + size], order))
-                    for number, offset in fast.loads]
+            for number, offset in fast.loads:
+                at = offset - low
+                caller[number] = int.from_bytes(data[at:at + size], order)
+            return True
     try:
-        return [(number, int.from_bytes(read_memory((cfa + offset) & mask, size), order))
-                for number, offset in fast.loads]
+        for number, offset in fast.loads:
+            caller[number] = int.from_bytes(read_memory((cfa + offset) & arch.mask, size), order)
     except MemoryReadError:
-        return None
+        return False
+    return True
 
 
 def evaluate_fast(fast: FastRow, arch, registers: dict, read_memory):
@@ -216,10 +219,8 @@ def evaluate_fast(fast: FastRow, arch, registers: dict, read_memory):
     cfa = (base + fast.cfa_offset) & mask
     caller = {number: registers[number] for number in arch.callee_saved if number in registers}
     caller[arch.sp] = cfa
-    words = saved_words(fast, cfa, arch, read_memory)
-    if words is None:
+    if fast.loads and not load_saved(fast, cfa, arch, read_memory, caller):
         return None
-    caller.update(words)
     for number, offset in fast.sums:
         caller[number] = (cfa + offset) & mask
     for number, source in fast.copies:
@@ -249,12 +250,10 @@ def replay_fast(plan: ReplayPlan, values: dict, ctx) -> Optional[Replay]:
     cfa = (base + fast.cfa_offset) & mask
     if cfa < sp or (cfa == sp and not plan.exact_pc):
         return None
-    words = saved_words(fast, cfa, arch, ctx.read_memory)
-    if words is None:
-        return None
     caller = dict(values)
     caller[arch.sp] = cfa
-    caller.update(words)
+    if fast.loads and not load_saved(fast, cfa, arch, ctx.read_memory, caller):
+        return None
     for number, offset in fast.sums:
         caller[number] = (cfa + offset) & mask
     for number, source in fast.copies:

@@ -116,7 +116,7 @@ def _remembered(ctx, kind, frame, decide):
     verdicts = None if target is None else target.code_verdicts
     if verdicts is None or target.inside_unwinder:
         return decide(frame, ctx)
-    return verdicts.lookup((kind, frame.pc, frame.exact_pc), lambda: decide(frame, ctx))
+    return verdicts.lookup((kind, frame.pc, frame.exact_pc), decide, frame, ctx)
 
 
 def _outermost(frame, ctx):

@@ -79,7 +79,7 @@ class SFrameTables(ModuleTables):
         fre is None for a v3 FDE without FREs (an outermost frame). May raise
         DecodeError for a bad FDE or FRE.
         """
-        return self.rows.lookup(pc, lambda: self._row_for(pc))
+        return self.rows.lookup(pc, self._row_for, pc)
 
     def _row_for(self, pc):
         section = self.section()

@@ -54,8 +54,7 @@ class Trampoline(Found):
 
 def recognise(ctx, address: int) -> Optional[Trampoline]:
     """The signal trampoline starting at address, or None (kept in ctx.signal_trampolines)."""
-    return ctx.signal_trampolines.for_generation(ctx.target.generation).lookup(
-        address, lambda: _recognised(ctx, address))
+    return ctx.signal_trampolines.for_generation(ctx.target.generation).lookup(address, _recognised, ctx, address)
 
 
 def _recognised(ctx, address):
