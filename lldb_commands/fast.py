@@ -33,8 +33,11 @@ from plugin.cache import BoundedCache
 from plugin.plans import PLAN_CACHE_SIZE, compile_row, evaluate_fast
 from plugin.settings import SourceKind, source_names
 from plugin.strategies.evaluate import RowError, evaluate_row
+from plugin.strategies.row_step import return_address
 
-TABLE_SOURCES = source_names(SourceKind.TABLE)
+# The table sources whose step ends in row_step.step_with_row (declared `planned`): a plan
+# replays their row exactly as that step would (exidx's pc may come from r15: not planned)
+TABLE_SOURCES = source_names(SourceKind.TABLE, planned=True)
 
 
 class FirstStep:
@@ -94,12 +97,9 @@ def _apply(plan: FirstStep, lookup_pc: int, frame, ctx, previous_cfa) -> Optiona
         if arch.ra in result.undefined:
             return None
         cfa, caller, reads = result.cfa, result.registers, result.reads
-    ra = caller.get(arch.ra)
-    if ra is None:
+    caller, _ = return_address(plan.row, arch, frame.registers, caller)
+    if caller is None:
         return None
-    if plan.row.ra_signed:
-        ra = arch.strip_pointer_auth(ra)
-    caller[arch.pc] = ra
     evidence = StepEvidence(source=plan.source, found_by=plan.found_by, lookup_pc=lookup_pc, rule=plan.row,
                             arch=arch, cfa=cfa, reads=reads, caller_registers=caller)
     outcome = Outcome(AttemptStatus.RECOVERED, plan.source, registers=caller, evidence=evidence,
