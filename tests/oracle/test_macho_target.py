@@ -144,7 +144,7 @@ def test_snapshot_target_discovery_and_bad_headers():
     module = discover(target, ModuleRef("lib", SLIDE_BASE, None))
     assert module.format == "macho" and module.load_bias == SLIDE_BASE - text.vmaddr
     assert module.uuid == format_uuid(file_target.image.uuid)
-    with pytest.raises(DecodeError, match="no ELF or Mach-O magic"):
+    with pytest.raises(DecodeError, match="no ELF, Mach-O or PE \\(MZ\\) magic"):
         discover(target, ModuleRef("lib", SLIDE_BASE + 8, None))
     short = SnapshotTarget(arch=file_target.arch, regions=[(SLIDE_BASE, header[:64])])
     with pytest.raises(DecodeError):
