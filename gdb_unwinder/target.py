@@ -178,6 +178,13 @@ class GdbTarget(Target):
         known = {ref.path for ref in refs}
         return refs + [ref for ref in objfiles.refs_from_commands() if ref.path not in known]
 
+    def symbol_files(self):
+        """The files GDB loaded symbols from, on a remote stub only (QEMU's gdbstub): there the Linux
+        kernel, which has no ELF header in memory, is found from its symbol file (plugin.modules.kernel)."""
+        if _is_native() or self.core_files() is not None:
+            return []
+        return objfiles.symbol_files(gdb.selected_inferior().progspace)
+
     # -- symbols ----------------------------------------------------------------
     def symbol(self, address):
         try:

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.elf import ELF_MAGIC
 from plugin.modules.elf import discover_elf
+from plugin.modules.kernel import discover_kernel
 from plugin.modules.macho import discover_macho, is_macho_magic
 from plugin.modules.model import Module, Segment, TableLocation, region_of
 from plugin.target import ModuleRef, Target
@@ -69,8 +70,22 @@ class ModuleMap:
                 self.modules.append(discover(self.target, ref))
             except (DecodeError, MemoryReadError) as exc:
                 self.failed.append(Unreadable(ref, str(exc)))
+        self._add_kernel()
         self.modules.sort(key=lambda m: m.start)
         self._starts = [m.start for m in self.modules]
+
+    def _add_kernel(self) -> None:
+        """The Linux kernel, found from a symbol file's symbols (it has no ELF header in memory):
+        only where the target names symbol files (a remote stub) and no module holds it already."""
+        paths = getattr(self.target, "symbol_files", lambda: [])()
+        if not paths or getattr(self.target.arch, "name", None) != "x86_64":
+            return
+        kernel = discover_kernel(paths, self.target.read_memory, self.target.arch)
+        if kernel is None or any(kernel.contains(s.start) for m in self.modules for s in m.segments):
+            return
+        self.modules.append(kernel)
+        # its symbol file is no module of its own: GDB's objfile has no header in memory
+        self.failed = [f for f in self.failed if f.ref.path != kernel.path]
 
     def add(self, module: Module) -> None:
         """Add a module that was not discovered from memory (an object file's sections)."""

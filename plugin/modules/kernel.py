@@ -1,0 +1,165 @@
+"""The Linux kernel as a module, found without an ELF header in memory (x86-64).
+
+A kernel debugged through QEMU's gdbstub has no ELF header in guest memory
+and no link map: it is found from the symbols of a file the debugger loaded
+(a vmlinux with symbols, or an ELF made from /proc/kallsyms by
+plugin.modules.kallsyms). Those files are read here, not through the
+debugger: a symbol lookup through GDB's expression evaluator may build
+frames, which the unwinder must not do.
+
+- the text is [_stext, _etext) and [_sinittext, _einittext), executable;
+- the ORC tables are [__start_orc_unwind_ip, __stop_orc_unwind_ip) and
+  [__start_orc_unwind, __stop_orc_unwind), and [__start_orc_header,
+  __stop_orc_header) since 6.4 (6.3.10);
+- KASLR's slide: a vmlinux's symbols are link addresses; the kernel runs
+  at a multiple of 2 MiB (CONFIG_PHYSICAL_ALIGN) above them. The slide is
+  the one at which `linux_banner` reads "Linux version" in memory: 0 first
+  (symbols from /proc/kallsyms, or a file loaded with `-o SLIDE`), then the
+  candidates within the kernel's 1 GiB image area.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from functools import lru_cache
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.formats import orc
+from plugin.modules.model import Module, Segment, TableLocation
+
+NAMES = ("_text", "_stext", "_etext", "_sinittext", "_einittext", "_end", "linux_banner",
+         "__start_orc_unwind_ip", "__stop_orc_unwind_ip", "__start_orc_unwind", "__stop_orc_unwind",
+         "__start_orc_header", "__stop_orc_header")
+BANNER = b"Linux version "
+SLIDE_ALIGN = 0x200000                  # CONFIG_PHYSICAL_ALIGN on x86-64 (Debian, defconfig)
+IMAGE_AREA = (0xFFFFFFFF80000000, 0xFFFFFFFFC0000000)     # __START_KERNEL_map .. + KERNEL_IMAGE_SIZE (1 GiB)
+KERNEL_NAME = "[kernel]"
+TABLES = (".orc_unwind_ip", ".orc_unwind", ".orc_header")
+
+Read = Callable[[int, int], bytes]
+
+
+@lru_cache(maxsize=16)
+def _file_symbols(key: Tuple[str, int, int]) -> Dict[str, int]:
+    """The NAMES defined in an ELF64 file's .symtab ({} if it has none of them or is no ELF64)."""
+    path = key[0]
+    with open(path, "rb") as handle:
+        head = handle.read(64)
+        if len(head) < 64 or head[:5] != b"\x7fELF\x02" or head[5] != 1:
+            return {}
+        shoff, = struct.unpack_from("<Q", head, 40)
+        shentsize, shnum = struct.unpack_from("<HH", head, 58)
+        if shentsize != 64 or not 0 < shnum < 65536:
+            return {}
+        handle.seek(shoff)
+        headers = [struct.unpack_from("<IIQQQQIIQQ", handle.read(64)) for _ in range(shnum)]
+        symtab = next((h for h in headers if h[1] == 2 and h[9] == 24), None)     # SHT_SYMTAB
+        if symtab is None or symtab[6] >= shnum:
+            return {}
+        strtab = headers[symtab[6]]
+        handle.seek(strtab[4])
+        strings = handle.read(strtab[5])
+        wanted = {}
+        for name in NAMES:
+            at = strings.find(b"\0" + name.encode() + b"\0")
+            if at >= 0:
+                wanted[at + 1] = name
+        if "__start_orc_unwind_ip" not in wanted.values():
+            return {}
+        handle.seek(symtab[4])
+        table = handle.read(symtab[5] - symtab[5] % 24)
+    found = {}
+    for st_name, _, _, shndx, value, _ in struct.iter_unpack("<IBBHQQ", table):
+        name = wanted.get(st_name)
+        if name is not None and shndx != 0 and name not in found:
+            found[name] = value
+    return found
+
+
+def file_symbols(path: str) -> Dict[str, int]:
+    """The kernel's NAMES in a symbol file ({} when it is no kernel's, or unreadable)."""
+    try:
+        st = os.stat(path)
+        return _file_symbols((path, st.st_size, st.st_mtime_ns))
+    except (OSError, struct.error):
+        return {}
+
+
+def find_slide(symbols: Dict[str, int], read: Read) -> Optional[int]:
+    """The slide at which linux_banner reads "Linux version" in memory, or None."""
+    banner = symbols.get("linux_banner")
+    if banner is None:
+        return None
+    low = IMAGE_AREA[0] - min(symbols.values())
+    high = IMAGE_AREA[1] - max(symbols.values())
+    candidates = [0] + [s for s in range(low - low % SLIDE_ALIGN, high, SLIDE_ALIGN) if s]
+    for slide in candidates:
+        try:
+            if read(banner + slide, len(BANNER)) == BANNER:
+                return slide
+        except (MemoryReadError, OSError, ValueError):
+            continue
+    return None
+
+
+def _release(read: Read, banner: int) -> Optional[str]:
+    try:
+        return orc.find_version_string(read(banner, 160))
+    except (MemoryReadError, OSError, ValueError):
+        return None
+
+
+def discover_kernel(paths: Iterable[str], read: Read, arch) -> Optional[Module]:
+    """The kernel Module from the first of `paths` that holds its symbols, or None (no such
+    file). Its problems say what could not be read; tables the symbols do not give are absent."""
+    for path in paths:
+        symbols = file_symbols(path)
+        if "__start_orc_unwind_ip" in symbols:
+            return kernel_module(path, symbols, read, arch)
+    return None
+
+
+def kernel_module(path: str, symbols: Dict[str, int], read: Read, arch) -> Module:
+    """The kernel at its place in memory: the symbols plus KASLR's slide."""
+    slide = find_slide(symbols, read)
+    problems: List[str] = []
+    if slide is None:
+        problems.append("linux_banner does not read \"Linux version\" at any KASLR slide: "
+                        "%s is not the running kernel's symbol file" % path)
+        slide = 0
+    elif slide:
+        problems.append("KASLR: the kernel runs 0x%x above %s's symbols; give GDB `symbol-file %s -o 0x%x`"
+                        % (slide, os.path.basename(path), path, slide))
+    at = {name: value + slide for name, value in symbols.items()}
+    module = Module(KERNEL_NAME, path, at.get("_text", at.get("_stext", 0)), arch, format="kernel",
+                    load_bias=slide, problems=problems)
+    for start, end in (("_stext", "_etext"), ("_sinittext", "_einittext")):
+        if start in at and end in at and at[start] < at[end]:
+            module.segments.append(Segment(at[start], at[end], True))
+    found_by = "the symbols __start_/__stop_%s of " + os.path.basename(path) + (
+        " (KASLR slide 0x%x)" % slide if slide else "")
+    for section, start, stop in ((".orc_unwind_ip", "__start_orc_unwind_ip", "__stop_orc_unwind_ip"),
+                                 (".orc_unwind", "__start_orc_unwind", "__stop_orc_unwind"),
+                                 (".orc_header", "__start_orc_header", "__stop_orc_header")):
+        if start in at and stop in at and at[start] <= at[stop]:
+            module.tables[section] = TableLocation(section, at[start], at[stop] - at[start],
+                                                   found_by % section.lstrip("."))
+    banner = at.get("linux_banner")
+    module.cache["kernel release"] = _release(read, banner) if banner is not None else None
+    return module
+
+
+def orc_table(module: Module, read: Read) -> Tuple[orc.OrcTable, orc.LayoutFoundBy, List[str]]:
+    """The module's ORC table over read (a page cache: the tables never change), its layout chosen
+    by .orc_header, else the kernel's release, else the first page of entries' bits.
+    DecodeError when the tables are missing or disagree; MemoryReadError when unreadable."""
+    ips, entries = module.tables.get(".orc_unwind_ip"), module.tables.get(".orc_unwind")
+    if ips is None or entries is None:
+        raise DecodeError(".orc_unwind", None, "the kernel's symbols do not give both ORC tables")
+    count = orc.check_sizes(ips.size, entries.size)
+    header_at = module.tables.get(".orc_header")
+    header = read(header_at.address, header_at.size) if header_at is not None else None
+    sample = read(entries.address, min(entries.size, 4096 - 4096 % orc.ENTRY_SIZE))
+    layout, found_by, notes = orc.choose_layout(header, module.cache.get("kernel release"), orc.all_flags(sample))
+    return orc.OrcTable(ips.address, entries.address, count, layout, read), found_by, notes
