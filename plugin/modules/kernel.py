@@ -105,7 +105,7 @@ def find_slide(symbols: Dict[str, int], read: Read) -> Optional[int]:
 
 def _release(read: Read, banner: int) -> Optional[str]:
     try:
-        return orc.find_version_string(read(banner, 160))
+        return orc.find_version_string(read(banner, 64))
     except (MemoryReadError, OSError, ValueError):
         return None
 

@@ -61,6 +61,20 @@ class OrcTables(ModuleTables):
         return self.once(SECTION, lambda: orc_table(self.module, self.read), errors=(DecodeError, MemoryReadError))
 
 
+def summary(module, target):
+    """The kernel's ORC table for `unwind modules`: {entries, layout, layout_by, release}, or a
+    {problem} when it cannot be read; None for a module without ORC tables."""
+    if SECTION not in module.tables:
+        return None
+    tables = OrcTables.of(module, target)
+    loaded = tables.table()
+    if loaded is None:
+        return {"problem": "; ".join(tables.problems) or "unreadable"}
+    table, found_by, notes = loaded
+    return {"entries": table.count, "layout": table.layout.value, "layout_by": found_by.value,
+            "release": module.cache.get("kernel release"), "notes": list(notes)}
+
+
 def step(frame, ctx):
     """Recover frame's caller from the kernel's ORC entry covering its lookup pc."""
     pc, tables = OrcTables.for_frame(frame, ctx)
