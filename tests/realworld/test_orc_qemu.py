@@ -9,7 +9,9 @@ fixed by nokaslr); the second stops at a timer tick (the 301st call of
 update_process_times, during boot), at do_sys_openat2 (a syscall from user
 mode) and at panic. The timer stop has no truth from the kernel (the walk's
 shape is checked: through the interrupt's pt_regs to the end of the stack).
-Not yet: faults, modules.
+GDB itself is checked too: its `bt` with the plugin loaded (and a symbol file made from
+the kallsyms lines, `python -m plugin kallsyms`) gives the walk's frames at every stop, and
+`unwind modules` lists the kernel with its ORC table. Not yet: faults, kernel modules.
 """
 import json
 import os
@@ -28,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 WALKER = REPO / "tests/helpers/orc_gdb_walk.py"
 INIT = """#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
-/bin/busybox grep -i ' t ' /proc/kallsyms
+/bin/busybox cat /proc/kallsyms
 echo KALLSYMS-DONE
 exit 0
 """
@@ -70,6 +72,25 @@ def _symbols(serial_text):
     return symbols
 
 
+def _symbol_file(serial_text, tmp):
+    """The symbol file GDB is given (python -m plugin kallsyms), from the kallsyms lines the first boot printed."""
+    (tmp / "kallsyms").write_text("\n".join(re.findall(r"^[0-9a-f]{16} [A-Za-z] \S+$", serial_text, re.M)) + "\n")
+    subprocess.run([sys.executable, "-m", "plugin", "kallsyms", str(tmp / "kallsyms"), str(tmp / "kernel.elf")],
+                   cwd=str(REPO), check=True, capture_output=True, timeout=120)
+    return tmp / "kernel.elf"
+
+
+def _gdb_bt(text):
+    """[(pc, name)] of each `bt` GDB printed between BT-START and BT-END markers ("do_exit[cold]"
+    as the kernel spells it, "do_exit.cold")."""
+    out = []
+    for block in re.findall(r"BT-START\n(.*?)BT-END", text, re.S):
+        frames = re.findall(r"^#\d+\s+(0x[0-9a-f]+) in (\S+) \(", block, re.M)
+        out.append([(int(pc, 16), name.replace("[cold]", ".cold")) for pc, name in frames]
+                   + [("??", line) for line in block.splitlines() if "??" in line])
+    return out
+
+
 def _name(pc, ordered, return_address):
     """symbol+offset as the kernel prints it (%pB): a return address is looked up at
     pc - 1 (a call to a noreturn function can end its function)."""
@@ -96,14 +117,16 @@ def booted(tmp_path_factory):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
-        walk = "python exec(open(%r).read())" % str(WALKER)
+        walk = ["-ex", "python exec(open(%r).read())" % str(WALKER), "-ex", "echo BT-START\\n", "-ex", "bt",
+                "-ex", "echo BT-END\\n"]
         gdb = subprocess.run(
-            ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "target remote 127.0.0.1:%d" % port,
-             "-ex", "hbreak *0x%x" % symbols["update_process_times"], "-ex", "ignore 1 300", "-ex", "continue",
-             "-ex", walk, "-ex", "delete",
-             "-ex", "hbreak *0x%x" % symbols["do_sys_openat2"], "-ex", "continue",
-             "-ex", walk, "-ex", "delete", "-ex", "hbreak *0x%x" % symbols["panic"], "-ex", "continue",
-             "-ex", walk, "-ex", "continue"],
+            ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"),
+             "-ex", "symbol-file %s" % _symbol_file(text, tmp), "-ex", "target remote 127.0.0.1:%d" % port,
+             "-ex", "hbreak *0x%x" % symbols["update_process_times"], "-ex", "ignore 1 300", "-ex", "continue"]
+            + walk + ["-ex", "delete", "-ex", "unwind modules",
+                      "-ex", "hbreak *0x%x" % symbols["do_sys_openat2"], "-ex", "continue"]
+            + walk + ["-ex", "delete", "-ex", "hbreak *0x%x" % symbols["panic"], "-ex", "continue"]
+            + walk + ["-ex", "unwind explain 1", "-ex", "continue"],
             capture_output=True, text=True, timeout=300,
             env=dict(os.environ, ORC_VMLINUX=str(ROOT / "vmlinux"),
                      ORC_SYS_PATH=":".join([str(REPO)] + [p for p in sys.path if "site-packages" in p])))
@@ -116,11 +139,13 @@ def booted(tmp_path_factory):
     ordered = sorted((a, n) for n, a in symbols.items())
     named = [[(_name(pc, ordered, n > 0 and w[n - 1][1] == "caller"), outcome, kind, sp_reg, sp)
               for n, (pc, outcome, kind, sp_reg, sp) in enumerate(w)] for w in walks]
-    return named, second.read_text(errors="replace").replace("\r", "")
+    bts = _gdb_bt(gdb.stdout)
+    assert len(bts) == 3, gdb.stdout[-3000:]
+    return named, second.read_text(errors="replace").replace("\r", ""), bts, walks, gdb.stdout
 
 
 def test_syscall_stop_walks_to_user_mode(booted):
-    (_, syscall, _), _ = booted
+    (_, syscall, _), _, _, _, _ = booted
     names = [name.split("+")[0] for name, _, _, _, _ in syscall]
     # entry_SYSCALL_64 -> do_syscall_64 -> __x64_sys_openat -> do_sys_openat2 (fs/open.c)
     assert names == ["do_sys_openat2", "__x64_sys_openat", "do_syscall_64", "entry_SYSCALL_64_after_hwframe"]
@@ -129,7 +154,7 @@ def test_syscall_stop_walks_to_user_mode(booted):
 
 
 def test_panic_stop_equals_the_kernels_own_trace(booted):
-    (_, _, panic), serial = booted
+    (_, _, panic), serial, _, _, _ = booted
     print("panic stop:", [n for n, _, _, _, _ in panic])
     trace = serial.split("Call Trace:", 1)[1].split("</TASK>", 1)[0]
     kernel = [m.group(1) for m in re.finditer(r"\]  (?!\? )(\S+)/0x[0-9a-f]+$", trace, re.M)]
@@ -141,7 +166,7 @@ def test_panic_stop_equals_the_kernels_own_trace(booted):
 
 
 def test_timer_interrupt_walks_through_pt_regs_to_the_end(booted):
-    (timer, _, _), _ = booted
+    (timer, _, _), _, _, _, _ = booted
     print("timer stop:", [n for n, _, _, _, _ in timer])
     names = [name.split("+")[0] for name, _, _, _, _ in timer]
     assert names[0] == "update_process_times"
@@ -156,3 +181,32 @@ def test_timer_interrupt_walks_through_pt_regs_to_the_end(booted):
     # and the stack pointer jumps there (the IRQ stack is a separate area)
     switch = [n for n, (_, _, _, sp_reg, _) in enumerate(timer) if sp_reg == 9]
     assert switch and all(abs(timer[n + 1][4] - timer[n][4]) > 0x1000 for n in switch), timer
+
+
+def test_gdb_bt_with_the_plugin_is_the_orc_walk_at_every_stop(booted):
+    """GDB's own `bt`, the plugin loaded as a user loads it: every frame the ORC walk gives, the same
+    pcs (across the interrupt's pt_regs and the IRQ stack), and nothing after the last one."""
+    _, _, bts, walks, _ = booted
+    for bt, walk in zip(bts, walks):
+        print("GDB bt:", [name for _, name in bt])
+        assert not [f for f in bt if f[0] == "??"], bt
+        assert [pc for pc, _ in bt] == [step[0] for step in walk], (bt, walk)
+
+
+def test_gdb_bt_at_panic_equals_the_kernels_own_trace(booted):
+    _, serial, bts, _, _ = booted
+    trace = serial.split("Call Trace:", 1)[1].split("</TASK>", 1)[0]
+    kernel = [m.group(1).split("+")[0] for m in re.finditer(r"\]  (?!\? )(\S+)/0x[0-9a-f]+$", trace, re.M)]
+    after_panic = kernel[kernel.index("panic") + 1:]
+    assert [name for _, name in bts[2]] == ["panic"] + after_panic
+
+
+def test_unwind_modules_lists_the_kernel_and_explain_names_the_orc_entry(booted):
+    *_, stdout = booted
+    assert re.search(r"^\[kernel\] at 0xffffffff81000000 \(.*kernel\.elf\)$", stdout, re.M), stdout[-3000:]
+    assert re.search(r"ORC: 3\d{5} entries, layout v4\.14-v6\.2 \(chosen by the kernel version string\), "
+                     r"kernel 6\.1\.0-50-amd64", stdout), stdout[-3000:]
+    explained = stdout.split("unwind explain", 1)[-1] if "unwind explain" in stdout else stdout
+    assert re.search(r"entry: index 0x[0-9a-f]+, ip 0x[0-9a-f]+, type call, cfa sp\+8", stdout), stdout[-3000:]
+    assert "CFA = sp+8   (ORC entry" in explained and "rip = [CFA-8]   rsp = CFA" in explained
+    assert "GDB does not read .orc_unwind" in stdout
