@@ -5,13 +5,16 @@ The initramfs (busybox) prints the kernel's symbols (/proc/kallsyms) to the
 serial console and exits, so the kernel panics ("Attempted to kill init") and
 prints its own ORC unwinder's stack trace: that trace is the truth for the
 stop at `panic`. A first boot, without GDB, gets the symbols (addresses are
-fixed by nokaslr); the second stops at a timer tick (the 301st call of
-update_process_times, during boot), at do_sys_openat2 (a syscall from user
-mode) and at panic. The timer stop has no truth from the kernel (the walk's
-shape is checked: through the interrupt's pt_regs to the end of the stack).
+fixed by nokaslr); the second stops (STOPS) at a timer tick (the 301st call of
+update_process_times, during boot), at an interrupt's first instruction, at
+do_sys_openat2 (a syscall from user mode), at a page fault's first
+instruction and below it (handle_mm_fault), and at panic. Only the panic
+stop has the kernel's own trace as truth; at the others the walk's shape is
+checked (through the pt_regs or iret frame to user mode or the end of the stack).
 GDB itself is checked too: its `bt` with the plugin loaded (and a symbol file made from
 the kallsyms lines, `python -m plugin kallsyms`) gives the walk's frames at every stop, and
-`unwind modules` lists the kernel with its ORC table. Not yet: faults, kernel modules.
+`unwind modules` lists the kernel with its ORC table. Not yet: kernel modules, and truth
+from ftrace at the stops other than panic.
 """
 import json
 import os
@@ -99,6 +102,15 @@ def _name(pc, ordered, return_address):
     return "%s+0x%x" % (ordered[i][1], pc - ordered[i][0])
 
 
+# (name, function, breakpoint hits ignored): the stops, in the order the kernel reaches them
+STOPS = [("timer", "update_process_times", 300),        # a timer tick's handler, below the interrupt entry
+         ("irq entry", "asm_common_interrupt", 0),       # an interrupt's first instruction: the iret frame
+         ("syscall", "do_sys_openat2", 0),               # a syscall from user mode
+         ("fault entry", "asm_exc_page_fault", 0),       # a page fault's first instruction
+         ("fault below", "handle_mm_fault", 0),          # below the page fault's pt_regs
+         ("panic", "panic", 0)]
+
+
 @pytest.fixture(scope="module")
 def booted(tmp_path_factory):
     _tools()
@@ -119,14 +131,15 @@ def booted(tmp_path_factory):
         time.sleep(0.5)
         walk = ["-ex", "python exec(open(%r).read())" % str(WALKER), "-ex", "echo BT-START\\n", "-ex", "bt",
                 "-ex", "echo BT-END\\n"]
+        commands = ["-ex", "set pagination off", "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"),
+                    "-ex", "symbol-file %s" % _symbol_file(text, tmp), "-ex", "target remote 127.0.0.1:%d" % port]
+        for number, (name, function, ignore) in enumerate(STOPS, 1):
+            commands += ["-ex", "delete", "-ex", "hbreak *0x%x" % symbols[function]]
+            commands += (["-ex", "ignore %d %d" % (number, ignore)] if ignore else []) + ["-ex", "continue"] + walk
+            if name == "timer":
+                commands += ["-ex", "unwind modules"]
         gdb = subprocess.run(
-            ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"),
-             "-ex", "symbol-file %s" % _symbol_file(text, tmp), "-ex", "target remote 127.0.0.1:%d" % port,
-             "-ex", "hbreak *0x%x" % symbols["update_process_times"], "-ex", "ignore 1 300", "-ex", "continue"]
-            + walk + ["-ex", "delete", "-ex", "unwind modules",
-                      "-ex", "hbreak *0x%x" % symbols["do_sys_openat2"], "-ex", "continue"]
-            + walk + ["-ex", "delete", "-ex", "hbreak *0x%x" % symbols["panic"], "-ex", "continue"]
-            + walk + ["-ex", "unwind explain 1", "-ex", "continue"],
+            ["gdb", "-nx", "-batch"] + commands + ["-ex", "unwind explain 1", "-ex", "delete", "-ex", "continue"],
             capture_output=True, text=True, timeout=300,
             env=dict(os.environ, ORC_VMLINUX=str(ROOT / "vmlinux"),
                      ORC_SYS_PATH=":".join([str(REPO)] + [p for p in sys.path if "site-packages" in p])))
@@ -135,17 +148,19 @@ def booted(tmp_path_factory):
         qemu.kill()
     walks = [json.loads(line[len("ORC-WALK "):]) for line in gdb.stdout.splitlines()
              if line.startswith("ORC-WALK ")]
-    assert len(walks) == 3, gdb.stdout[-3000:] + gdb.stderr[-3000:]
+    assert len(walks) == len(STOPS), gdb.stdout[-3000:] + gdb.stderr[-3000:]
     ordered = sorted((a, n) for n, a in symbols.items())
     named = [[(_name(pc, ordered, n > 0 and w[n - 1][1] == "caller"), outcome, kind, sp_reg, sp)
               for n, (pc, outcome, kind, sp_reg, sp) in enumerate(w)] for w in walks]
     bts = _gdb_bt(gdb.stdout)
-    assert len(bts) == 3, gdb.stdout[-3000:]
-    return named, second.read_text(errors="replace").replace("\r", ""), bts, walks, gdb.stdout
+    assert len(bts) == len(STOPS), gdb.stdout[-3000:]
+    names = [stop[0] for stop in STOPS]
+    return (dict(zip(names, named)), second.read_text(errors="replace").replace("\r", ""), dict(zip(names, bts)),
+            dict(zip(names, walks)), gdb.stdout)
 
 
 def test_syscall_stop_walks_to_user_mode(booted):
-    (_, syscall, _), _, _, _, _ = booted
+    syscall = booted[0]["syscall"]
     names = [name.split("+")[0] for name, _, _, _, _ in syscall]
     # entry_SYSCALL_64 -> do_syscall_64 -> __x64_sys_openat -> do_sys_openat2 (fs/open.c)
     assert names == ["do_sys_openat2", "__x64_sys_openat", "do_syscall_64", "entry_SYSCALL_64_after_hwframe"]
@@ -154,7 +169,7 @@ def test_syscall_stop_walks_to_user_mode(booted):
 
 
 def test_panic_stop_equals_the_kernels_own_trace(booted):
-    (_, _, panic), serial, _, _, _ = booted
+    panic, serial = booted[0]["panic"], booted[1]
     print("panic stop:", [n for n, _, _, _, _ in panic])
     trace = serial.split("Call Trace:", 1)[1].split("</TASK>", 1)[0]
     kernel = [m.group(1) for m in re.finditer(r"\]  (?!\? )(\S+)/0x[0-9a-f]+$", trace, re.M)]
@@ -166,7 +181,7 @@ def test_panic_stop_equals_the_kernels_own_trace(booted):
 
 
 def test_timer_interrupt_walks_through_pt_regs_to_the_end(booted):
-    (timer, _, _), _, _, _, _ = booted
+    timer = booted[0]["timer"]
     print("timer stop:", [n for n, _, _, _, _ in timer])
     names = [name.split("+")[0] for name, _, _, _, _ in timer]
     assert names[0] == "update_process_times"
@@ -187,8 +202,9 @@ def test_gdb_bt_with_the_plugin_is_the_orc_walk_at_every_stop(booted):
     """GDB's own `bt`, the plugin loaded as a user loads it: every frame the ORC walk gives, the same
     pcs (across the interrupt's pt_regs and the IRQ stack), and nothing after the last one."""
     _, _, bts, walks, _ = booted
-    for bt, walk in zip(bts, walks):
-        print("GDB bt:", [name for _, name in bt])
+    for stop, bt in bts.items():
+        walk = walks[stop]
+        print(stop, "GDB bt:", [name for _, name in bt])
         assert not [f for f in bt if f[0] == "??"], bt
         assert [pc for pc, _ in bt] == [step[0] for step in walk], (bt, walk)
 
@@ -198,7 +214,7 @@ def test_gdb_bt_at_panic_equals_the_kernels_own_trace(booted):
     trace = serial.split("Call Trace:", 1)[1].split("</TASK>", 1)[0]
     kernel = [m.group(1).split("+")[0] for m in re.finditer(r"\]  (?!\? )(\S+)/0x[0-9a-f]+$", trace, re.M)]
     after_panic = kernel[kernel.index("panic") + 1:]
-    assert [name for _, name in bts[2]] == ["panic"] + after_panic
+    assert [name for _, name in bts["panic"]] == ["panic"] + after_panic
 
 
 def test_unwind_modules_lists_the_kernel_and_explain_names_the_orc_entry(booted):
@@ -210,3 +226,21 @@ def test_unwind_modules_lists_the_kernel_and_explain_names_the_orc_entry(booted)
     assert re.search(r"entry: index 0x[0-9a-f]+, ip 0x[0-9a-f]+, type call, cfa sp\+8", stdout), stdout[-3000:]
     assert "CFA = sp+8   (ORC entry" in explained and "rip = [CFA-8]   rsp = CFA" in explained
     assert "GDB does not read .orc_unwind" in stdout
+
+
+@pytest.mark.parametrize("stop, entry", [("irq entry", "asm_common_interrupt"), ("fault entry", "asm_exc_page_fault")])
+def test_entry_stop_takes_the_interrupted_frame_from_the_iret_frame(booted, stop, entry):
+    walk = booted[0][stop]
+    print(stop, [(n, o, k) for n, o, k, _, _ in walk])
+    assert walk[0][0] == entry + "+0x0" and walk[0][2] == "regs partial"
+    assert walk[0][1] in ("interrupted", "user mode")
+    assert walk[-1][1] in ("user mode", "end of stack")
+
+
+def test_fault_below_walks_through_the_faults_pt_regs(booted):
+    walk = booted[0]["fault below"]
+    names = [name.split("+")[0] for name, _, _, _, _ in walk]
+    print("fault below", names)
+    assert names[:4] == ["handle_mm_fault", "do_user_addr_fault", "exc_page_fault", "asm_exc_page_fault"]
+    assert walk[3][2] == "regs" and walk[3][1] in ("interrupted", "user mode")
+    assert walk[-1][1] in ("user mode", "end of stack")
