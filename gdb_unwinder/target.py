@@ -47,6 +47,7 @@ class GdbTarget(Target):
         self._mappings = None
         self._arch_name = None
         self.arch = None
+        self.stops = 0          # stops and resumes seen (forget_mappings)
         self.reads = 0          # memory reads made, for the benchmark's reads-per-frame figure
         self.inside_unwinder = False     # set by the unwinder: no GDB command may run now
         self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
@@ -70,6 +71,7 @@ class GdbTarget(Target):
 
     def forget_mappings(self):
         """The process ran or was changed: its mappings (stacks, JIT code) may differ."""
+        self.stops += 1         # ModuleMap looks for a kernel not yet in memory again after a stop
         self._mappings = None
         self._pages.clear()
         self.code_verdicts.clear()

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.elf import ELF_MAGIC
 from plugin.modules.elf import discover_elf
-from plugin.modules.kernel import discover_kernel
+from plugin.modules.kernel import KERNEL_NAME, discover_kernel
 from plugin.modules.macho import discover_macho, is_macho_magic
 from plugin.modules.model import Module, Segment, TableLocation, region_of
 from plugin.target import ModuleRef, Target
@@ -58,10 +58,15 @@ class ModuleMap:
         self.modules: list[Module] = []
         self.failed: list[Unreadable] = []
         self._starts = []
+        self._kernel_retry = None       # the target's stop count when the kernel's symbols were found but not it
 
     def refresh(self) -> None:
         generation = getattr(self.target, "generation", 0)
         if generation == self.generation:
+            if self._kernel_retry is not None and self._kernel_retry != getattr(self.target, "stops", 0):
+                self._add_kernel()      # its symbols were there, the kernel not yet: look again at a new stop
+                self.modules.sort(key=lambda m: m.start)
+                self._starts = [m.start for m in self.modules]
             return
         self.generation = generation
         self.modules, self.failed = [], []
@@ -77,10 +82,17 @@ class ModuleMap:
     def _add_kernel(self) -> None:
         """The Linux kernel, found from a symbol file's symbols (it has no ELF header in memory):
         only where the target names symbol files (a remote stub) and no module holds it already."""
+        self._kernel_retry = None
         paths = getattr(self.target, "symbol_files", lambda: [])()
         if not paths or getattr(self.target.arch, "name", None) != "x86_64":
             return
         kernel = discover_kernel(paths, self.target.read_memory, self.target.arch)
+        if isinstance(kernel, str):     # symbols, but no kernel in memory (not booted yet, or another build)
+            self._kernel_retry = getattr(self.target, "stops", 0)
+            self.failed = [f for f in self.failed if f.ref.name != KERNEL_NAME]
+            self.failed.append(Unreadable(ModuleRef(KERNEL_NAME, 0, None), kernel))
+            return
+        self.failed = [f for f in self.failed if f.ref.name != KERNEL_NAME]
         if kernel is None or any(kernel.contains(s.start) for m in self.modules for s in m.segments):
             return
         self.modules.append(kernel)

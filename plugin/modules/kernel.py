@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import struct
 from functools import lru_cache
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import orc
@@ -110,25 +110,25 @@ def _release(read: Read, banner: int) -> Optional[str]:
         return None
 
 
-def discover_kernel(paths: Iterable[str], read: Read, arch) -> Optional[Module]:
-    """The kernel Module from the first of `paths` that holds its symbols, or None (no such
-    file). Its problems say what could not be read; tables the symbols do not give are absent."""
+def discover_kernel(paths: Iterable[str], read: Read, arch) -> Union[Module, str, None]:
+    """The kernel Module from the first of `paths` that holds its symbols; None when no file does;
+    a sentence when one does but its kernel is not in memory (not booted yet: the reset vector
+    under `qemu -S`, or another build's symbols). Tables the symbols do not give are absent."""
     for path in paths:
         symbols = file_symbols(path)
         if "__start_orc_unwind_ip" in symbols:
-            return kernel_module(path, symbols, read, arch)
+            slide = find_slide(symbols, read)
+            if slide is None:
+                return ("%s has the kernel's symbols, but linux_banner does not read \"Linux version\" at "
+                        "any KASLR slide: the kernel is not running yet, or is another build" % path)
+            return kernel_module(path, symbols, slide, read, arch)
     return None
 
 
-def kernel_module(path: str, symbols: Dict[str, int], read: Read, arch) -> Module:
+def kernel_module(path: str, symbols: Dict[str, int], slide: int, read: Read, arch) -> Module:
     """The kernel at its place in memory: the symbols plus KASLR's slide."""
-    slide = find_slide(symbols, read)
     problems: List[str] = []
-    if slide is None:
-        problems.append("linux_banner does not read \"Linux version\" at any KASLR slide: "
-                        "%s is not the running kernel's symbol file" % path)
-        slide = 0
-    elif slide:
+    if slide:
         problems.append("KASLR: the kernel runs 0x%x above %s's symbols; give GDB `symbol-file %s -o 0x%x`"
                         % (slide, os.path.basename(path), path, slide))
     at = {name: value + slide for name, value in symbols.items()}

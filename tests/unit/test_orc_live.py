@@ -97,6 +97,8 @@ def test_kernel_symbols_and_kaslr_slide(symbol_file):
     assert module.tables[".orc_unwind_ip"].address == IPS + 0x2e00000 and module.load_bias == 0x2e00000
     assert "symbol-file %s -o 0x2e00000" % symbol_file in module.problems[0]
     assert kernel.find_slide(symbols, SnapshotTarget(X86, regions=[]).read_memory) is None
+    absent = kernel.discover_kernel([str(symbol_file)], SnapshotTarget(X86, regions=[]).read_memory, X86)
+    assert "the kernel is not running yet" in absent
 
 
 def _guest(symbol_file, stack, registers):
@@ -158,3 +160,15 @@ def test_explain_names_the_entry_its_type_and_rule(symbol_file):
     assert "CFA = sp+8   (ORC entry 1, type call)" in text and "rip = [CFA-8]   rsp = CFA" in text, text
     assert frame_json(bt.frames[1], X86, detail=True)["evidence"]["rule"] == {"orc": "cfa=sp+8 bp=unchanged call",
                                                                               "type": "call"}
+
+
+def test_a_kernel_not_yet_in_memory_is_looked_for_again_at_the_next_stop(symbol_file):
+    target = KernelTarget(X86, regions=[])
+    target.files, target.stops = [str(symbol_file)], 0
+    modules = ModuleMap(target)
+    assert modules.find(TEXT + 0x120) is None
+    assert [f.ref.name for f in modules.failed] == ["[kernel]"] and "not running yet" in modules.failed[0].reason
+    target.regions = orc_memory()          # the kernel booted
+    assert modules.find(TEXT + 0x120) is None           # same stop: not read again
+    target.stops = 1
+    assert modules.find(TEXT + 0x120).name == "[kernel]" and modules.failed == []
