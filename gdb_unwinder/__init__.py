@@ -11,6 +11,9 @@ def install():
     from .state import GdbState
     from .unwinder import PluginUnwinder
 
+    from plugin import api
+    from plugin.commands.spec import Debugger
+
     if getattr(gdb, "_unwind_plugin_state", None) is not None:
         return gdb._unwind_plugin_state
     state = GdbState()
@@ -22,4 +25,19 @@ def install():
     state.connect_events()
     register(state)
     gdb._unwind_plugin_state = state
+    api.register_runner(Debugger.GDB, lambda spec, options, words: run_for_api(state, spec, options, words))
     return state
+
+
+def run_for_api(state, spec, options, words) -> dict:
+    """plugin.api's runner in GDB: the object `spec`'s -json prints; the debugger's errors as ValueError."""
+    import gdb
+
+    from plugin.commands.options import parse_gdb
+
+    from .commands import RUN
+    try:
+        given = parse_gdb(spec, options + ["--"] + words, state.sources)
+        return RUN[spec.name](state, given)[0]
+    except (gdb.error, gdb.GdbError) as exc:    # gdb.GdbError is no gdb.error: both are caught
+        raise ValueError(str(exc)) from None

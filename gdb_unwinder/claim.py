@@ -43,13 +43,13 @@ from typing import Optional
 import gdb
 
 from plugin.heuristic import modelled_answer
-from plugin.settings import SourceKind, is_fallback, kind_of
+from plugin.settings import SourceKind, gdb_sections, is_fallback, kind_of
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.exidx import ExidxTables
 
 from . import objfiles
 
-GDB_DWARF_SECTIONS = (".eh_frame", ".debug_frame")    # the tables GDB's own DWARF unwinder reads
+GDB_DWARF_SECTIONS = gdb_sections()    # the tables GDB's own DWARF unwinder reads (declared with their source)
 GDB_TABLES = frozenset((".eh_frame_hdr",) + GDB_DWARF_SECTIONS)   # module.tables entries that lead only to them
 # Architectures where a table GDB reads is a table GDB can use everywhere: not arm (GDB's EHABI
 # unwinder skips the innermost frame), not aarch64 (return addresses signed with pointer

@@ -11,10 +11,14 @@ import contextlib
 import dataclasses
 import gc
 
+import shlex
+
 import lldb
 
+from plugin import api
 from plugin.commands import catalog, reports
-from plugin.commands.spec import EveryThread
+from plugin.commands.options import parse_lldb
+from plugin.commands.spec import Debugger, EveryThread
 from plugin.engine import DEFAULT_SOURCES
 from plugin.render import explain
 from plugin.settings import SettingType, find_setting
@@ -281,3 +285,16 @@ def _merge(parts, empty):
 
 
 from .validate import ValidateCommand  # noqa: E402,F401  (`unwind validate`, registered by loader.py)
+
+
+def run_for_api(spec, options, words) -> dict:
+    """plugin.api's runner in LLDB: the object `spec`'s --json prints (errors are ValueError)."""
+    debugger = lldb.debugger
+    command = next(c for c in globals().values()
+                   if isinstance(c, type) and getattr(c, "spec", None) is spec)(debugger, None)
+    line = " ".join(shlex.quote(w) for w in options + ["--"] + words)
+    given = parse_lldb(spec, line, command.state.sources)
+    return command.run(given, lldb.SBExecutionContext(debugger.GetSelectedTarget()))[0]
+
+
+api.register_runner(Debugger.LLDB, run_for_api)

@@ -17,17 +17,24 @@ UnwindError with the one-line message the command would print.
 
 It works in the debugger whose Python runs it (GDB's `python` command or
 a sourced script; LLDB's `script` or an imported module), and loads the
-plugin there first if it is not loaded yet.
+plugin there first if it is not loaded yet (through the debugger, as a user
+would: `source .../gdbinit.py`, `command script import .../lldb_commands`).
 """
 from __future__ import annotations
 
-import shlex
-from typing import Optional, Sequence, Union
+import os
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from plugin.commands import catalog
-from plugin.commands.options import parse_gdb, parse_lldb
-from plugin.commands.spec import OPTIONS, Debugger
+from plugin.commands.spec import OPTIONS, CommandSpec, Debugger
 from plugin.settings import parse_sources
+
+# (command, option words, operand words) -> the object its JSON option prints; raises ValueError
+# with the command's one-line message. Each adapter registers its own when it loads
+# (gdb_unwinder.install, lldb_commands/commands.py): the core never imports the adapters.
+Runner = Callable[[CommandSpec, List[str], List[str]], dict]
+_RUNNERS: Dict[Debugger, Runner] = {}
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class UnwindError(ValueError):
@@ -69,35 +76,38 @@ def _options(sources, debugger):
     return asked + [OPTIONS["sources"].spelled(debugger), ",".join(sources)]
 
 
+def register_runner(debugger: Debugger, runner: Runner) -> None:
+    """Called by an adapter when it loads: how this API runs a command in its debugger."""
+    _RUNNERS[debugger] = runner
+
+
 def _run(spec, words, sources):
+    debugger = _debugger()
+    runner = _RUNNERS.get(debugger) or _load(debugger)
+    try:
+        return runner(spec, _options(sources, debugger), words)
+    except ValueError as exc:       # the adapter turns the debugger's own errors into ValueError
+        raise UnwindError(str(exc)) from None
+
+
+def _debugger() -> Debugger:
     try:
         import gdb  # noqa: F401
     except ImportError:
-        return _run_lldb(spec, words, sources)
-    return _run_gdb(spec, words, sources)
+        return Debugger.LLDB
+    return Debugger.GDB
 
 
-def _run_gdb(spec, words, sources):
-    import gdb
-    import gdb_unwinder
-    from gdb_unwinder.commands import RUN
-    state = gdb_unwinder.install()          # the running plugin's state (installs it once)
-    try:
-        given = parse_gdb(spec, _options(sources, Debugger.GDB) + ["--"] + words, state.sources)
-        return RUN[spec.name](state, given)[0]
-    except (ValueError, gdb.error, gdb.GdbError) as exc:    # gdb.GdbError is no gdb.error: both are caught
-        raise UnwindError(str(exc)) from None
-
-
-def _run_lldb(spec, words, sources):
-    import lldb
-    from lldb_commands import commands
-    debugger = lldb.debugger
-    command = next(c for c in vars(commands).values()
-                   if isinstance(c, type) and getattr(c, "spec", None) is spec)(debugger, None)
-    line = " ".join(shlex.quote(w) for w in _options(sources, Debugger.LLDB) + ["--"] + words)
-    try:
-        given = parse_lldb(spec, line, command.state.sources)
-        return command.run(given, lldb.SBExecutionContext(debugger.GetSelectedTarget()))[0]
-    except ValueError as exc:
-        raise UnwindError(str(exc)) from None
+def _load(debugger: Debugger) -> Runner:
+    """Load the plugin into the debugger as a user would (its loader registers the runner):
+    the core does not import the adapters (docs/design.md, Layers)."""
+    if debugger == Debugger.GDB:
+        import gdb
+        gdb.execute("source %s" % os.path.join(CHECKOUT, "gdb_unwinder", "gdbinit.py"), to_string=True)
+    else:
+        import lldb
+        lldb.debugger.HandleCommand("command script import %s" % os.path.join(CHECKOUT, "lldb_commands"))
+    runner = _RUNNERS.get(debugger)
+    if runner is None:
+        raise UnwindError("the unwind plugin could not be loaded in %s" % debugger.value.upper())
+    return runner

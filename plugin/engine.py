@@ -24,25 +24,9 @@ from plugin.modules import ModuleMap, on_disk
 from plugin import checks, settings
 from plugin.arch import reader
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, source_names
-from plugin.strategies import analysis as analysis_strategy
-from plugin.strategies import cfi as cfi_strategy
-from plugin.strategies import compact as compact_strategy
-from plugin.strategies import exidx as exidx_strategy
-from plugin.strategies import frame_pointer as frame_pointer_strategy
 from plugin.strategies import planted
-from plugin.strategies import scan as scan_strategy
 from plugin.strategies import sigframe
-from plugin.strategies import sframe as sframe_strategy
-
-STRATEGIES = {
-    "cfi": cfi_strategy.step,
-    "sframe": sframe_strategy.step,
-    "compact": compact_strategy.step,
-    "exidx": exidx_strategy.step,
-    "analysis": analysis_strategy.step,
-    "frame-pointer": frame_pointer_strategy.step,
-    "scan": scan_strategy.step,
-}
+from plugin.strategies.registry import STRATEGIES
 
 # Sources that read the code or the stack itself rather than a table. They
 # answer only for frames no table covers (see step_frame).
@@ -254,18 +238,20 @@ def step_frame(frame, ctx, previous_cfa=None):
 
 
 def _sources_for(frame, ctx):
-    """ctx.sources, except that a Mach-O module tries `compact` just before
-    `cfi` when both are on: Apple's own unwinders consult __unwind_info
-    first, and its DWARF-mode opcodes lead to the __eh_frame FDE themselves.
-    Other modules keep the configured order, where `compact` (not
-    applicable to them) comes after the other table sources."""
+    """ctx.sources, except that a source declared to go before another in a module
+    format (settings.Source.goes_before: `compact` before `cfi` in Mach-O, where
+    Apple's own unwinders consult __unwind_info first and its DWARF-mode opcodes
+    lead to the __eh_frame FDE themselves) is moved just before it there. Other
+    modules keep the configured order, where `compact` (not applicable to them)
+    comes after the other table sources."""
     sources = ctx.sources
-    if "compact" in sources and "cfi" in sources and sources.index("compact") > sources.index("cfi"):
-        module = ctx.modules.find(ctx.lookup_pc(frame))
-        if module is not None and module.format == "macho":
-            rest = [s for s in sources if s != "compact"]
-            at = rest.index("cfi")
-            return tuple(rest[:at] + ["compact"] + rest[at:])
+    for name, module_format, before in settings.GOES_BEFORE:
+        if name in sources and before in sources and sources.index(name) > sources.index(before):
+            module = ctx.modules.find(ctx.lookup_pc(frame))
+            if module is not None and module.format == module_format:
+                rest = [s for s in sources if s != name]
+                at = rest.index(before)
+                sources = tuple(rest[:at] + [name] + rest[at:])
     return sources
 
 

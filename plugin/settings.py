@@ -36,9 +36,17 @@ class Trust(Vocabulary):
 
 @dataclass(frozen=True)
 class Source:
-    name: Trust              # the name used everywhere: settings, options, JSON
+    """One unwind source, declared once (the data part; its strategy and dump are bound in
+    plugin/strategies/registry.py and plugin/render/tables.py: see docs/design.md,
+    "How to add a source")."""
+    name: Trust              # the name used everywhere: settings, options, JSON; its "found by" words
     kind: SourceKind
     description: str
+    planned: bool = False    # its step ends in row_step.step_with_row: a per-pc plan may replay it (plugin/plans.py)
+    gdb_sections: Tuple[str, ...] = ()   # its sections GDB's own DWARF unwinder reads (gdb_unwinder/claim.py)
+    # (module format, source): in a module of that format it is tried just before that source
+    # when both are on and the order puts it after (plugin/engine.py)
+    goes_before: Optional[Tuple[str, "Trust"]] = None
 
     @property
     def trust(self) -> str:
@@ -48,25 +56,38 @@ class Source:
 # In the canonical order a frame tries them (see docs/design.md). `context` is not
 # a source: it marks the innermost frame, whose registers the debugger gave.
 SOURCES: Tuple[Source, ...] = (
-    Source(Trust.CFI, SourceKind.TABLE, "DWARF CFI: .eh_frame, .debug_frame, __eh_frame"),
-    Source(Trust.SFRAME, SourceKind.TABLE, "SFrame v1/v2/v3 (.sframe)"),
-    Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)"),
+    Source(Trust.CFI, SourceKind.TABLE, "DWARF CFI: .eh_frame, .debug_frame, __eh_frame",
+           planned=True, gdb_sections=(".eh_frame", ".debug_frame")),
+    Source(Trust.SFRAME, SourceKind.TABLE, "SFrame v1/v2/v3 (.sframe)", planned=True),
+    Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)",
+           goes_before=("macho", Trust.CFI)),     # Apple's unwinders read __unwind_info first
     Source(Trust.EXIDX, SourceKind.TABLE, "ARM EHABI (.ARM.exidx/.ARM.extab)"),
-    Source(Trust.ANALYSIS, SourceKind.PROOF, "the function's instructions, read from its start to pc"),
+    Source(Trust.ANALYSIS, SourceKind.PROOF, "the function's instructions, read from its start to pc",
+           planned=True),
     Source(Trust.FRAME_POINTER, SourceKind.GUESS, "the frame-pointer chain"),
     Source(Trust.SCAN, SourceKind.GUESS, "stack words that look like return addresses"),
 )
 CONTEXT = Trust.CONTEXT.value
 
 SOURCE_BY_NAME = {s.name: s for s in SOURCES}
+# (source, module format, the source it goes before there): Source.goes_before, by name
+GOES_BEFORE: Tuple[Tuple[str, str, str], ...] = tuple(
+    (s.name.value, s.goes_before[0], s.goes_before[1].value) for s in SOURCES if s.goes_before)
 TRUST_WORDS = {member.value: member.description for member in Trust}
 
 
-def source_names(kind=None, available=None) -> Tuple[str, ...]:
-    """Source names in canonical order, optionally of one kind (or a tuple of kinds) and among `available`."""
+def source_names(kind=None, available=None, planned=None) -> Tuple[str, ...]:
+    """Source names in canonical order, optionally of one kind (or a tuple of kinds), among `available`
+    and (planned: True or False) those a per-pc plan may or may not replay."""
     kinds = (kind,) if isinstance(kind, SourceKind) else kind
     return tuple(s.name.value for s in SOURCES
-                 if (kinds is None or s.kind in kinds) and (available is None or s.name in available))
+                 if (kinds is None or s.kind in kinds) and (available is None or s.name in available)
+                 and (planned is None or s.planned == planned))
+
+
+def gdb_sections() -> Tuple[str, ...]:
+    """The sections GDB's own DWARF unwinder reads, of every source (claim auto leaves their rows to GDB)."""
+    return tuple(section for s in SOURCES for section in s.gdb_sections)
 
 
 FALLBACK_KINDS = (SourceKind.PROOF, SourceKind.GUESS)      # tried only where no table covers the frame

@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from plugin.errors import DecodeError, MemoryReadError
+from plugin.model import rules
 from plugin.formats.dwarf_ops import OPS, Fault, check_encoding, decode_op, signed
 
 __all__ = ["OPS", "Evaluation", "evaluate", "disassemble"]
@@ -250,3 +251,6 @@ def disassemble(expression, arch, *, address=None):
             break
         parts.append(_render(op, opcode, operands, cursor.pos, arch))
     return "; ".join(parts)
+
+
+rules.show_expressions_with(disassemble)     # rules print their expressions disassembled (model is below us)

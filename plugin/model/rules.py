@@ -9,6 +9,7 @@ renderer serve them all.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from plugin.model.vocabulary import Vocabulary
 
@@ -30,9 +31,24 @@ class CfaKind(Vocabulary):
     EXPRESSION = ("expression", "what a DWARF expression computes")
 
 
-def _expression_text(expression, arch):
-    from plugin.formats.dwarf_expr import disassemble   # rendering only; the model stays plain data
-    return disassemble(expression, arch)
+def _bytes_text(expression, arch) -> str:
+    return "DWARF expression %s" % bytes(expression).hex()
+
+
+# How a rule's DWARF expression is shown (expression bytes, arch -> text). The model is below
+# the formats, so plugin.formats.dwarf_expr installs its disassembler here when it is imported
+# (plugin/formats/__init__.py imports it, so every decoder that makes an expression rule has);
+# until then the bytes are shown in hex.
+_expression_texts = [_bytes_text]
+
+
+def show_expressions_with(disassemble: Callable[[bytes, object], str]) -> None:
+    """Install the function that shows a rule's DWARF expression (plugin.formats.dwarf_expr)."""
+    _expression_texts[0] = disassemble
+
+
+def _expression_text(expression, arch) -> str:
+    return _expression_texts[0](expression, arch)
 
 
 @dataclass(frozen=True)

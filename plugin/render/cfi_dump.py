@@ -14,9 +14,11 @@ with the same program also share their row texts (_text_entry).
 from __future__ import annotations
 
 from enum import Enum
+from typing import Iterator
 
 from plugin.errors import DecodeError
 from plugin.formats import cfi
+from plugin.render.style import Styled, plain
 from plugin.strategies.cfi import CfiTables, ra_column_problem
 from plugin.targets import object_file
 
@@ -232,3 +234,28 @@ def object_file_sources(target, address, problems: list) -> list[dict]:
                     "relocatable": True, "entries": Entries(fdes, relative)})
     return out
 
+
+def entry_text(entry: dict, style=plain) -> Iterator[str]:
+    """One FDE's lines for people: its range, then one line per row (as tables.collect gives it)."""
+    where = entry.get("relative_to")
+    at = (lambda a: style(Styled.ADDRESS, "%s+0x%x" % (where, a) if where else "0x%x" % a))
+    fast = style is plain and not where     # the offline text mode: millions of rows
+    head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"]) if fast else \
+        "  [%s, %s)" % (at(entry["start"]), at(entry["end"]))
+    if "fde_offset" in entry:
+        head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
+        if entry.get("augmentation"):
+            head += ", augmentation %r" % entry["augmentation"]
+    yield head
+    if entry.get("refused"):
+        yield "    not used for unwinding: %s" % entry["refused"]
+    addresses = entry["row_addresses"] if "row_addresses" in entry else [r["address"] for r in entry["rows"]]
+    if addresses:               # one string for all the rows: a dump has millions of them
+        if fast:
+            yield "\n".join(["    0x%x: %s" % pair for pair in zip(addresses, entry["rows_text"])])
+        else:
+            yield "\n".join(["    %s: %s" % (at(address), row_text)
+                             for address, row_text in zip(addresses, entry["rows_text"])])
+    if entry.get("error"):
+        yield "    %s: unknown from here to %s: %s" % (at(entry.get("unknown_from", entry["start"])),
+                                                      at(entry["end"]), entry["error"])

@@ -1,7 +1,9 @@
 """The `unwind tables` text of a .sframe section; the JSON facts it prints come from
 plugin/strategies/sframe_entry.py (re-exported here for render/tables.py)."""
 
+from plugin.errors import DecodeError
 from plugin.render.style import Styled, plain
+from plugin.strategies import sframe
 from plugin.strategies.sframe_entry import entry_json, fde_table_json, source_json  # noqa: F401
 
 
@@ -28,3 +30,26 @@ def entry_text(entry, style=plain):
                 ", RA signed" if fre["ra_mangled"] else ""))
         lines.append("      %s; %s; %s" % (fre["rules"]["cfa"], fre["rules"]["fp"], fre["rules"]["ra"]))
     return lines
+
+
+def table_sources(target, module, address, problems):
+    """[{"kind": "sframe", ...}] for the module's .sframe (the FDEs covering address, or all)."""
+    tables = sframe.SFrameTables.of(module, target)
+    section = tables.section()
+    problems.extend("%s %s" % (module.name, p) for p in tables.problems)
+    if section is None:
+        return []
+    try:
+        if address is None:
+            found = list(enumerate(section.fdes))
+        else:
+            hit = section.find_fde(address)
+            found = [hit] if hit else []
+        entries = [fde_table_json(section, index, fde, module.arch, address)
+                   for index, fde in found]
+    except DecodeError as exc:
+        problems.append("%s .sframe: %s" % (module.name, exc))
+        return []
+    if address is not None and not entries:
+        return []
+    return [source_json(module, sframe.SECTION, section, entries)]

@@ -11,7 +11,11 @@ line naming the module and the source, and the other sources and modules
 are still dumped. A source added later is guarded without doing anything.
 """
 
+from __future__ import annotations
+
 import json
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from plugin.validate import agreement as row_agreement
 from plugin.errors import DecodeError, guard
@@ -30,9 +34,24 @@ class Problems(list):
 
 
 
-# A non-CFI source's entry printer, by the source's "kind" (CFI's rows are printed here).
-ENTRY_TEXT = {"sframe": sframe_dump.entry_text, "compact": compact_dump.entry_text,
-              "exidx": exidx_dump.entry_text, "orc": orc_dump.entry_text}
+@dataclass(frozen=True)
+class Dump:
+    """How one source's tables are dumped (the render-layer binding of its declaration)."""
+    table_sources: Callable      # (target, module, address, problems[, want]) -> [{"kind": ..., "entries": ...}]
+    entry_text: Callable         # (entry, style) -> its lines
+    head_text: Optional[Callable] = None      # (source) -> one line after the source's title
+    renderings: bool = False     # table_sources takes want= (cfi_dump.Want)
+    object_file: Optional[Callable] = None    # (target, address, problems) -> sources of a relocatable object
+
+
+# Every source's dump, by the "kind" its sources carry, in the order a module's tables are dumped.
+DUMPS = {
+    "compact": Dump(compact_dump.table_sources, compact_dump.entry_text),
+    "cfi": Dump(cfi_dump.sources, cfi_dump.entry_text, renderings=True, object_file=cfi_dump.object_file_sources),
+    "sframe": Dump(sframe_dump.table_sources, sframe_dump.entry_text),
+    "exidx": Dump(exidx_strategy.table_sources, exidx_dump.entry_text),
+    "orc": Dump(orc_dump.table_sources, orc_dump.entry_text, head_text=orc_dump.head_text),
+}
 
 def iter_sources(target, modules, address=None, problems=None, kinds=None, want=Want.BOTH):
     """Each table source of every module (or of the one holding address), its
@@ -50,20 +69,19 @@ def iter_sources(target, modules, address=None, problems=None, kinds=None, want=
             problems.append("no module contains 0x%x" % address)
             if isinstance(problems, Problems):
                 problems.misses += 1
+    chosen_dumps = [(kind, dump) for kind, dump in DUMPS.items() if kinds is None or kind in kinds]
     if getattr(target, "relocatable", False):
-        if kinds is None or "cfi" in kinds:
-            yield from _guarded(lambda: cfi_dump.object_file_sources(target, address, problems), problems,
-                                "%s: cfi" % getattr(target, "name", "file"))
+        for kind, dump in chosen_dumps:
+            if dump.object_file is not None:
+                yield from _guarded(lambda: dump.object_file(target, address, problems), problems,
+                                    "%s: %s" % (getattr(target, "name", "file"), kind))
         _note_file_problems(target, problems)
         return
     for module in chosen:
-        cfi_sources = lambda *args: cfi_dump.sources(*args, want=want)     # noqa: E731
-        for kind, sources_of in (("compact", compact_dump.table_sources), ("cfi", cfi_sources),
-                                 ("sframe", _sframe_sources), ("exidx", exidx_strategy.table_sources),
-                                 ("orc", orc_dump.table_sources)):
-            if kinds is None or kind in kinds:
-                yield from _guarded(lambda: sources_of(target, module, address, problems), problems,
-                                    "%s: %s" % (module.name, kind))
+        for kind, dump in chosen_dumps:
+            extra = {"want": want} if dump.renderings else {}
+            yield from _guarded(lambda: dump.table_sources(target, module, address, problems, **extra), problems,
+                                "%s: %s" % (module.name, kind))
     for ref, reason in modules.failed:
         problems.append("%s: %s" % (ref.name, reason))
     _note_file_problems(target, problems)
@@ -163,28 +181,6 @@ def write_text(target, modules, address, out, kinds=None, style=plain):
     return problems
 
 
-def _sframe_sources(target, module, address, problems):
-    tables = sframe_strategy.SFrameTables.of(module, target)
-    section = tables.section()
-    problems.extend("%s %s" % (module.name, p) for p in tables.problems)
-    if section is None:
-        return []
-    try:
-        if address is None:
-            found = list(enumerate(section.fdes))
-        else:
-            hit = section.find_fde(address)
-            found = [hit] if hit else []
-        entries = [sframe_dump.fde_table_json(section, index, fde, module.arch, address)
-                   for index, fde in found]
-    except DecodeError as exc:
-        problems.append("%s .sframe: %s" % (module.name, exc))
-        return []
-    if address is not None and not entries:
-        return []
-    return [sframe_dump.source_json(module, sframe_strategy.SECTION, section, entries)]
-
-
 def _agreement(target, module, address, problems):
     """The CFI and SFrame rows in force at address, compared; None unless both exist."""
     try:
@@ -221,35 +217,12 @@ def _source_lines(source, style=plain):
     yield "%s: %s %s at %s (%d %s)" % (
         style(Styled.FILE, source["module"]), source["section"], source["kind"].upper(),
         style(Styled.ADDRESS, "0x%x" % source["address"]), count, "entry" if count == 1 else "entries")
-    if source["kind"] == "orc":
-        yield orc_dump.head_text(source)
-    entry_text = ENTRY_TEXT.get(source["kind"])     # None: CFI, printed below
+    head_text = DUMPS[source["kind"]].head_text
+    if head_text is not None:
+        yield head_text(source)
+    entry_text = DUMPS[source["kind"]].entry_text
     for entry in source["entries"]:
-        if entry_text is not None:
-            yield from entry_text(entry, style)
-            continue
-        where = entry.get("relative_to")
-        at = (lambda a: style(Styled.ADDRESS, "%s+0x%x" % (where, a) if where else "0x%x" % a))
-        fast = style is plain and not where     # the offline text mode: millions of rows
-        head = "  [0x%x, 0x%x)" % (entry["start"], entry["end"]) if fast else \
-            "  [%s, %s)" % (at(entry["start"]), at(entry["end"]))
-        if "fde_offset" in entry:
-            head += " FDE at +0x%x, CIE at +0x%x" % (entry["fde_offset"], entry["cie_offset"])
-            if entry.get("augmentation"):
-                head += ", augmentation %r" % entry["augmentation"]
-        yield head
-        if entry.get("refused"):
-            yield "    not used for unwinding: %s" % entry["refused"]
-        addresses = entry["row_addresses"] if "row_addresses" in entry else [r["address"] for r in entry["rows"]]
-        if addresses:               # one string for all the rows: a dump has millions of them
-            if fast:
-                yield "\n".join(["    0x%x: %s" % pair for pair in zip(addresses, entry["rows_text"])])
-            else:
-                yield "\n".join(["    %s: %s" % (at(address), row_text)
-                                 for address, row_text in zip(addresses, entry["rows_text"])])
-        if entry.get("error"):
-            yield "    %s: unknown from here to %s: %s" % (at(entry.get("unknown_from", entry["start"])),
-                                                          at(entry["end"]), entry["error"])
+        yield from entry_text(entry, style)
 
 
 def _tail_lines(result):

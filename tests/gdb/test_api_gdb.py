@@ -41,3 +41,17 @@ def test_api_errors_are_unwind_errors_without_a_process(tmp_path):
     assert len(lines) == 4 and all(line.startswith("@@@ UnwindError") for line in lines), out
     assert "the program is not being run" in lines[0]
     assert "Traceback" not in out and "GdbError" not in out, out
+
+
+def test_the_api_loads_the_plugin_itself():
+    """A script that imports plugin.api before the plugin is loaded: the API loads it through GDB
+    (the core imports no adapter), and the walk agrees with GDB's own frames."""
+    binary = build("chain.c", ["-O0"])
+    proc = subprocess.run([need_tool("gdb"), "-q", "-batch", "-nx",
+                           "-ex", "python import sys; sys.path.insert(0, %r)" % str(ROOT),
+                           "-ex", "python import plugin.api as u", "-ex", "break level3", "-ex", "run plain",
+                           "-ex", "python print('@@@', [f['function'] for f in u.walk(3)['frames']])",
+                           "-ex", "python print('@@@', 'unwind' in gdb.execute('help unwind', to_string=True))",
+                           str(binary)], capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("@@@")]
+    assert lines == ["@@@ ['level3', 'level2', 'level1']", "@@@ True"], proc.stdout + proc.stderr

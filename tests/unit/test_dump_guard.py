@@ -2,6 +2,7 @@
 (render/tables.iter_sources) and where file targets read their symbols: a
 source that meets bad bytes costs only itself, as one problem line."""
 
+import dataclasses
 import io
 import json
 import struct
@@ -11,7 +12,6 @@ from elftools.common.exceptions import ELFError
 
 from plugin.errors import DecodeError, bad_file_errors, guard
 from plugin.render import tables
-from plugin.strategies import exidx as exidx_strategy
 from plugin.targets.elf import LaidOutFile
 
 
@@ -87,13 +87,15 @@ def failing_source(target, module, address, problems):
     (failing_entries, "m: exidx: seek out of range"),
 ])
 def test_a_source_that_meets_bad_bytes_costs_only_itself(monkeypatch, exidx, problem):
-    monkeypatch.setattr(exidx_strategy, "table_sources", exidx)
-    monkeypatch.setattr(tables, "_sframe_sources", good_source)
+    def dump_with(kind, table_sources):
+        monkeypatch.setitem(tables.DUMPS, kind, dataclasses.replace(tables.DUMPS[kind], table_sources=table_sources))
+    dump_with("exidx", exidx)
+    dump_with("sframe", good_source)
     target = LaidOutFile()
     target._lay_out([])
     modules = Modules(Module())
-    monkeypatch.setattr(tables.cfi_dump, "sources", lambda *args, **kw: [])
-    monkeypatch.setattr(tables.compact_dump, "table_sources", lambda *args: [])
+    dump_with("cfi", lambda *args, **kw: [])
+    dump_with("compact", lambda *args: [])
     out = io.StringIO()
     problems = tables.write_json(target, modules, None, out)
     result = json.loads(out.getvalue())

@@ -77,3 +77,26 @@ def test_systemstack_switch_ends_the_walk_only_at_its_call_on_g0():
     # nor is an exact pc (the innermost frame), nor a function that switches nothing.
     assert planted.stack_switch(_frame(after_switch, exact=True), context()) is None
     assert planted.stack_switch(_frame(CALLER), context()) is None
+
+
+def test_verdicts_are_kept_only_where_the_target_declares_a_cache():
+    """plugin.target.Target declares code_verdicts and inside_unwinder (no debugger-only attribute)."""
+    from plugin.strategies.planted import _remembered
+    from plugin.target import Target
+    calls = []
+
+    def decide(frame, ctx):
+        calls.append(frame.pc)
+        return "verdict"
+    frame = SimpleNamespace(pc=0x1000, exact_pc=False)
+    target = Target()
+    assert target.code_verdicts is None and target.inside_unwinder is False
+    ctx = SimpleNamespace(target=target)
+    assert _remembered(ctx, "k", frame, decide) == _remembered(ctx, "k", frame, decide) == "verdict"
+    assert len(calls) == 2                      # no cache declared: decided each time
+    target.code_verdicts = {}
+    _remembered(ctx, "k", frame, decide), _remembered(ctx, "k", frame, decide)
+    assert len(calls) == 3 and target.code_verdicts == {("k", 0x1000, False): "verdict"}
+    target.inside_unwinder = True
+    _remembered(ctx, "k", frame, decide)
+    assert len(calls) == 4                      # inside the debugger's unwinder: not cached
