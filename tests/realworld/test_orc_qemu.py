@@ -1,4 +1,5 @@
-"""Debian's 6.1 kernel under QEMU (TCG, nokaslr), stopped by GDB through the
+"""Debian's 6.1 and 6.12 kernels (two ORC layouts: by version string, by .orc_header)
+under QEMU (TCG, nokaslr), stopped by GDB through the
 gdbstub, its stack walked with the plugin's ORC rules (tests/helpers/orc_gdb_walk.py).
 
 The initramfs (busybox) prints the kernel's symbols (/proc/kallsyms) to the
@@ -28,7 +29,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(os.environ.get("UNWIND_KERNEL_ROOT", "/opt/unwind-kernel")) / "6.1.0-50-amd64"
+KERNELS = Path(os.environ.get("UNWIND_KERNEL_ROOT", "/opt/unwind-kernel"))
+# Debian 12's 6.1 (ORC layout of v4.14-v6.2, chosen by the version string) and the 6.12 of
+# bookworm-backports (layout of v6.4 on, chosen by .orc_header)
+RELEASES = {"6.1.0-50-amd64": "v4.14-v6.2 \\(chosen by the kernel version string\\)",
+            "6.12.107+deb12-amd64": "v6.4\\+ \\(chosen by the .orc_header hash\\)"}
 REPO = Path(__file__).resolve().parents[2]
 WALKER = REPO / "tests/helpers/orc_gdb_walk.py"
 INIT = """#!/bin/busybox sh
@@ -39,12 +44,12 @@ exit 0
 """
 
 
-def _tools():
+def _tools(root):
     for tool in ("qemu-system-x86_64", "busybox", "gdb"):
         if shutil.which(tool) is None:
             pytest.fail("%s is missing: run `bash tests/setup.sh` (tests/setup_kernel.sh)" % tool)
-    if not (ROOT / "vmlinux").is_file():
-        pytest.fail("%s is missing: run `bash tests/setup.sh`" % (ROOT / "vmlinux"))
+    if not (root / "vmlinux").is_file():
+        pytest.fail("%s is missing: run `bash tests/setup.sh`" % (root / "vmlinux"))
 
 
 def _initrd(tmp):
@@ -61,8 +66,8 @@ def _initrd(tmp):
     return tmp / "initrd"
 
 
-def _qemu(initrd, serial, extra=()):
-    image = ROOT / "deb/boot/vmlinuz-6.1.0-50-amd64"
+def _qemu(root, initrd, serial, extra=()):
+    image = root / "deb/boot" / ("vmlinuz-" + root.name)
     return ["qemu-system-x86_64", "-m", "512", "-nographic", "-no-reboot", "-kernel", str(image),
             "-initrd", str(initrd), "-append", "console=ttyS0 nokaslr rdinit=/init panic=-1 quiet",
             "-serial", "file:%s" % serial, "-monitor", "none", "-display", "none"] + list(extra)
@@ -111,13 +116,14 @@ STOPS = [("timer", "update_process_times", 300),        # a timer tick's handler
          ("panic", "panic", 0)]
 
 
-@pytest.fixture(scope="module")
-def booted(tmp_path_factory):
-    _tools()
+@pytest.fixture(scope="module", params=sorted(RELEASES))
+def booted(request, tmp_path_factory):
+    root = KERNELS / request.param
+    _tools(root)
     tmp = tmp_path_factory.mktemp("qemu")
     initrd = _initrd(tmp)
     first = tmp / "first.txt"
-    subprocess.run(_qemu(initrd, first), capture_output=True, timeout=240)
+    subprocess.run(_qemu(root, initrd, first), capture_output=True, timeout=240)
     text = first.read_text(errors="replace").replace("\r", "")
     assert "KALLSYMS-DONE" in text and "Attempted to kill init" in text, text[-2000:]
     symbols = _symbols(text)
@@ -125,7 +131,7 @@ def booted(tmp_path_factory):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     second = tmp / "second.txt"
-    qemu = subprocess.Popen(_qemu(initrd, second, ["-gdb", "tcp:127.0.0.1:%d" % port, "-S"]),
+    qemu = subprocess.Popen(_qemu(root, initrd, second, ["-gdb", "tcp:127.0.0.1:%d" % port, "-S"]),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
@@ -141,7 +147,7 @@ def booted(tmp_path_factory):
         gdb = subprocess.run(
             ["gdb", "-nx", "-batch"] + commands + ["-ex", "unwind explain 1", "-ex", "delete", "-ex", "continue"],
             capture_output=True, text=True, timeout=300,
-            env=dict(os.environ, ORC_VMLINUX=str(ROOT / "vmlinux"),
+            env=dict(os.environ, ORC_VMLINUX=str(root / "vmlinux"),
                      ORC_SYS_PATH=":".join([str(REPO)] + [p for p in sys.path if "site-packages" in p])))
         qemu.wait(timeout=120)
     finally:
@@ -156,7 +162,7 @@ def booted(tmp_path_factory):
     assert len(bts) == len(STOPS), gdb.stdout[-3000:]
     names = [stop[0] for stop in STOPS]
     return (dict(zip(names, named)), second.read_text(errors="replace").replace("\r", ""), dict(zip(names, bts)),
-            dict(zip(names, walks)), gdb.stdout)
+            dict(zip(names, walks)), gdb.stdout, root.name)
 
 
 def test_syscall_stop_walks_to_user_mode(booted):
@@ -201,7 +207,7 @@ def test_timer_interrupt_walks_through_pt_regs_to_the_end(booted):
 def test_gdb_bt_with_the_plugin_is_the_orc_walk_at_every_stop(booted):
     """GDB's own `bt`, the plugin loaded as a user loads it: every frame the ORC walk gives, the same
     pcs (across the interrupt's pt_regs and the IRQ stack), and nothing after the last one."""
-    _, _, bts, walks, _ = booted
+    _, _, bts, walks, _, _ = booted
     for stop, bt in bts.items():
         walk = walks[stop]
         print(stop, "GDB bt:", [name for _, name in bt])
@@ -210,7 +216,7 @@ def test_gdb_bt_with_the_plugin_is_the_orc_walk_at_every_stop(booted):
 
 
 def test_gdb_bt_at_panic_equals_the_kernels_own_trace(booted):
-    _, serial, bts, _, _ = booted
+    _, serial, bts, _, _, _ = booted
     trace = serial.split("Call Trace:", 1)[1].split("</TASK>", 1)[0]
     kernel = [m.group(1).split("+")[0] for m in re.finditer(r"\]  (?!\? )(\S+)/0x[0-9a-f]+$", trace, re.M)]
     after_panic = kernel[kernel.index("panic") + 1:]
@@ -218,10 +224,10 @@ def test_gdb_bt_at_panic_equals_the_kernels_own_trace(booted):
 
 
 def test_unwind_modules_lists_the_kernel_and_explain_names_the_orc_entry(booted):
-    *_, stdout = booted
+    *_, stdout, release = booted
     assert re.search(r"^\[kernel\] at 0xffffffff81000000 \(.*kernel\.elf\)$", stdout, re.M), stdout[-3000:]
-    assert re.search(r"ORC: 3\d{5} entries, layout v4\.14-v6\.2 \(chosen by the kernel version string\), "
-                     r"kernel 6\.1\.0-50-amd64", stdout), stdout[-3000:]
+    assert re.search(r"ORC: [34]\d{5} entries, layout %s, kernel %s" % (RELEASES[release], re.escape(release)),
+                     stdout), stdout[-3000:]
     explained = stdout.split("unwind explain", 1)[-1] if "unwind explain" in stdout else stdout
     assert re.search(r"entry: index 0x[0-9a-f]+, ip 0x[0-9a-f]+, type call, cfa sp\+8", stdout), stdout[-3000:]
     assert "CFA = sp+8   (ORC entry" in explained and "rip = [CFA-8]   rsp = CFA" in explained
