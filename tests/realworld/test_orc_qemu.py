@@ -162,7 +162,7 @@ def booted(request, tmp_path_factory):
     assert len(bts) == len(STOPS), gdb.stdout[-3000:]
     names = [stop[0] for stop in STOPS]
     return (dict(zip(names, named)), second.read_text(errors="replace").replace("\r", ""), dict(zip(names, bts)),
-            dict(zip(names, walks)), gdb.stdout, root.name)
+            dict(zip(names, walks)), gdb.stdout, root.name, (root, initrd, tmp / "kernel.elf", tmp))
 
 
 def test_syscall_stop_walks_to_user_mode(booted):
@@ -207,7 +207,7 @@ def test_timer_interrupt_walks_through_pt_regs_to_the_end(booted):
 def test_gdb_bt_with_the_plugin_is_the_orc_walk_at_every_stop(booted):
     """GDB's own `bt`, the plugin loaded as a user loads it: every frame the ORC walk gives, the same
     pcs (across the interrupt's pt_regs and the IRQ stack), and nothing after the last one."""
-    _, _, bts, walks, _, _ = booted
+    _, _, bts, walks, _, _, _ = booted
     for stop, bt in bts.items():
         walk = walks[stop]
         print(stop, "GDB bt:", [name for _, name in bt])
@@ -216,7 +216,7 @@ def test_gdb_bt_with_the_plugin_is_the_orc_walk_at_every_stop(booted):
 
 
 def test_gdb_bt_at_panic_equals_the_kernels_own_trace(booted):
-    _, serial, bts, _, _, _ = booted
+    _, serial, bts, _, _, _, _ = booted
     trace = serial.split("Call Trace:", 1)[1].split("</TASK>", 1)[0]
     kernel = [m.group(1).split("+")[0] for m in re.finditer(r"\]  (?!\? )(\S+)/0x[0-9a-f]+$", trace, re.M)]
     after_panic = kernel[kernel.index("panic") + 1:]
@@ -224,7 +224,7 @@ def test_gdb_bt_at_panic_equals_the_kernels_own_trace(booted):
 
 
 def test_unwind_modules_lists_the_kernel_and_explain_names_the_orc_entry(booted):
-    *_, stdout, release = booted
+    *_, stdout, release, _ = booted
     assert re.search(r"^\[kernel\] at 0xffffffff81000000 \(.*kernel\.elf\)$", stdout, re.M), stdout[-3000:]
     assert re.search(r"ORC: [34]\d{5} entries, layout %s, kernel %s" % (RELEASES[release], re.escape(release)),
                      stdout), stdout[-3000:]
@@ -250,3 +250,58 @@ def test_fault_below_walks_through_the_faults_pt_regs(booted):
     assert names[:4] == ["handle_mm_fault", "do_user_addr_fault", "exc_page_fault", "asm_exc_page_fault"]
     assert walk[3][2] == "regs" and walk[3][1] in ("interrupted", "user mode")
     assert walk[-1][1] in ("user mode", "end of stack")
+
+
+STOP_VM = """import socket, sys, time
+time.sleep(float(sys.argv[2]))
+monitor = socket.socket(socket.AF_UNIX)
+monitor.connect(sys.argv[1])
+time.sleep(0.3)
+monitor.sendall(b"stop\\n")
+time.sleep(0.5)
+"""
+
+
+def test_kaslr_slide_is_found_and_gdb_given_it_walks_the_panic(booted):
+    """KASLR on: the symbol file has the addresses of the nokaslr boot (link addresses, as a
+    vmlinux's), the kernel runs elsewhere. The plugin finds the slide the kernel prints ("Kernel
+    Offset"), walks the stack from its tables there, and once GDB is given the symbols at that
+    slide (symbol-file -o), GDB's bt names the kernel's own trace. The guest hangs after its panic
+    (panic=0) and QEMU's monitor stops it, which its gdbstub reports to GDB."""
+    root, initrd, symbol_file, tmp = booted[-1]
+    serial, monitor = tmp / "kaslr.txt", tmp / "monitor.sock"
+    (tmp / "stop_vm.py").write_text(STOP_VM)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = _qemu(root, initrd, serial, ["-gdb", "tcp:127.0.0.1:%d" % port, "-S"])
+    command[command.index("-append") + 1] = "console=ttyS0 kaslr rdinit=/init panic=0 quiet"
+    command[command.index("-monitor") + 1] = "unix:%s,server,nowait" % monitor
+    qemu = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    given = ("python import re; out = gdb.execute('unwind modules', to_string=True); "
+             "gdb.execute('symbol-file %s -o ' + re.search(r'-o (0x[0-9a-f]+)', out).group(1))" % symbol_file)
+    try:
+        time.sleep(0.5)
+        gdb = subprocess.run(
+            ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"),
+             "-ex", "symbol-file %s" % symbol_file, "-ex", "target remote 127.0.0.1:%d" % port,
+             "-ex", "shell %s %s %s 60 &" % (sys.executable, tmp / "stop_vm.py", monitor), "-ex", "continue",
+             "-ex", "unwind modules", "-ex", "unwind backtrace", "-ex", given,
+             "-ex", "echo BT-START\\n", "-ex", "bt", "-ex", "echo BT-END\\n"],
+            capture_output=True, text=True, timeout=300)
+    finally:
+        qemu.kill()
+    text = serial.read_text(errors="replace").replace("\r", "")
+    offset = re.search(r"Kernel Offset: (0x[0-9a-f]+) from", text)
+    assert offset and int(offset.group(1), 16) != 0, text[-2000:]
+    print(gdb.stdout[-3000:])
+    assert "KASLR: the kernel runs %s above kernel.elf's symbols" % offset.group(1) in gdb.stdout, gdb.stdout[-3000:]
+    walk = re.findall(r"^#\d+ +(0x[0-9a-f]+) in .* \[found by: (.+?)\]", gdb.stdout, re.M)
+    assert len(walk) >= 5 and all(how.startswith("ORC") for _, how in walk[1:]), walk
+    assert "the saved cs 0x33 is user mode" in gdb.stdout
+    bt = _gdb_bt(gdb.stdout)[0]
+    trace = text.split("Call Trace:", 1)[1].split("</TASK>", 1)[0]
+    kernel = [m.group(1).split("+")[0] for m in re.finditer(r"\]  (?!\? )(\S+)/0x[0-9a-f]+$", trace, re.M)]
+    names = [name for _, name in bt]
+    assert "panic" in names and names[names.index("panic"):] == kernel[kernel.index("panic"):], (names, kernel)
+    assert [pc for pc, _ in bt] == [int(pc, 16) for pc, _ in walk]
