@@ -19,6 +19,8 @@ source:
 """
 from __future__ import annotations
 
+import collections
+
 import gdb
 from gdb.unwinder import Unwinder
 
@@ -36,7 +38,8 @@ class KernelFrames(Unwinder):
     def __init__(self, state):
         super().__init__(NAME)
         self.state = state
-        self.declined = []          # (level, pc, why) of its last answers, for tests and `maint`-style looks
+        self.declined = collections.deque(maxlen=64)    # (level, pc, why) of its last answers
+        self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
 
     def __call__(self, pending_frame):
         state = self.state
@@ -44,16 +47,25 @@ class KernelFrames(Unwinder):
             return None
         inferior = state.inferior()
         target = inferior.target
-        if target.arch is None or target.arch.name != "x86_64":
-            return None
         target.inside_unwinder = True       # no GDB command may run while GDB builds frames
         try:
+            if target.arch is None or target.arch.name != "x86_64" or not self._has_kernel(inferior):
+                return None     # the common case (a process): one look at the module list per generation
             return self._unwind(pending_frame, inferior, target)
         except Exception as exc:        # never break `bt`
             self.declined.append((None, None, "internal error: %s: %s" % (type(exc).__name__, exc)))
             return None
         finally:
             target.inside_unwinder = False
+
+    def _has_kernel(self, inferior):
+        """Is a kernel among the inferior's modules? Kept per module-list generation and stop."""
+        modules, target = inferior.modules, inferior.target
+        key = (target.generation, getattr(target, "stops", 0))
+        known = self._kernel_known.get(id(modules))
+        if known is None or known[0] != key:
+            known = self._kernel_known[id(modules)] = (key, any(m.format == "kernel" for m in modules.all()))
+        return known[1]
 
     def _unwind(self, pending_frame, inferior, target):
         arch = target.arch
