@@ -11,6 +11,7 @@ tables from its __start_orc_unwind_ip and friends.
 """
 from __future__ import annotations
 
+import os
 import re
 import struct
 from typing import Iterable, List, NamedTuple
@@ -80,7 +81,10 @@ def _section(name, kind, flags, address, offset, size, link, info, align, entsiz
 
 
 def write(kallsyms_path: str, out_path: str) -> int:
-    """Write the symbol file for a copy of /proc/kallsyms; the number of symbols written."""
+    """Write the symbol file for a copy of /proc/kallsyms; the number of symbols written.
+    ValueError for a path that is no regular file (a fifo or a device could never end)."""
+    if os.path.exists(kallsyms_path) and not os.path.isfile(kallsyms_path):
+        raise ValueError("not a regular file (copy /proc/kallsyms to a file first)")
     with open(kallsyms_path, errors="replace") as handle:
         symbols = parse(handle)
     data = elf_bytes(symbols)

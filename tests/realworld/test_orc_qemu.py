@@ -283,8 +283,8 @@ def test_kaslr_slide_is_found_and_gdb_given_it_walks_the_panic(booted):
     try:
         time.sleep(0.5)
         gdb = subprocess.run(
-            ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"),
-             "-ex", "symbol-file %s" % symbol_file, "-ex", "target remote 127.0.0.1:%d" % port,
+            ["gdb", "-nx", "-batch", "-ex", "set pagination off",
+             "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"), "-ex", "symbol-file %s" % symbol_file, "-ex", "target remote 127.0.0.1:%d" % port,
              "-ex", "shell %s %s %s 60 &" % (sys.executable, tmp / "stop_vm.py", monitor), "-ex", "continue",
              "-ex", "unwind modules", "-ex", "unwind backtrace", "-ex", given,
              "-ex", "echo BT-START\\n", "-ex", "bt", "-ex", "echo BT-END\\n"],

@@ -172,3 +172,15 @@ def test_a_kernel_not_yet_in_memory_is_looked_for_again_at_the_next_stop(symbol_
     assert modules.find(TEXT + 0x120) is None           # same stop: not read again
     target.stops = 1
     assert modules.find(TEXT + 0x120).name == "[kernel]" and modules.failed == []
+
+
+def test_kallsyms_command_refuses_what_it_cannot_use_in_one_line(tmp_path):
+    import sys
+    (tmp_path / "user").write_text("0000000000000000 T _stext\nnot a symbol line\n")     # a non-root read
+    for given in (tmp_path / "user", tmp_path / "missing", "/dev/zero"):
+        done = subprocess.run([sys.executable, "-m", "plugin", "kallsyms", str(given), str(tmp_path / "out.elf")],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "read /proc/kallsyms as root" in subprocess.run(
+        [sys.executable, "-m", "plugin", "kallsyms", str(tmp_path / "user"), str(tmp_path / "o")],
+        capture_output=True, text=True).stderr
