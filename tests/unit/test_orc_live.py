@@ -184,3 +184,13 @@ def test_kallsyms_command_refuses_what_it_cannot_use_in_one_line(tmp_path):
     assert "read /proc/kallsyms as root" in subprocess.run(
         [sys.executable, "-m", "plugin", "kallsyms", str(tmp_path / "user"), str(tmp_path / "o")],
         capture_output=True, text=True).stderr
+
+
+def test_tables_at_a_kernel_address_print_the_entry_in_force(symbol_file):
+    from plugin.render import tables
+    target = _guest(symbol_file, bytes(64), {})
+    modules = ModuleMap(target)
+    result = tables.collect(target, modules, TEXT + 0x210)
+    text = tables.text(result)
+    assert "[0x%x, 0x%x) cfa=sp+24 bp=[cfa-16] call" % (TEXT + 0x200, TEXT + 0x300) in text, text
+    assert "ORC layout v4.14-v6.2 (by kernel version string), kernel 6.1.0-test" in text, text
