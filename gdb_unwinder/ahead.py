@@ -55,7 +55,7 @@ class FastClaims:
 
     def __init__(self, state, handed):
         self.state = state
-        self._handed = handed   # (inferior, level, Handed, caller pc, caller sp): the unwinder's record of a claim
+        self._handed = handed   # (inferior, level, Handed, caller pc, caller sp, thread): the unwinder's record of a claim
         self._answers = {}      # level -> Answer
         self._size = AHEAD_FIRST
         self._types = {}        # register name -> (gdb.Type, the largest value an uncast gdb.Value holds)
@@ -65,86 +65,109 @@ class FastClaims:
         self._answers.clear()
         self._size = AHEAD_FIRST
 
-    def claim_next(self, pending_frame, inferior, last):
-        """The claim of the caller of the frame the previous call claimed (last: level, inferior,
-        Handed, (pc, sp), gdb.InferiorThread), or None where the slow path must judge: an answer
-        computed ahead for this question if there is one, else a new run computed from `last`."""
-        level = pending_level(pending_frame)
-        if gdb.selected_thread() is not last[4] or pending_frame.architecture() is not inferior.target.gdb_arch:
+    def answered(self, pending_frame, last):
+        """The answer computed ahead for this very question (the caller of the frame the previous
+        call claimed: last, a LastClaim), handed to GDB; None where there is none."""
+        answer = self._answers.get(pending_level(pending_frame))
+        if answer is None or answer.parent is not last.record or gdb.selected_thread() is not last.thread \
+                or pending_frame.architecture() is not last.inferior.target.gdb_arch:
             return None
-        answer = self._answers.get(level)
-        if answer is None or answer.parent is not last[2]:
-            answer = self._run(pending_frame, inferior, last, level)
-            if answer is None:
-                return None
-        if level + 1 not in self._answers:
+        if answer.level + 1 not in self._answers:
             self._size = min(2 * self._size, AHEAD_MAX)     # GDB asked for the whole run: go further next time
-        return self.hand(pending_frame, inferior, answer)
+        return self.hand(pending_frame, last.inferior, answer, last.thread)
+
+    def claim_next(self, pending_frame, inferior, last, claim):
+        """The claim of the caller of the frame the previous call claimed (last, a LastClaim), or
+        None where the slow path must judge: a new run of answers computed from `last`."""
+        level = pending_level(pending_frame)
+        if gdb.selected_thread() is not last.thread or pending_frame.architecture() is not inferior.target.gdb_arch:
+            return None
+        answer = self._run(pending_frame, inferior, last, level, claim)
+        if answer is None:
+            return None
+        if level + 1 not in self._answers:
+            self._size = min(2 * self._size, AHEAD_MAX)
+        return self.hand(pending_frame, inferior, answer, last.thread)
 
     def claim_one(self, pending_frame, inferior, plan, handed, ctx):
         """The claim for one frame whose callee this plugin claimed (handed: its complete record)
         and whose plan has a FastRow; None where replay_fast declines."""
-        answer = self._answer(pending_frame, inferior, plan, handed, ctx, pending_level(pending_frame))
-        return None if answer is None else self.hand(pending_frame, inferior, answer)
+        arch = ctx.arch
+        answer = self._answer(pending_frame, plan, handed, ctx, pending_level(pending_frame),
+                              self.registers(inferior.target, arch), unknown_registers(arch))
+        return None if answer is None else self.hand(pending_frame, inferior, answer, gdb.selected_thread())
 
-    def hand(self, pending_frame, inferior, answer):
+    def hand(self, pending_frame, inferior, answer, thread):
         """Give GDB the answer's frame id and registers (add_saved_register iterated in C)."""
         info = pending_frame.create_unwind_info(answer.frame_id)
         any(map(info.add_saved_register, answer.registers, answer.values))
         plans = inferior.plans
         plans.hits += 1
         plans.fast_hits += 1
-        self._handed(inferior, answer.level, answer.record, answer.caller_pc, answer.caller_sp)
+        self._handed(inferior, answer.level, answer.record, answer.caller_pc, answer.caller_sp, thread)
         return info
 
-    def _run(self, pending_frame, inferior, last, level) -> Optional[Answer]:
+    def _run(self, pending_frame, inferior, last, level, claim) -> Optional[Answer]:
         """Answers for `level` and up to self._size - 1 frames above it, each from the one before,
         while every frame passes the fast path's checks; the first, or None."""
         self._answers.clear()
-        callee_level, _, handed, (pc, sp), _ = last
+        handed, pc, sp = last.record, last.pc, last.sp
         target = inferior.target
-        if level != callee_level + 1 or target.trap_handler_names or inferior.after_signal or not self.state.use_plans:
+        if level != last.level + 1 or target.trap_handler_names or inferior.after_signal or not self.state.use_plans:
             return None
         ctx = self.state.unwinder_context(inferior)
-        plans = inferior.plans
-        if plans.owner is not ctx:
+        if inferior.plans.owner is not ctx:
             return None
-        auto = self.state.claim == Claim.AUTO
+        arch = ctx.arch
+        numbered, unknown = self.registers(target, arch), unknown_registers(arch)
+        checked = {}        # return address -> its plan, where the checks passed (a recursion repeats one)
         for at in range(level, level + self._size):
-            if handed.values is None or pc is None or sp is None or at <= inline_depth(pc, inferior.inline_depths):
+            if handed.values is None or pc is None or sp is None:
                 break
-            plan = plans.get(pc - 1, False)
-            if plan is None or plan.fast is None:
+            plan = checked.get(pc)
+            if plan is None:
+                plan = checked[pc] = self._plan(pending_frame, inferior, ctx, pc, claim)
+            if plan is False or at <= inline_depth(pc, inferior.inline_depths):
                 break
-            if auto and (inferior.coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True) is not None
-                         or (pc - 1, False) in inferior.coverage.heuristic):
-                break       # auto leaves this frame to GDB (the slow path says why)
-            answer = self._answer(pending_frame, inferior, plan, handed, ctx, at)
+            answer = self._answer(pending_frame, plan, handed, ctx, at, numbered, unknown)
             if answer is None:
                 break
             self._answers[at] = answer
             handed, pc, sp = answer.record, answer.caller_pc, answer.caller_sp
         return self._answers.get(level)
 
-    def _answer(self, pending_frame, inferior, plan, handed, ctx, level) -> Optional[Answer]:
+    @staticmethod
+    def _plan(pending_frame, inferior, ctx, pc, claim):
+        """The plan with a FastRow for return address pc, or False where the slow path must judge
+        (under auto, also where GDB covers the frame: the slow path says why)."""
+        plan = inferior.plans.get(pc - 1, False)
+        if plan is None or plan.fast is None:
+            return False
+        if claim == Claim.AUTO and (inferior.coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True) is not None
+                                    or (pc - 1, False) in inferior.coverage.heuristic):
+            return False
+        return plan
+
+    def _answer(self, pending_frame, plan, handed, ctx, level, numbered, unknown) -> Optional[Answer]:
         """replay_fast's registers as a claim: a new gdb.Value only for those the row changed,
-        the callee's gdb.Values for the others; None where replay_fast declines."""
-        replayed = replay_fast(plan, handed.values, ctx)
+        the callee's gdb.Values for the others; None where replay_fast declines. numbered: the
+        registers' descriptors (self.registers); unknown: unknown_registers(arch)."""
+        values = handed.values
+        replayed = replay_fast(plan, values, ctx)
         if replayed is None:
             return None
-        arch, caller = ctx.arch, replayed.registers
-        values, given = handed.values, dict(handed.raw)    # unchanged registers: the callee's gdb.Values
-        for number in plan.fast.written:
+        arch, caller, fast = ctx.arch, replayed.registers, plan.fast
+        given = dict(handed.raw)    # unchanged registers: the callee's gdb.Values
+        for number in fast.written:
             value = caller.get(number)
             if value is None:
                 given.pop(number, None)
             elif value != values.get(number) or number not in given:
                 given[number] = self.value(pending_frame, arch.registers[number], value)
-        for number in plan.fast.undefined:
+        for number in fast.undefined:
             given.pop(number, None)
-        registers = self.registers(inferior.target, arch)
-        return Answer(level, FrameId(replayed.cfa, replayed.start), list(map(registers.__getitem__, given)),
-                      list(given.values()), Handed.complete(given, caller, unknown_registers(arch)), handed,
+        return Answer(level, FrameId(replayed.cfa, replayed.start), list(map(numbered.__getitem__, given)),
+                      list(given.values()), Handed.complete(given, caller, unknown), handed,
                       caller[arch.pc], caller.get(arch.sp))
 
     def registers(self, target, arch):

@@ -12,6 +12,7 @@ dropped at every stop, so nothing about the stack outlives a resume.
 """
 
 import collections
+import weakref
 
 import gdb
 
@@ -87,7 +88,8 @@ class GdbState:
         self.max_frames = DEFAULT_MAX_FRAMES
         self.claim_guesses = False       # `set unwind guesses`: may GDB's `bt` use frame-pointer / stack-scan frames?
         self.claim = Claim.AUTO.value    # `set unwind claim`: which frames GDB's `bt` takes from the plugin
-        self.unwinder = None
+        self._unwinder = None            # a weak reference: the unwinder holds the state, not the other way
+        self.epoch = 0                   # counts reconsider_claims: the unwinder drops its decisions when it moves
         self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
         self.pending = PendingEvents()
 
@@ -95,13 +97,26 @@ class GdbState:
     def inferior(self):
         self.catch_up()
         try:
-            number = gdb.selected_inferior().num
+            return self.inferior_of(gdb.selected_inferior())
         except (gdb.error, RuntimeError):
-            number = 0
+            return self.inferior_of(None)
+
+    def inferior_of(self, selected):
+        """The InferiorState of a gdb.Inferior (None: the one numbered 0), made on first use."""
+        number = 0 if selected is None else selected.num
         state = self.inferiors.get(number)
         if state is None:
             state = self.inferiors[number] = InferiorState(self.shared)
         return state
+
+    @property
+    def unwinder(self):
+        """The PluginUnwinder registered with GDB (for the commands and tests), or None."""
+        return None if self._unwinder is None else self._unwinder()
+
+    @unwinder.setter
+    def unwinder(self, unwinder):
+        self._unwinder = None if unwinder is None else weakref.ref(unwinder)
 
     @property
     def target(self):
@@ -149,9 +164,8 @@ class GdbState:
 
     def reconsider_claims(self):
         """A setting, the inferiors, the modules or the process changed: the unwinder decides
-        again whether it has anything to add (PluginUnwinder.reconsider)."""
-        if self.unwinder is not None:
-            self.unwinder.reconsider()
+        again whether it has anything to add (it sees the epoch move: PluginUnwinder.reconsider)."""
+        self.epoch += 1
 
     def modules_changed(self):
         # An objfile event names a program space, not always the inferior it

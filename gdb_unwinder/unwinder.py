@@ -27,24 +27,28 @@ from plugin.settings import SourceKind, kind_of
 from .ahead import FastClaims
 from .claim import NOT_COVERED, VERDICT_CACHE_SIZE, Claim
 from .levels import inline_depth, is_innermost_physical
-from .compat import FrameId, pending_level
-from .registers import Handed, PendingRegisters, handed_registers
+from .compat import pending_level
+from .handover import Asked, Found, LastClaim, hand_over
+from .registers import PendingRegisters
 
 NAME = "unwind-plugin"
 CLAIMED_CACHE_SIZE = 1 << 17      # claimed frames remembered (for `unwind explain`) until the next resume
 
 
 class PluginUnwinder(Unwinder):
+    """GDB's unwinder API, as the policy: decline, exact pc, replay, slow path, hand-over."""
+
     def __init__(self, state):
         super().__init__(NAME)
         self.state = state
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
         self.fast = FastClaims(state, self.handed)
-        self._last = None       # (level, inferior, Handed, (its pc, its sp), thread) of the previous call's claim
+        self._last = None       # LastClaim of the previous call, if it claimed
         self.claimed = 0
+        self._epoch = state.epoch       # the state's epoch the decisions below were made in
         self._quiet = None      # the gdb.Inferior whose every frame is left to GDB (leaves_all_to_gdb)
         self._loud = set()      # the gdb.Inferiors found to need a look at each frame
-        self._declines_by_pc = {}   # gdb.Inferior -> (CallerVerdicts, gdb.Architecture, pc mask): see __call__
+        self._declines_by_pc = {}   # gdb.Inferior -> (CallerVerdicts, gdb.Architecture, pc mask): see _declined_by_pc
         self._may_be_quiet = True
 
     @property
@@ -60,76 +64,44 @@ class PluginUnwinder(Unwinder):
 
     def reconsider(self):
         """A stop, a resume, changed modules or settings: whether to look at frames is decided again."""
+        self._epoch = self.state.epoch
         self._quiet = None
         self._loud.clear()
         self._declines_by_pc.clear()
         self.fast.clear()
 
+    def _catch_up(self):
+        self.state.catch_up()           # events since the last call: this may move the epoch
+        if self._epoch != self.state.epoch:
+            self.reconsider()
+
     def leaves_all_to_gdb(self) -> bool:
         """Does the unwinder decline every frame of the selected inferior without looking at it?"""
-        self.state.catch_up()
+        self._catch_up()
         return self._quiet is not None and gdb.selected_inferior() is self._quiet
 
+    # -- the policy ----------------------------------------------------------------------
     def __call__(self, pending_frame):
-        self.state.catch_up()           # events since the last call: this may reconsider the claims
-        selected = gdb.selected_inferior()
-        if selected is self._quiet:     # nothing the plugin could claim: GDB unwinds alone
-            return None
-        declines = self._declines_by_pc.get(selected)
-        if declines is not None and self._last is None:
-            # Under auto, a caller frame whose return address GDB covers, decided from its pc
-            # alone (the check below, with what it needs kept from the last time it held; a
-            # change of setting, modules or process drops it: reconsider).
-            callers, gdb_arch, mask = declines
-            try:
-                level = pending_frame.level()
-                if level > 0 and pending_frame.architecture() is gdb_arch:
-                    pc = int(pending_frame.read_register(callers.pc_register)) & mask
-                    depth, reason = callers.verdicts.get(pc, NOT_COVERED)
-                    if level > depth:
-                        self.declines.append((level, pc, reason))
-                        return None
-            except Exception:       # an optimized-out pc and the like: the full path says why
-                pass
+        state = self.state
+        state.catch_up()                # events since the last call: this may move the epoch
+        if self._epoch != state.epoch:
+            self.reconsider()
         last, self._last = self._last, None
-        claim = self.state.claim
-        if claim == Claim.NONE:
+        if last is not None:
+            info = self.fast.answered(pending_frame, last)      # replay: an answer computed ahead
+            if info is not None:
+                return info
+        selected = gdb.selected_inferior()
+        claim = state.claim             # a Claim value (a str): passed down, not read back
+        if selected is self._quiet or claim == Claim.NONE:
+            return None         # decline: nothing the plugin could claim, or claiming is off
+        if last is None and self._declined_by_pc(pending_frame, selected):
             return None
-        inferior = self.state.inferior()
+        inferior = state.inferior_of(selected)
         target = inferior.target
         target.inside_unwinder = True
         try:
-            if claim == Claim.AUTO and selected not in self._loud:
-                if self._nothing_to_add(inferior, pending_frame):
-                    self._quiet = selected
-                    return None
-                self._loud.add(selected)
-            if last is not None and last[1] is inferior:
-                # GDB asks for the frames of a walk in order: the frame above the one the
-                # previous call claimed has the registers that claim handed on.
-                info = self.fast.claim_next(pending_frame, inferior, last)
-                if info is not None:
-                    return info
-            pc_value = None
-            if claim == Claim.AUTO and not inferior.after_signal:
-                # The common case under auto, kept to one register read and one dict look-up:
-                # a caller frame whose return address GDB's DWARF unwinder covers.
-                callers = inferior.coverage.callers
-                level = pending_level(pending_frame)
-                if level > 0 and callers.key == (target.generation, target.trap_handler_names,
-                                                 pending_frame.architecture()):
-                    if hasattr(pending_frame, "level"):     # GDB 11 and later; before, levels are counted
-                        self._declines_by_pc[selected] = (callers, callers.key[2], target.arch.mask)
-                    pc_value = pending_frame.read_register(callers.pc_register)
-                    try:
-                        pc = int(pc_value) & target.arch.mask
-                    except gdb.error:       # optimized out: the slow path says why
-                        pc = None
-                    depth, reason = callers.verdicts.get(pc, NOT_COVERED)
-                    if level > depth:
-                        self.declines.append((level, pc, reason))
-                        return None
-            return self._unwind(pending_frame, inferior, pc_value, last)
+            return self._unwind(pending_frame, selected, inferior, claim, last)
         except Exception as exc:        # never break `bt`: decline and remember why
             try:
                 pc = int(pending_frame.read_register("pc"))
@@ -141,180 +113,269 @@ class PluginUnwinder(Unwinder):
         finally:
             target.inside_unwinder = False
 
-    def _nothing_to_add(self, inferior, pending_frame):
-        """Under auto: no trap handler names, and GDB's DWARF unwinder reads every table the plugin
-        has, and no source reads code or the stack (GdbCoverage.leaves_all_to_gdb)."""
-        state = self.state
-        if not self._may_be_quiet or inferior.target.trap_handler_names:
+    def _unwind(self, pending_frame, selected, inferior, claim, last):
+        """The policy, in order: under auto, decline what GDB covers (the whole inferior, a caller
+        by its pc, the frame's lookup pc, a caller GDB's prologue analyser gives alike); find
+        whether the pc is exact; replay the pc's plan (fast, from the callee's claim, or with
+        the engine's evaluator); else the slow path (the engine's step and its checks); hand
+        the caller over to GDB. Each step that declines records why (`unwind explain`)."""
+        auto = claim == Claim.AUTO
+        if auto and self._nothing_to_add(pending_frame, selected, inferior):
+            return None
+        if last is not None and last.inferior is inferior:
+            # GDB asks for the frames of a walk in order: the frame above the one the
+            # previous call claimed has the registers that claim handed on.
+            info = self.fast.claim_next(pending_frame, inferior, last, claim)
+            if info is not None:        # replay: a run of answers computed from it
+                return info
+        pc_value = None
+        if auto and not inferior.after_signal:
+            pc_value = self._covered_by_pc(pending_frame, selected, inferior)
+            if pc_value is True:
+                return None
+        asked = self._asked(pending_frame, inferior, pc_value)
+        if asked is None:
+            return None
+        if auto and self._caller_covered(pending_frame, asked, inferior):
+            return None
+        self._exact_pc(asked, inferior)
+        if auto and self._gdb_covers(pending_frame, asked, inferior):
+            return None
+        if not self._callee_registers(asked, inferior, last):
+            return None
+        if auto and self._heuristic_gives(asked, inferior):
+            return None
+        plan = self._plan(asked, inferior)
+        if plan is not None:
+            info = self._replay_fast(pending_frame, asked, inferior, plan)
+            if info is not None:
+                return info
+        found = self._replay(asked, inferior, plan) if plan is not None else None
+        if found is None:
+            found = self._slow_path(asked, inferior, claim)
+            if found is None:
+                return None
+        if asked.trap:
+            inferior.after_signal.add((found.registers[asked.ctx.arch.pc], found.registers.get(asked.ctx.arch.sp)))
+            self._declines_by_pc.clear()       # frames above it are looked up at their exact pc (LLDB's rule)
+        return self._hand_over(pending_frame, asked, inferior, found)
+
+    # -- decline ---------------------------------------------------------------------------
+    def _decline(self, level, pc, reason):
+        self.declines.append((level, pc, reason))
+        return True
+
+    def _declined_by_pc(self, pending_frame, selected):
+        """Under auto, a caller frame whose return address GDB covers, decided from its pc alone
+        (_covered_by_pc, with what it needs kept from the last time it held; a change of
+        setting, modules or process drops it: reconsider)."""
+        declines = self._declines_by_pc.get(selected)
+        if declines is None:
             return False
-        self._set_arch(inferior.target, pending_frame)
-        return inferior.coverage.leaves_all_to_gdb(state.unwinder_context(inferior))
+        callers, gdb_arch, mask = declines
+        try:
+            level = pending_frame.level()
+            if level > 0 and pending_frame.architecture() is gdb_arch:
+                pc = int(pending_frame.read_register(callers.pc_register)) & mask
+                depth, reason = callers.verdicts.get(pc, NOT_COVERED)
+                if level > depth:
+                    self.declines.append((level, pc, reason))     # (_decline, inline: every frame GDB covers)
+                    return True
+        except Exception:       # an optimized-out pc and the like: the full path says why
+            pass
+        return False
 
-    def _set_arch(self, target, pending_frame):
-        gdb_arch = pending_frame.architecture()      # GDB hands back one object per gdbarch
-        if gdb_arch is not target.gdb_arch:
-            target.set_arch(gdb_arch.name())
-            target.gdb_arch = gdb_arch
-            target.descriptors = _descriptors(gdb_arch)
+    def _nothing_to_add(self, pending_frame, selected, inferior):
+        """Under auto: no trap handler names, and GDB's DWARF unwinder reads every table the plugin
+        has, and no source reads code or the stack (GdbCoverage.leaves_all_to_gdb): every frame
+        of the inferior is GDB's, unseen."""
+        if selected in self._loud:
+            return False
+        if self._may_be_quiet and not inferior.target.trap_handler_names:
+            self._set_arch(inferior.target, pending_frame)
+            if inferior.coverage.leaves_all_to_gdb(self.state.unwinder_context(inferior)):
+                self._quiet = selected
+                return True
+        self._loud.add(selected)
+        return False
 
-    def _unwind(self, pending_frame, inferior, pc_value=None, last=None):
-        state = self.state
+    def _covered_by_pc(self, pending_frame, selected, inferior):
+        """Under auto, the common case kept to one register read and one dict look-up: a caller
+        frame whose return address GDB's DWARF unwinder covers (True, declined). Else the pc's
+        gdb.Value where it was read, or None."""
+        target = inferior.target
+        callers = inferior.coverage.callers
+        level = pending_level(pending_frame)
+        if level <= 0 or callers.key != (target.generation, target.trap_handler_names, pending_frame.architecture()):
+            return None
+        if hasattr(pending_frame, "level"):     # GDB 11 and later; before, levels are counted
+            self._declines_by_pc[selected] = (callers, callers.key[2], target.arch.mask)
+        pc_value = pending_frame.read_register(callers.pc_register)
+        try:
+            pc = int(pc_value) & target.arch.mask
+        except gdb.error:       # optimized out: the slow path says why
+            pc = None
+        depth, reason = callers.verdicts.get(pc, NOT_COVERED)
+        if level > depth:
+            return self._decline(level, pc, reason)
+        return pc_value
+
+    def _caller_covered(self, pending_frame, asked, inferior):
+        """Under auto, a caller frame (no frame a signal interrupted) whose return address GDB covers."""
+        if asked.level <= 0 or inferior.after_signal:
+            return False
+        depth, reason = self._covered_caller(asked.pc, asked.ctx, pending_frame, inferior)
+        return asked.level > depth and self._decline(asked.level, asked.pc, reason)
+
+    def _gdb_covers(self, pending_frame, asked, inferior):
+        """Under auto, GDB's DWARF unwinder covers the frame's lookup pc (GDB looks a trap handler
+        up at pc-1: ours is better there)."""
+        if asked.trap:
+            return False
+        coverage = inferior.coverage
+        reason = coverage.gdb_covers(asked.lookup, asked.ctx, pending_frame, call_site=not asked.exact)
+        if reason is None:
+            return False
+        if asked.lookup in coverage.signal_pcs:
+            # GDB unwinds the trampoline; the frame it interrupted is
+            # offered to us next and must be looked up at its exact pc.
+            self._note_interrupted(Frame(level=asked.level, pc=asked.pc, registers=asked.registers,
+                                         method="pending", exact_pc=asked.exact), asked.ctx, inferior)
+        return self._decline(asked.level, asked.pc, reason)
+
+    def _heuristic_gives(self, asked, inferior):
+        """Under auto, GDB's prologue analyser gives the very caller the analysis proves (a verdict
+        kept from an earlier frame at this pc)."""
+        reason = inferior.coverage.heuristic.get((asked.lookup, asked.exact))
+        return reason is not None and self._decline(asked.level, asked.pc, reason)
+
+    # -- exact pc ----------------------------------------------------------------------------
+    def _asked(self, pending_frame, inferior, pc_value):
+        """The pending frame's level, pc and registers, or None (declined) where there is no pc
+        to unwind from."""
         target = inferior.target
         self._set_arch(target, pending_frame)
         arch = target.arch
         registers = PendingRegisters(pending_frame, arch, target.descriptors)
         if pc_value is not None and not pc_value.is_optimized_out:
-            registers.raw[arch.pc] = pc_value       # read by the fast path already
+            registers.raw[arch.pc] = pc_value       # read by _covered_by_pc already
         pc = registers.get(arch.pc)
         if pc is None:
             return None
         level = pending_level(pending_frame)
         if pc == 0 and level > 0:       # GDB's own unwinders ended on a return address of 0
-            self.declines.append((level, pc, "pc 0 is the end of the stack: left to GDB"))
+            self._decline(level, pc, "pc 0 is the end of the stack: left to GDB")
             return None
-        ctx = state.unwinder_context(inferior)
-        if state.claim == Claim.AUTO and level > 0 and not inferior.after_signal:
-            depth, reason = self._covered_caller(pc, ctx, pending_frame, inferior)
-            if level > depth:
-                self.declines.append((level, pc, reason))
-                return None
-        exact = is_innermost_physical(level, pc, ctx, inferior.inline_depths)
+        return Asked(level, pc, registers, self.state.unwinder_context(inferior))
+
+    def _exact_pc(self, asked, inferior):
+        """Is the frame's pc its own (the innermost physical frame, a frame a signal or trap
+        interrupted, a trap handler's) rather than a return address?"""
+        ctx, registers = asked.ctx, asked.registers
+        exact = is_innermost_physical(asked.level, asked.pc, ctx, inferior.inline_depths)
         if not exact and inferior.after_signal:
-            exact = (pc, registers.get(arch.sp)) in inferior.after_signal
-        trap = not exact and ctx.trap_handler(pc) is not None
-        exact = exact or trap
-        if state.claim == Claim.AUTO and not trap:      # GDB looks a trap handler up at pc-1: ours is better
-            # The common case, kept cheap: one register read and a few dict look-ups.
-            lookup = pc if exact else pc - 1
-            reason = inferior.coverage.gdb_covers(lookup, ctx, pending_frame, call_site=not exact)
-            if reason is not None:
-                if lookup in inferior.coverage.signal_pcs:
-                    # GDB unwinds the trampoline; the frame it interrupted is
-                    # offered to us next and must be looked up at its exact pc.
-                    self._note_interrupted(Frame(level=level, pc=pc, registers=registers,
-                                                 method="pending", exact_pc=exact), ctx, inferior)
-                self.declines.append((level, pc, reason))
-                return None
-        sp = registers.get(arch.sp)
+            exact = (asked.pc, registers.get(ctx.arch.sp)) in inferior.after_signal
+        asked.trap = not exact and ctx.trap_handler(asked.pc) is not None
+        asked.exact = exact or asked.trap
+
+    def _callee_registers(self, asked, inferior, last):
+        """The sp, and the registers the previous call handed GDB for this very frame, if it
+        claimed its callee; False (declined) without an sp."""
+        sp = asked.registers.get(asked.ctx.arch.sp)
         if sp is None:
-            return None
-        # The registers the previous call handed GDB for this very frame, if it claimed its callee.
-        handed = last[2] if last is not None and last[1] is inferior and last[3] == (pc, sp) else None
-        if handed is not None:
-            registers.prefill(handed)
+            return False
+        if last is not None and last.inferior is inferior and (last.pc, last.sp) == (asked.pc, sp):
+            asked.handed = last.record
+            asked.registers.prefill(last.record)
+        return True
+
+    # -- replay ------------------------------------------------------------------------------
+    def _plan(self, asked, inferior):
         plans = inferior.plans
-        if plans.owner is not ctx:
-            plans.clear(ctx)
-        lookup = pc if exact else pc - 1
-        if state.claim == Claim.AUTO:
-            reason = inferior.coverage.heuristic.get((lookup, exact))
-            if reason is not None:      # GDB's prologue analyser gives the very caller the analysis proves
-                self.declines.append((level, pc, reason))
-                return None
-        plan = plans.get(lookup, exact) if state.use_plans else None
-        if plan is not None and plan.fast is not None and handed is not None and handed.values is not None \
-                and not trap:
-            info = self.fast.claim_one(pending_frame, inferior, plan, handed, ctx)
-            if info is not None:
-                return info
-        replayed = None
-        if plan is not None:
-            values = handed.values if handed is not None else None
-            replayed = replay(plan, registers if values is None else values, ctx)
-        if replayed is not None:        # the engine's accepted row for this pc, replayed
-            plans.hits += 1
-            caller, cfa, start, ruled = replayed.registers, replayed.cfa, replayed.start, plan.row.registers
-        else:
-            frame = Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact)
-            outcome, attempts = step_frame(frame, ctx)
-            if outcome is None or outcome.outermost:
-                reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
-                    if outcome is None else "outermost frame: left to GDB"
-                self.declines.append((level, pc, reason))
-                return None
-            caller = outcome.registers
-            if outcome.signal_frame:
-                # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
-                # same registers and marks the frame "<signal handler called>", which
-                # a Python unwinder cannot. The interrupted frame above it is ours
-                # again, looked up at its exact pc.
-                inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
-                self._declines_by_pc.clear()       # frames above it are looked up at their exact pc
-                self.declines.append((level, pc, "signal trampoline: left to GDB's sigtramp unwinder"))
-                return None
-            yielded = yields_to_debugger(outcome, frame, ctx)
-            if yielded is not None:     # a guess where GDB's own heuristic gives another plausible caller
-                self.declines.append((level, pc, yielded))
-                return None
-            planned = plans.remember(lookup, exact, outcome, attempts) if state.use_plans else None
-            same = same_as_debugger(outcome, frame, ctx) if kind_of(outcome.source) == SourceKind.PROOF and not trap \
-                else None
-            if same is not None:
-                if planned is not None:     # a verdict of the pc alone, as its plan is
-                    inferior.coverage.heuristic_gives(lookup, exact, same)
-                if state.claim == Claim.AUTO:
-                    self.declines.append((level, pc, same))
-                    return None
-            start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
-            cfa, ruled = outcome.evidence.cfa, _ruled_registers(outcome.evidence)
-        if trap:
-            inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))   # LLDB's rule: its caller is exact too
+        if plans.owner is not asked.ctx:
+            plans.clear(asked.ctx)
+        return plans.get(asked.lookup, asked.exact) if self.state.use_plans else None
+
+    def _replay_fast(self, pending_frame, asked, inferior, plan):
+        """The plan's FastRow applied to the registers the callee's claim handed on, handed to GDB."""
+        handed = asked.handed
+        if plan.fast is None or handed is None or handed.values is None or asked.trap:
+            return None
+        return self.fast.claim_one(pending_frame, inferior, plan, handed, asked.ctx)
+
+    def _replay(self, asked, inferior, plan):
+        """The engine's accepted row for this pc, replayed, or None."""
+        handed = asked.handed
+        values = handed.values if handed is not None else None
+        replayed = replay(plan, asked.registers if values is None else values, asked.ctx)
+        if replayed is None:
+            return None
+        inferior.plans.hits += 1
+        return Found(replayed.registers, replayed.cfa, replayed.start, plan.row.registers)
+
+    # -- slow path ---------------------------------------------------------------------------
+    def _slow_path(self, asked, inferior, claim):
+        """The engine's step, and the checks that leave a frame to GDB; None where declined."""
+        ctx, level, pc = asked.ctx, asked.level, asked.pc
+        arch = ctx.arch
+        frame = Frame(level=level, pc=pc, registers=asked.registers, method="pending", exact_pc=asked.exact)
+        outcome, attempts = step_frame(frame, ctx)
+        if outcome is None or outcome.outermost:
+            reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
+                if outcome is None else "outermost frame: left to GDB"
+            self._decline(level, pc, reason)
+            return None
+        caller = outcome.registers
+        if outcome.signal_frame:
+            # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
+            # same registers and marks the frame "<signal handler called>", which
+            # a Python unwinder cannot. The interrupted frame above it is ours
+            # again, looked up at its exact pc.
+            inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
             self._declines_by_pc.clear()       # frames above it are looked up at their exact pc
-        info = pending_frame.create_unwind_info(FrameId(cfa, start))
-        known, raws = registers.known, registers.raw
-        descriptors = target.descriptors     # by descriptor: GDB looks no name up
-        link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
-        if link is not None and link not in caller and arch.pc in caller:
-            # The caller's link register holds what its call left there, the return
-            # address, as GDB's DWARF unwinder gives the RA column; "not saved" would
-            # stop GDB's own unwinders for the frames above.
-            caller = dict(caller)
-            caller[link] = caller[arch.pc]
-        raw_given, known_given = {}, {}     # the caller's registers, as Handed keeps them
-        complete = True
-        for number, name in handed_registers(arch):
-            if number in caller:
-                value = caller[number]
-                raw = raws.get(number)
-                if raw is None or known.get(number) != value:
-                    raw = self.fast.value(pending_frame, name, value)
-            elif number in ruled:
-                known_given[number] = None
-                continue        # undefined, or its rule could not be evaluated: not saved
-            else:
-                # GDB's rule for a register the row says nothing about: same
-                # value as in the callee (dwarf2/frame.c, "unspecified").
-                raw = raws.get(number)
-                if raw is None:
-                    raw = registers.same_value(number, name)
-                    if raw is None:
-                        known_given[number] = None
-                        continue
-                value = known.get(number)
-                if value is None:       # read but never needed as a number: the next frame may
-                    try:
-                        value = int(raw) & arch.mask
-                    except (gdb.error, ValueError):
-                        value = None
-            info.add_saved_register(descriptors.get(name, name), raw)
-            raw_given[number] = raw
-            if value is None:
-                complete = False
-            else:
-                known_given[number] = value
-        self.handed(inferior, level, Handed(raw_given, known_given, complete), caller.get(arch.pc),
-                    caller.get(arch.sp))
+            self._decline(level, pc, "signal trampoline: left to GDB's sigtramp unwinder")
+            return None
+        yielded = yields_to_debugger(outcome, frame, ctx)
+        if yielded is not None:     # a guess where GDB's own heuristic gives another plausible caller
+            self._decline(level, pc, yielded)
+            return None
+        lookup = asked.lookup
+        planned = inferior.plans.remember(lookup, asked.exact, outcome, attempts) if self.state.use_plans else None
+        same = same_as_debugger(outcome, frame, ctx) \
+            if kind_of(outcome.source) == SourceKind.PROOF and not asked.trap else None
+        if same is not None:
+            if planned is not None:     # a verdict of the pc alone, as its plan is
+                inferior.coverage.heuristic_gives(lookup, asked.exact, same)
+            if claim == Claim.AUTO:
+                self._decline(level, pc, same)
+                return None
+        start = outcome.evidence.entry.get("start", pc) if outcome.evidence else pc
+        return Found(caller, outcome.evidence.cfa, start, _ruled_registers(outcome.evidence))
+
+    # -- hand-over ---------------------------------------------------------------------------
+    def _hand_over(self, pending_frame, asked, inferior, found):
+        """Give GDB the caller's frame id and registers (handover.hand_over) and remember the claim."""
+        info, record, pc, sp = hand_over(pending_frame, asked, inferior.target, found, self.fast.value)
+        self.handed(inferior, asked.level, record, pc, sp, gdb.selected_thread())
         return info
 
-    def handed(self, inferior, level, record, pc, sp):
+    def handed(self, inferior, level, record, pc, sp, thread):
         """Remember a claim: for the next call (GDB asks for the caller next) and for `unwind explain`
         (which frames GDB took from the plugin: their sp and pc, nothing heavier per frame)."""
         claimed = inferior.claimed
         if len(claimed) >= CLAIMED_CACHE_SIZE:
             claimed.clear()
         claimed[sp] = pc
-        self._last = (level, inferior, record, (pc, sp), gdb.selected_thread())
+        self._last = LastClaim(level, inferior, record, pc, sp, thread)
         self.claimed += 1
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _set_arch(self, target, pending_frame):
+        gdb_arch = pending_frame.architecture()      # GDB hands back one object per gdbarch
+        if gdb_arch is not target.gdb_arch:
+            target.set_arch(gdb_arch.name())
+            target.gdb_arch = gdb_arch
+            target.descriptors = _descriptors(gdb_arch)
 
     def _covered_caller(self, pc, ctx, pending_frame, inferior):
         """Under auto, (inline depth at pc, why GDB covers a caller frame at return address pc),
@@ -352,7 +413,6 @@ class PluginUnwinder(Unwinder):
             arch = ctx.arch
             inferior.after_signal.add((outcome.registers.get(arch.pc), outcome.registers.get(arch.sp)))
             self._declines_by_pc.clear()       # frames above it are looked up at their exact pc
-
 
 
 def _descriptors(gdb_arch):

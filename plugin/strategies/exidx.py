@@ -33,7 +33,7 @@ from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
 from plugin.model.rules import CfaKind, RuleKind
 from plugin.modules import region_of
-from plugin.strategies import ModuleTables
+from plugin.strategies import ModuleTables, sigframe
 from plugin.strategies.evaluate import UnwindError, evaluate_row
 from plugin.strategies.exidx_plan import Plan, at_entry, plan  # noqa: F401 (plan: the module's API)
 
@@ -220,7 +220,14 @@ def step(frame, ctx) -> Outcome:
                             section=SECTION, section_address=table.address,
                             entry=entry_json(entry, unwind, steps, "binary search of the index"),
                             notes=list(steps.effects))
-    return apply(steps, frame, ctx, evidence)
+    outcome = apply(steps, frame, ctx, evidence)
+    trampoline = sigframe.at_trampoline(frame, ctx)
+    if outcome.status == AttemptStatus.RECOVERED and trampoline is not None:
+        # glibc's restorers carry entries (`.save {r0-r15}` over the sigcontext): the caller is the
+        # interrupted frame, at its exact pc, and its stack may be another (sigaltstack)
+        outcome.signal_frame = True
+        evidence.notes.append("signal trampoline: %s" % trampoline.why)
+    return outcome
 
 
 def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:

@@ -1,7 +1,7 @@
 """Benchmark (not a test): GDB's `bt` under each `set unwind claim` policy against GDB alone.
 
     python3 tests/bench/bench_claim.py [--depth N] [--rounds R] [--flags -O0] [--python]
-                                       [--root CHECKOUT] [--profile MODE]
+                                       [--root CHECKOUT] [--profile MODE] [--sources LIST]
 
 Stops tests/fixtures/chain.c at the bottom of an N-deep recursion (or, with
 --python, Debian's python3 in getpid() under N levels of map() recursion: a
@@ -21,7 +21,9 @@ Prints the median per mode, per frame, and the ratio to native; then, after a
 simulated stop (GDB's frame cache and the plugin's stop-scoped caches
 dropped), GDB's first full `bt` against the first `unwind explain`.
 --root loads the plugin from another checkout (a before/after pair in one
-session of the machine); --profile MODE prints a cProfile of one warm walk.
+session of the machine); --profile MODE prints a cProfile of one warm walk;
+--sources LIST runs `set unwind sources LIST` first (e.g. `cfi,sframe`: no
+source that reads code, so `claim auto` may leave every frame to GDB unseen).
 """
 
 import argparse
@@ -106,9 +108,11 @@ PYTHON_RECURSION = ("import os, sys; sys.setrecursionlimit(100000); "
                     "f = lambda n: list(map(f, [n - 1])) if n else os.getpid(); f(%d)")
 
 
-def gdb_commands(binary, depth, rounds, out, python=False, root=ROOT, profile=None):
+def gdb_commands(binary, depth, rounds, out, python=False, root=ROOT, profile=None, sources=None):
     commands = ["set pagination off", "set confirm off",
                 "source %s/gdb_unwinder/gdbinit.py" % root, "file %s" % binary]
+    if sources:
+        commands.append("set unwind sources %s" % sources)
     if python:
         commands += ["set breakpoint pending on", "break getpid",
                      "run -c \"%s\"" % (PYTHON_RECURSION % depth)]
@@ -136,6 +140,7 @@ def main():
     parser.add_argument("--python", action="store_true", help="walk python3's stack instead")
     parser.add_argument("--root", default=str(ROOT), help="the checkout whose plugin GDB loads")
     parser.add_argument("--profile", choices=MODES, help="print a cProfile of one warm walk in this mode")
+    parser.add_argument("--sources", help="set unwind sources LIST before the walks")
     args = parser.parse_args()
     binary = "/usr/bin/python3" if args.python else build("chain.c", args.flags.split())
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,11 +149,13 @@ def main():
         with open(setup, "w") as handle:
             handle.write(SETUP % {"modes": MODES})
         command = ["gdb", "-nx", "-q", "-batch"]
-        commands = gdb_commands(binary, args.depth, args.rounds, out, args.python, args.root, args.profile)
-        for line in commands[:4]:
+        commands = gdb_commands(binary, args.depth, args.rounds, out, args.python, args.root, args.profile,
+                                args.sources)
+        head = 5 if args.sources else 4     # the lines before the setup script
+        for line in commands[:head]:
             command += ["-ex", line]
         command += ["-x", setup]
-        for line in commands[4:]:
+        for line in commands[head:]:
             command += ["-ex", line]
         proc = subprocess.run(command, capture_output=True, text=True)
         if not os.path.exists(out):
@@ -159,8 +166,8 @@ def main():
     medians = {m: sorted(t)[len(t) // 2] for m, t in data["times"].items()}
     what = "python3, map() recursion %d" % args.depth if args.python else \
         "chain.c %s, recurse %d" % (args.flags, args.depth)
-    print("bt of %d frames (%s), %d rounds, CPU time, median; plugin from %s"
-          % (frames, what, args.rounds, args.root))
+    print("bt of %d frames (%s), %d rounds, CPU time, median; plugin from %s%s"
+          % (frames, what, args.rounds, args.root, "; sources %s" % args.sources if args.sources else ""))
     for mode in MODES:
         print("  %-7s %7.3f s  %6.1f us/frame  %.2fx native  %.2fx floor"
               % (mode, medians[mode], 1e6 * medians[mode] / frames, medians[mode] / medians["native"],

@@ -14,7 +14,7 @@ from sframe_demo import STRIP_CFI
 from support import ROOT, build, need_tool, pcs_sps
 from test_transcripts import inline_program
 
-TABLES = "cfi,sframe,compact,exidx"      # the table sources only: no source reads code or the stack
+TABLES = "cfi,sframe,compact,exidx,pdata"      # the table sources only: no source reads code or the stack
 NOEH = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
 
 
@@ -380,3 +380,30 @@ def test_explain_says_gdb_found_a_caller_itself_where_every_frame_is_left_to_it(
             "the debugger's own heuristic gives this very caller") in results["explain"], results["explain"]
     assert ("GDB's bt: the plugin declined this frame, so GDB's own unwinders found its caller: "
             "guesses are off (set unwind guesses on)") in results["explain_guess"], results["explain_guess"]
+
+
+def test_the_state_does_not_hold_the_unwinder_and_a_setting_reaches_it_by_the_epoch():
+    """The unwinder holds the state; the state holds no strong reference back (a weak one for the
+    commands), and a setting change only moves the state's epoch: the unwinder drops its decisions
+    at its next call. GDB's bt is unchanged across the switch."""
+    binary = build("chain.c", ["-O2"])
+    probe = ("(lambda s, u: [s.unwinder is u, any(v is u for v in vars(s).values()), s.epoch, u._epoch])("
+             "gdb._unwind_plugin_state, next(x for x in gdb.frame_unwinders if x.name == 'unwind-plugin'))")
+    results, transcript = run_gdb(binary, [
+        ("bt1", "cmd", "bt"),
+        ("before", "py", probe),
+        ("tables", "cmd", "set unwind sources " + TABLES),
+        ("set", "py", probe),
+        ("bt2", "cmd", "bt"),
+        ("after", "py", probe),
+        ("quiet", "py", LEAVES_ALL),
+    ], args=["plain"])
+    found, strong, epoch, seen = results["before"]
+    assert found is True and strong is False, transcript[-2000:]
+    assert seen == epoch
+    _, _, moved, not_yet = results["set"]
+    assert moved > epoch and not_yet == epoch        # the setting moved the epoch, nothing more
+    _, _, now, seen = results["after"]
+    assert seen == now                               # the unwinder caught up at its next call
+    assert results["quiet"] is True                  # and decided again: tables only leaves all to GDB
+    assert results["bt2"] == results["bt1"]

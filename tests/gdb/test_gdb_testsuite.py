@@ -4,17 +4,20 @@ The testsuite comes from Debian's source package of the system's GDB,
 unpacked and configured by tests/setup.sh under
 $UNWIND_GDB_ROOT/testsuite/gdb-VERSION. runtest runs the files about frames,
 signals, tail calls, entry values, finish/return, cores, inline frames and
-Python unwinders twice, with the system's GDB: alone, and with
+Python unwinders three times, with the system's GDB: alone, with
 `-iex "source CHECKOUT/gdb_unwinder/gdbinit.py"` added to GDB's flags, the
-way a user's gdbinit loads it. Every test that passes alone must pass with
-the plugin, and no traceback may come from the plugin's files.
+way a user's gdbinit loads it, and with `-iex "set unwind guesses on"` after
+that (frame-pointer chains and stack scanning claimed too; GUESSES_CI_FILES
+by default, every file with UNWIND_GDB_TESTSUITE=full). Every test that
+passes alone must pass with the plugin, as loaded and with guesses on, and
+no traceback may come from the plugin's files.
 
 Left out: gdb.python/py-unwind-maint.exp, which lists GDB's unwinders by
 name ("info unwinder" expects only the test's own); any global unwinder
 loaded (the plugin's) adds a line it does not expect.
 
-Time (two busy cores, both runs at once): CI's files about 1 minute;
-UNWIND_GDB_TESTSUITE=full runs all of FULL, about 5 minutes.
+Time (two busy cores, the runs at once): CI's files about 1.5 minutes;
+UNWIND_GDB_TESTSUITE=full runs all of FULL, three times, about 8 minutes.
 """
 from __future__ import annotations
 
@@ -64,6 +67,15 @@ gdb.dwarf2/dw2-entry-value.exp gdb.dwarf2/dw2-inline-many-frames.exp gdb.dwarf2/
 gdb.dwarf2/dw2-dup-frame.exp gdb.dwarf2/dw2-ref-missing-frame.exp
 """.split()
 
+# The guesses-on run by default: the files where a guess could meet a frame GDB unwinds
+# (signals, a corrupt stack, tail calls, recursion, Python unwinders, finish/return).
+GUESSES_CI_FILES = """
+gdb.base/backtrace.exp gdb.base/sigaltstack.exp gdb.base/signull.exp gdb.base/finish.exp gdb.base/recurse.exp
+gdb.arch/amd64-tailcall-noret.exp gdb.arch/amd64-invalid-stack-middle.exp gdb.arch/amd64-invalid-stack-top.exp
+gdb.python/py-unwind.exp gdb.python/py-frame.exp
+""".split()
+assert set(GUESSES_CI_FILES) <= set(CI_FILES)
+
 RESULT = re.compile(r"^(PASS|FAIL|XFAIL|KFAIL|XPASS|UNRESOLVED|UNSUPPORTED|UNTESTED): (\S+?\.exp): (.*)$")
 PLUGIN_TRACEBACK = re.compile(r'File "[^"]*/gdb_unwinder/[^"]*", line \d+')
 
@@ -77,12 +89,14 @@ def testsuite_dir():
     return os.path.dirname(found[0])
 
 
-def _start(suite, outdir, files, plugin):
+def _start(suite, outdir, files, plugin, guesses=False):
     # runtest splits these the Tcl way: double quotes group words, single quotes would not
     # (GDB would get -iex "'set" and source nothing)
     flags = '-nw -nx -iex "set height 0" -iex "set width 0" -data-directory /usr/share/gdb'
     if plugin:
         flags += ' -iex "source %s/gdb_unwinder/gdbinit.py"' % ROOT
+    if guesses:
+        flags += ' -iex "set unwind guesses on"'
     shutil.copy(os.path.join(suite, "site.exp"), outdir)       # srcdir in it is absolute
     argv = ["runtest", "--tool", "gdb", "GDB=/usr/bin/gdb", "INTERNAL_GDBFLAGS=" + flags, *files]
     return subprocess.Popen(argv, cwd=outdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -109,21 +123,31 @@ def test_every_test_passing_alone_passes_with_the_plugin():
     suite = testsuite_dir()
     full = os.environ.get("UNWIND_GDB_TESTSUITE") == "full"
     files = [f for f in (FULL_FILES if full else CI_FILES) if f not in LEFT_OUT]
+    guess_files = files if full else GUESSES_CI_FILES
     assert all(os.path.exists(os.path.join(suite, f)) for f in files), [f for f in files if not
                                                                        os.path.exists(os.path.join(suite, f))]
-    with tempfile.TemporaryDirectory() as alone_dir, tempfile.TemporaryDirectory() as plugin_dir:
-        runs = [_start(suite, alone_dir, files, False), _start(suite, plugin_dir, files, True)]
+    with tempfile.TemporaryDirectory() as alone_dir, tempfile.TemporaryDirectory() as plugin_dir, \
+            tempfile.TemporaryDirectory() as guesses_dir:
+        runs = [_start(suite, alone_dir, files, False), _start(suite, plugin_dir, files, True),
+                _start(suite, guesses_dir, guess_files, True, guesses=True)]
         for run in runs:
             run.wait(timeout=3600)
-        alone, plugin = ({status: counts for status, counts in
-                          results(open(os.path.join(where, "gdb.sum"), errors="replace").read()).items()}
-                         for where in (alone_dir, plugin_dir))
-        with open(os.path.join(plugin_dir, "gdb.log"), errors="replace") as handle:
-            log = handle.read()
-    assert "Excess command line arguments" not in log and "unwind plugin: not loaded" not in log
-    tracebacks = PLUGIN_TRACEBACK.findall(log)
+        alone, plugin, guesses = ({status: counts for status, counts in
+                                   results(open(os.path.join(where, "gdb.sum"), errors="replace").read()).items()}
+                                  for where in (alone_dir, plugin_dir, guesses_dir))
+        logs = {}
+        for name, where in (("as loaded", plugin_dir), ("guesses on", guesses_dir)):
+            with open(os.path.join(where, "gdb.log"), errors="replace") as handle:
+                logs[name] = handle.read()
     assert len(alone["PASS"]) > 500, alone
-    lost = alone["PASS"] - plugin["PASS"]
-    assert not lost, "passing alone, not with the plugin:\n" + "\n".join(
-        "%s: %s" % key for key in sorted(lost))
-    assert not tracebacks, tracebacks[:10]
+    alone_guessed = collections.Counter({key: n for key, n in alone["PASS"].items() if key[0] in guess_files})
+    assert len(alone_guessed) > 100, alone_guessed
+    for name, run, passing in (("as loaded", plugin, alone["PASS"]), ("guesses on", guesses, alone_guessed)):
+        log = logs[name]
+        assert "Excess command line arguments" not in log and "unwind plugin: not loaded" not in log, name
+        assert "Undefined set unwind command" not in log, name
+        lost = passing - run["PASS"]
+        assert not lost, "passing alone, not with the plugin (%s):\n" % name + "\n".join(
+            "%s: %s" % key for key in sorted(lost))
+        tracebacks = PLUGIN_TRACEBACK.findall(log)
+        assert not tracebacks, (name, tracebacks[:10])

@@ -1,0 +1,98 @@
+"""What the GDB unwinder knows of the frame GDB asks about, and what it hands GDB for its caller.
+
+Asked: the pending frame as far as the unwinder looked at it (level, pc, registers, exact pc).
+Found: the caller a replay or the engine found. LastClaim: the previous call's claim, whose
+caller GDB asks about next. hand_over: the gdb.UnwindInfo built from a Found.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import gdb
+
+from .compat import FrameId
+from .registers import Handed, handed_registers
+
+
+class LastClaim(NamedTuple):
+    """The previous call's claim: GDB asks about that frame's caller next."""
+    level: int
+    inferior: object        # its InferiorState
+    record: Handed          # the registers handed to GDB for the caller
+    pc: Optional[int]       # the caller's pc and sp
+    sp: Optional[int]
+    thread: object          # the gdb.InferiorThread selected then
+
+
+class Found(NamedTuple):
+    """The caller found for the pending frame: its registers (DWARF number -> int), CFA, function
+    start (the frame id), and the numbers the accepted row has a rule for."""
+    registers: dict
+    cfa: int
+    start: int
+    ruled: dict
+
+
+class Asked:
+    """The pending frame GDB asks about, as far as the unwinder has looked at it."""
+    __slots__ = ("level", "pc", "registers", "ctx", "exact", "trap", "handed")
+
+    def __init__(self, level, pc, registers, ctx):
+        self.level, self.pc, self.registers, self.ctx = level, pc, registers, ctx
+        self.exact = self.trap = False      # the pc is the frame's own (not a return address); in a trap handler
+        self.handed = None                  # the Handed record of the claim of its callee, if this plugin made it
+
+    @property
+    def lookup(self):
+        """The pc its row is looked up at: a return address is looked up at pc-1."""
+        return self.pc if self.exact else self.pc - 1
+
+
+def hand_over(pending_frame, asked, target, found, gdb_value):
+    """Give GDB the caller's frame id and every register it has: the row's, and those the row
+    says nothing about at their callee value (GDB's "unspecified" rule, dwarf2/frame.c).
+    gdb_value(pending_frame, name, int): the gdb.Value to hand for a register (FastClaims.value).
+    Returns the gdb.UnwindInfo, the Handed record of the caller's registers, its pc and sp."""
+    registers = asked.registers
+    arch, caller, ruled = target.arch, found.registers, found.ruled
+    info = pending_frame.create_unwind_info(FrameId(found.cfa, found.start))
+    known, raws = registers.known, registers.raw
+    descriptors = target.descriptors     # by descriptor: GDB looks no name up
+    link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
+    if link is not None and link not in caller and arch.pc in caller:
+        # The caller's link register holds what its call left there, the return
+        # address, as GDB's DWARF unwinder gives the RA column; "not saved" would
+        # stop GDB's own unwinders for the frames above.
+        caller = dict(caller)
+        caller[link] = caller[arch.pc]
+    raw_given, known_given = {}, {}     # the caller's registers, as Handed keeps them
+    complete = True
+    for number, name in handed_registers(arch):
+        if number in caller:
+            value = caller[number]
+            raw = raws.get(number)
+            if raw is None or known.get(number) != value:
+                raw = gdb_value(pending_frame, name, value)
+        elif number in ruled:
+            known_given[number] = None
+            continue        # undefined, or its rule could not be evaluated: not saved
+        else:
+            raw = raws.get(number)
+            if raw is None:
+                raw = registers.same_value(number, name)
+                if raw is None:
+                    known_given[number] = None
+                    continue
+            value = known.get(number)
+            if value is None:       # read but never needed as a number: the next frame may
+                try:
+                    value = int(raw) & arch.mask
+                except (gdb.error, ValueError):
+                    value = None
+        info.add_saved_register(descriptors.get(name, name), raw)
+        raw_given[number] = raw
+        if value is None:
+            complete = False
+        else:
+            known_given[number] = value
+    return info, Handed(raw_given, known_given, complete), caller.get(arch.pc), caller.get(arch.sp)
