@@ -28,7 +28,7 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import orc
 from plugin.modules.model import Module, Segment, TableLocation
 
-NAMES = ("_text", "_stext", "_etext", "_sinittext", "_einittext", "_end", "linux_banner",
+NAMES = ("_text", "_stext", "_etext", "_sinittext", "_einittext", "_end", "linux_banner", "modules",
          "__start_orc_unwind_ip", "__stop_orc_unwind_ip", "__start_orc_unwind", "__stop_orc_unwind",
          "__start_orc_header", "__stop_orc_header")
 BANNER = b"Linux version "
@@ -147,7 +147,70 @@ def kernel_module(path: str, symbols: Dict[str, int], slide: int, read: Read, ar
                                                    found_by % section.lstrip("."))
     banner = at.get("linux_banner")
     module.cache["kernel release"] = _release(read, banner) if banner is not None else None
+    module.cache["module list"] = at.get("modules")
     return module
+
+
+# Loaded kernel modules: the list at `modules` links each struct module by its `list`, 8 bytes
+# in (after `enum module_state state`), its name 24 bytes in (char name[56]). Where x86's
+# struct mod_arch_specific (unsigned int num_orcs; int *orc_unwind_ip; struct orc_entry
+# *orc_unwind) lies in it depends on the build's configuration, and there are no type facts
+# without debug information: it is the first 8-aligned place where a count is followed by two
+# pointers into the module area whose first and last ips fall there too, in order.
+MODULE_AREA = (0xFFFFFFFFA0000000, 0xFFFFFFFFFF000000)
+STRUCT_MODULE_SCAN = 0x800          # bytes of struct module looked through for its ORC fields
+MAX_MODULES = 1024
+
+
+def loaded_modules(kernel: Module, read: Read) -> List[Module]:
+    """The kernel modules on the kernel's module list, each with its ORC tables (none found: left out)."""
+    head = kernel.cache.get("module list")
+    out: List[Module] = []
+    if head is None:
+        return out
+    try:
+        node = _u64(read(head, 8))
+        while node != head and len(out) < MAX_MODULES and MODULE_AREA[0] <= node < MODULE_AREA[1]:
+            found = _module_at(node - 8, kernel, read)
+            if found is not None:
+                out.append(found)
+            node = _u64(read(node, 8))
+    except (MemoryReadError, OSError, ValueError, struct.error):
+        pass
+    return out
+
+
+def _u64(data: bytes) -> int:
+    return struct.unpack("<Q", data)[0]
+
+
+def _in_area(address: int) -> bool:
+    return MODULE_AREA[0] <= address < MODULE_AREA[1]
+
+
+def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
+    name = read(address + 24, 56).split(b"\0", 1)[0].decode("ascii", "replace")
+    block = read(address, STRUCT_MODULE_SCAN)
+    for offset in range(0x40, STRUCT_MODULE_SCAN - 24, 8):
+        count, pad, ips, entries = struct.unpack_from("<IIQQ", block, offset)
+        if not 0 < count < 1 << 20 or pad or not _in_area(ips) or not _in_area(entries) or ips % 4:
+            continue
+        try:
+            first = ips + struct.unpack("<i", read(ips, 4))[0]
+            last_at = ips + 4 * (count - 1)
+            last = last_at + struct.unpack("<i", read(last_at, 4))[0]
+        except (MemoryReadError, OSError, ValueError):
+            continue
+        if not (_in_area(first) and first <= last < first + (64 << 20)):
+            continue
+        found_by = "struct module %s at 0x%x (num_orcs at +0x%x)" % (name, address, offset)
+        module = Module("[%s]" % name, None, address, kernel.arch, format="kernel",
+                        segments=[Segment(first, last + 1, True)])
+        module.tables[".orc_unwind_ip"] = TableLocation(".orc_unwind_ip", ips, 4 * count, found_by)
+        module.tables[".orc_unwind"] = TableLocation(".orc_unwind", entries, orc.ENTRY_SIZE * count, found_by)
+        module.cache["kernel release"] = kernel.cache.get("kernel release")
+        return module
+    return None
 
 
 def orc_table(module: Module, read: Read) -> Tuple[orc.OrcTable, orc.LayoutFoundBy, List[str]]:
