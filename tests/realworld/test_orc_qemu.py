@@ -14,7 +14,8 @@ stop has the kernel's own trace as truth; at the others the walk's shape is
 checked (through the pt_regs or iret frame to user mode or the end of the stack).
 GDB itself is checked too: its `bt` with the plugin loaded (and a symbol file made from
 the kallsyms lines, `python -m plugin kallsyms`) gives the walk's frames at every stop, and
-`unwind modules` lists the kernel with its ORC table. Not yet: kernel modules, and truth
+`unwind modules` lists the kernel with its ORC table; a loaded module (crc32c_generic) is walked by
+its own table (test_a_loaded_modules_frames_come_from_its_own_orc_table). Not yet: truth
 from ftrace at the stops other than panic.
 """
 import json
@@ -82,7 +83,8 @@ def _symbols(serial_text):
 
 def _symbol_file(serial_text, tmp):
     """The symbol file GDB is given (python -m plugin kallsyms), from the kallsyms lines the first boot printed."""
-    (tmp / "kallsyms").write_text("\n".join(re.findall(r"^[0-9a-f]{16} [A-Za-z] \S+$", serial_text, re.M)) + "\n")
+    lines = re.findall(r"^[0-9a-f]{16} [A-Za-z] \S+(?:\t\[\S+\])?$", serial_text, re.M)     # modules' too
+    (tmp / "kallsyms").write_text("\n".join(lines) + "\n")
     subprocess.run([sys.executable, "-m", "plugin", "kallsyms", str(tmp / "kallsyms"), str(tmp / "kernel.elf")],
                    cwd=str(REPO), check=True, capture_output=True, timeout=120)
     return tmp / "kernel.elf"
@@ -305,3 +307,62 @@ def test_kaslr_slide_is_found_and_gdb_given_it_walks_the_panic(booted):
     names = [name for _, name in bt]
     assert "panic" in names and names[names.index("panic"):] == kernel[kernel.index("panic"):], (names, kernel)
     assert [pc for pc, _ in bt] == [int(pc, 16) for pc, _ in walk]
+
+
+MODULE_INIT = """#!/bin/busybox sh
+/bin/busybox mount -t proc proc /proc
+/bin/busybox insmod /crc32c_generic.ko
+/bin/busybox cat /proc/kallsyms
+echo KALLSYMS-DONE
+exit 0
+"""
+
+
+def test_a_loaded_modules_frames_come_from_its_own_orc_table(tmp_path):
+    """crc32c_generic.ko loaded by /init: its registration runs the crypto self-test in a kernel
+    thread, which calls the module's chksum_update, which calls the kernel's __crc32c_le_base.
+    Stopped there (after load_module, so the call is the module's), the walk goes through the
+    module's frame by the module's own ORC table, found in its struct module, to the kernel
+    thread's end of stack; GDB's bt with the plugin gives the same frames."""
+    root = KERNELS / "6.1.0-50-amd64"
+    _tools(root)
+    module = root / "deb/lib/modules" / root.name / "kernel/crypto/crc32c_generic.ko"
+    initrd = _initrd(tmp_path)
+    tree = tmp_path / "root"
+    shutil.copy(str(module), str(tree / "crc32c_generic.ko"))
+    (tree / "init").write_text(MODULE_INIT)
+    names = subprocess.run(["find", "."], cwd=str(tree), capture_output=True, check=True).stdout
+    initrd.write_bytes(subprocess.run(["busybox", "cpio", "-o", "-H", "newc"], cwd=str(tree), input=names,
+                                      capture_output=True, check=True).stdout)
+    first = tmp_path / "first.txt"
+    subprocess.run(_qemu(root, initrd, first), capture_output=True, timeout=240)
+    text = first.read_text(errors="replace").replace("\r", "")
+    assert "KALLSYMS-DONE" in text and "[crc32c_generic]" in text, text[-2000:]
+    symbols = _symbols(text)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    qemu = subprocess.Popen(_qemu(root, initrd, tmp_path / "second.txt", ["-gdb", "tcp:127.0.0.1:%d" % port, "-S"]),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        gdb = subprocess.run(
+            ["gdb", "-nx", "-batch", "-ex", "set pagination off",
+             "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"), "-ex", "symbol-file %s" % _symbol_file(text, tmp_path),
+             "-ex", "target remote 127.0.0.1:%d" % port, "-ex", "hbreak *0x%x" % symbols["load_module"],
+             "-ex", "continue", "-ex", "delete", "-ex", "hbreak *0x%x" % symbols["__crc32c_le_base"],
+             "-ex", "continue", "-ex", "unwind modules", "-ex", "unwind backtrace",
+             "-ex", "echo BT-START\\n", "-ex", "bt", "-ex", "echo BT-END\\n"],
+            capture_output=True, text=True, timeout=300)
+    finally:
+        qemu.kill()
+    out = gdb.stdout
+    print(out[-4000:])
+    assert re.search(r"^\[crc32c_generic\] at 0x[0-9a-f]+ \(memory only\)\n    ORC: \d+ entries", out, re.M), out[-3000:]
+    assert "found by struct module crc32c_generic at 0x" in out
+    walk = re.findall(r"^#(\d+) +(0x[0-9a-f]+) in (\S+) from (\S+)  \[found by: (.+?)\]", out, re.M)
+    assert walk[1][2].startswith("chksum_") and walk[1][3] == "[crc32c_generic]", walk
+    assert all(how == "ORC .orc_unwind" for *_, how in walk[1:]) and walk[-1][2] == "ret_from_fork", walk
+    assert "the entry marks the end of the stack" in out
+    bt = _gdb_bt(out)[0]
+    assert [pc for pc, _ in bt] == [int(pc, 16) for _, pc, _, _, _ in walk], (bt, walk)
