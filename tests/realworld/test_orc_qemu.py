@@ -286,7 +286,8 @@ def test_kaslr_slide_is_found_and_gdb_given_it_walks_the_panic(booted):
         time.sleep(0.5)
         gdb = subprocess.run(
             ["gdb", "-nx", "-batch", "-ex", "set pagination off",
-             "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"), "-ex", "symbol-file %s" % symbol_file, "-ex", "target remote 127.0.0.1:%d" % port,
+             "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"), "-ex", "symbol-file %s" % symbol_file,
+             "-ex", "target remote 127.0.0.1:%d" % port,
              "-ex", "shell %s %s %s 60 &" % (sys.executable, tmp / "stop_vm.py", monitor), "-ex", "continue",
              "-ex", "unwind modules", "-ex", "unwind backtrace", "-ex", given,
              "-ex", "echo BT-START\\n", "-ex", "bt", "-ex", "echo BT-END\\n"],
@@ -348,7 +349,8 @@ def test_a_loaded_modules_frames_come_from_its_own_orc_table(tmp_path):
         time.sleep(0.5)
         gdb = subprocess.run(
             ["gdb", "-nx", "-batch", "-ex", "set pagination off",
-             "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"), "-ex", "symbol-file %s" % _symbol_file(text, tmp_path),
+             "-ex", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"),
+             "-ex", "symbol-file %s" % _symbol_file(text, tmp_path),
              "-ex", "target remote 127.0.0.1:%d" % port, "-ex", "hbreak *0x%x" % symbols["load_module"],
              "-ex", "continue", "-ex", "delete", "-ex", "hbreak *0x%x" % symbols["__crc32c_le_base"],
              "-ex", "continue", "-ex", "unwind modules", "-ex", "unwind backtrace",
@@ -358,7 +360,8 @@ def test_a_loaded_modules_frames_come_from_its_own_orc_table(tmp_path):
         qemu.kill()
     out = gdb.stdout
     print(out[-4000:])
-    assert re.search(r"^\[crc32c_generic\] at 0x[0-9a-f]+ \(memory only\)\n    ORC: \d+ entries", out, re.M), out[-3000:]
+    listed = r"^\[crc32c_generic\] at 0x[0-9a-f]+ \(memory only\)\n    ORC: \d+ entries"
+    assert re.search(listed, out, re.M), out[-3000:]
     assert "found by struct module crc32c_generic at 0x" in out
     walk = re.findall(r"^#(\d+) +(0x[0-9a-f]+) in (\S+) from (\S+)  \[found by: (.+?)\]", out, re.M)
     assert walk[1][2].startswith("chksum_") and walk[1][3] == "[crc32c_generic]", walk
