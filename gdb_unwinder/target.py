@@ -19,10 +19,12 @@ import re
 import gdb
 
 from plugin import arch as arches
+from plugin.cache import BoundedCache
 from plugin.errors import MemoryReadError
 from plugin.modules.core import CoreFiles, core_of
 from plugin.modules.pe import scan_mappings
 from plugin.pages import PageCache
+from plugin.strategies.planted import VERDICTS_SIZE
 from plugin.target import Mapping, ModuleRef, Target
 
 from . import objfiles
@@ -57,7 +59,7 @@ class GdbTarget(Target):
         self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
         self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
         self._pages = PageCache(self._read_memory)
-        self.code_verdicts = {}          # planted.py's per-pc verdicts on code bytes and symbols
+        self.code_verdicts = BoundedCache("code verdicts", VERDICTS_SIZE)   # planted.py's, per pc: code bytes, symbols
         self._core = None                # (pid, CoreFiles or None) of a core GDB opened
 
     scan_words = _shared_setting("scan_words", "`set unwind scan-words`")
