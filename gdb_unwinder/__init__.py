@@ -7,6 +7,7 @@ def install():
     import gdb.unwinder
 
     from .commands import register
+    from .kernel_frames import KernelFrames
     from .state import GdbState
     from .unwinder import PluginUnwinder
 
@@ -17,6 +18,9 @@ def install():
         return gdb._unwind_plugin_state
     state = GdbState()
     state.unwinder = PluginUnwinder(state)
+    # registered first, so GDB asks it after the plugin's unwinder (each goes to the list's front)
+    state.kernel_frames = KernelFrames(state)
+    gdb.unwinder.register_unwinder(None, state.kernel_frames, replace=True)
     gdb.unwinder.register_unwinder(None, state.unwinder, replace=True)
     state.connect_events()
     register(state)

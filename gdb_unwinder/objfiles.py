@@ -94,6 +94,16 @@ def _runtime_address(objfiles, name) -> Optional[int]:
     return None
 
 
+def symbol_files(progspace) -> List[str]:
+    """The local files of GDB's objfiles (separate debug files included), without a GDB command."""
+    paths = []
+    for objfile in _objfiles(progspace):
+        path = local_path(objfile.filename) if objfile.is_valid() else None
+        if path is not None and path not in paths:
+            paths.append(path)
+    return paths
+
+
 def module_refs(progspace) -> List[ModuleRef]:
     """ModuleRefs of the objfiles GDB loaded, each placed without a GDB command (or left out)."""
     objfiles = [o for o in _objfiles(progspace) if o.is_valid()]

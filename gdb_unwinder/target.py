@@ -53,6 +53,7 @@ class GdbTarget(Target):
         self._mappings = None
         self._arch_name = None
         self.arch = None
+        self.stops = 0          # stops and resumes seen (forget_mappings)
         self.reads = 0          # memory reads made, for the benchmark's reads-per-frame figure
         self.inside_unwinder = False     # set by the unwinder: no GDB command may run now
         self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
@@ -76,6 +77,7 @@ class GdbTarget(Target):
 
     def forget_mappings(self):
         """The process ran or was changed: its mappings (stacks, JIT code) may differ."""
+        self.stops += 1         # ModuleMap looks for a kernel not yet in memory again after a stop
         self._mappings = None
         self._pages.clear()
         self.code_verdicts.clear()
@@ -183,6 +185,13 @@ class GdbTarget(Target):
             return refs
         known = {ref.path for ref in refs}
         return refs + [ref for ref in objfiles.refs_from_commands() if ref.path not in known]
+
+    def symbol_files(self):
+        """The files GDB loaded symbols from, on a remote stub only (QEMU's gdbstub): there the Linux
+        kernel, which has no ELF header in memory, is found from its symbol file (plugin.modules.kernel)."""
+        if _is_native() or self.core_files() is not None:
+            return []
+        return objfiles.symbol_files(gdb.selected_inferior().progspace)
 
     # -- symbols ----------------------------------------------------------------
     def symbol(self, address):

@@ -59,6 +59,13 @@ def build_parser():
     v.add_argument("--json", action="store_true", help="print JSON instead of text")
     v.add_argument("--baseline", metavar="JSON", help="report only disagreements not in this earlier --json output")
     v.set_defaults(handler=cmd_validate)
+    k = sub.add_parser("kallsyms", help="write a symbol file for GDB from a copy of /proc/kallsyms",
+                       description="Write an ELF symbol file from a copy of the Linux kernel's /proc/kallsyms "
+                                   "(read as root): give it to GDB with `symbol-file OUT` to debug the kernel "
+                                   "under QEMU; the plugin finds the kernel's ORC tables from it.")
+    k.add_argument("kallsyms", metavar="KALLSYMS")
+    k.add_argument("out", metavar="OUT")
+    k.set_defaults(handler=cmd_kallsyms)
     for name, rc in (("gdbinit", "~/.gdbinit"), ("lldbinit", "~/.lldbinit")):
         init = sub.add_parser(name, help="print the line that loads the plugin from %s" % rc,
                               description="Print the line to put in %s to load this installation's "
@@ -75,6 +82,16 @@ def parse_source_list(text):
         return convert(OPTIONS["sources"], text, DEFAULT_SOURCES)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_kallsyms(args):
+    from plugin.modules import kallsyms
+    try:
+        count = kallsyms.write(args.kallsyms, args.out)
+    except (OSError, ValueError) as exc:
+        return _fail("%s: %s" % (args.kallsyms, getattr(exc, "strerror", None) or exc))
+    print("%s: %d symbols; in GDB: symbol-file %s" % (args.out, count, args.out))
+    return 0
 
 
 def cmd_validate(args):

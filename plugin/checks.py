@@ -16,7 +16,8 @@ def implausible(outcome, frame, ctx, sp, previous_cfa):
     arch = ctx.arch
     cfa = outcome.evidence.cfa if outcome.evidence else None
     caller_pc = outcome.registers.get(arch.pc)
-    if outcome.signal_frame:
+    switched = outcome.signal_frame or getattr(outcome.evidence, "stack_switch", False)
+    if switched:
         problem = _switched_stack_problem(cfa, ctx)
         if problem:
             return problem
@@ -25,7 +26,7 @@ def implausible(outcome, frame, ctx, sp, previous_cfa):
         if cfa < sp or (cfa == sp and not may_equal):
             return FailureKind.CFA_NOT_INCREASING, "CFA 0x%x is not above the stack pointer 0x%x" % (cfa, sp)
     if (cfa is not None and previous_cfa is not None and cfa <= previous_cfa and not frame.signal_frame
-            and not outcome.signal_frame):
+            and not switched):
         return (FailureKind.CFA_NOT_INCREASING,
                 "CFA 0x%x does not increase (callee's CFA 0x%x)" % (cfa, previous_cfa))
     if caller_pc is not None and caller_pc == frame.pc and (

@@ -42,6 +42,8 @@ class Target:
     modules() -> list of ModuleRef
     mappings() -> list of Mapping (may be empty when the debugger cannot say)
     symbol(address) -> (name, start) or None
+    symbol_files() -> paths of the symbol files the debugger loaded, where modules cannot be
+        found from headers in memory (a kernel under a remote stub); optional
     generation -> an int that changes whenever the module list changes
     """
     arch = None

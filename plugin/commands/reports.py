@@ -13,6 +13,7 @@ from plugin.engine import UnwindContext, unwind
 from plugin.model.stops import StopReason
 from plugin.model.evidence import VirtualKind
 from plugin.strategies.cfi import CfiTables
+from plugin.strategies.orc import summary as orc_summary
 
 
 def backtrace(state_target, modules, registers, exact_pc, sources, max_frames, first_level=0, limit=None,
@@ -166,6 +167,15 @@ def modules_report(modules):
                                    "in_memory": t.in_memory} for name, t in found.items()}}
         data["modules"].append(entry)
         lines.append("%s at 0x%x (%s)" % (module.name, module.header_address, module.path or "memory only"))
+        orc_table = orc_summary(module, modules.target)
+        if orc_table is not None:       # the Linux kernel (plugin.modules.kernel)
+            entry["orc"] = orc_table
+            lines.append("    ORC: " + ("cannot read: %s" % orc_table["problem"] if "problem" in orc_table else
+                                        "%d entries, layout %s (chosen by the %s), kernel %s"
+                                        % (orc_table["entries"], orc_table["layout"], orc_table["layout_by"],
+                                           orc_table["release"] or "release unknown")))
+            entry["problems"] = list(module.problems)
+            lines.extend("    note: %s" % problem for problem in module.problems)
         for name, t in sorted(found.items()):
             lines.append("    %-14s 0x%x size 0x%x, found by %s%s" % (
                 name, t.address, t.size, t.found_by, "" if t.in_memory else " (read from disk)"))

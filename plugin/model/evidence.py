@@ -46,6 +46,7 @@ class StepEvidence:
     reads: list = field(default_factory=list)
     caller_registers: dict = field(default_factory=dict)   # DWARF number -> value
     notes: list = field(default_factory=list)
+    stack_switch: bool = False          # the rule moves to another stack (the kernel's IRQ stack, a pt_regs)
 
     # Rendering is deferred: GDB's unwinder makes one of these per frame and
     # most are never shown.

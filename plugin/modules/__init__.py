@@ -22,6 +22,7 @@ from typing import NamedTuple
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.elf import ELF_MAGIC
 from plugin.modules.elf import discover_elf
+from plugin.modules.kernel import KERNEL_NAME, discover_kernel, loaded_modules
 from plugin.modules.macho import discover_macho, is_macho_magic
 from plugin.modules.pe import discover_pe
 from plugin.formats.pe import is_pe
@@ -63,10 +64,19 @@ class ModuleMap:
         self.modules: list[Module] = []
         self.failed: list[Unreadable] = []
         self._starts = []
+        self._kernel_retry = None       # the target's stop count when the kernel's symbols were found but not it
+        self._modules_read = None       # the target's stop count when the kernel's module list was read
 
     def refresh(self) -> None:
         generation = getattr(self.target, "generation", 0)
         if generation == self.generation:
+            stops = getattr(self.target, "stops", 0)
+            if self._kernel_retry is not None and self._kernel_retry != stops:
+                self._add_kernel()      # its symbols were there, the kernel not yet: look again at a new stop
+                self._sort()
+            elif self._modules_read is not None and self._modules_read != stops:
+                self._add_kernel_modules()      # insmod and rmmod happen while the kernel runs
+                self._sort()
             return
         self.generation = generation
         self.modules, self.failed = [], []
@@ -75,8 +85,46 @@ class ModuleMap:
                 self.modules.append(discover(self.target, ref))
             except (DecodeError, MemoryReadError) as exc:
                 self.failed.append(Unreadable(ref, str(exc)))
+        self._add_kernel()
+        self._sort()
+
+    def _sort(self) -> None:
         self.modules.sort(key=lambda m: m.start)
         self._starts = [m.start for m in self.modules]
+
+    def _add_kernel_modules(self) -> None:
+        """The loaded kernel modules, read from the kernel's module list (kept where unchanged, with
+        their decoded tables)."""
+        self._modules_read = getattr(self.target, "stops", 0)
+        kernel = next((m for m in self.modules if m.name == KERNEL_NAME and m.format == "kernel"), None)
+        if kernel is None:
+            return
+        old = {(m.name, m.header_address): m for m in self.modules if m.format == "kernel" and m is not kernel}
+        self.modules = [m for m in self.modules if m.format != "kernel" or m is kernel]
+        for module in loaded_modules(kernel, self.target.read_memory):
+            kept = old.get((module.name, module.header_address))
+            self.modules.append(kept if kept is not None and kept.tables == module.tables else module)
+
+    def _add_kernel(self) -> None:
+        """The Linux kernel, found from a symbol file's symbols (it has no ELF header in memory):
+        only where the target names symbol files (a remote stub) and no module holds it already."""
+        self._kernel_retry = None
+        paths = getattr(self.target, "symbol_files", lambda: [])()
+        if not paths or getattr(self.target.arch, "name", None) != "x86_64":
+            return
+        kernel = discover_kernel(paths, self.target.read_memory, self.target.arch)
+        if isinstance(kernel, str):     # symbols, but no kernel in memory (not booted yet, or another build)
+            self._kernel_retry = getattr(self.target, "stops", 0)
+            self.failed = [f for f in self.failed if f.ref.name != KERNEL_NAME]
+            self.failed.append(Unreadable(ModuleRef(KERNEL_NAME, 0, None), kernel))
+            return
+        self.failed = [f for f in self.failed if f.ref.name != KERNEL_NAME]
+        if kernel is None or any(kernel.contains(s.start) for m in self.modules for s in m.segments):
+            return
+        self.modules.append(kernel)
+        # its symbol file is no module of its own: GDB's objfile has no header in memory
+        self.failed = [f for f in self.failed if f.ref.path != kernel.path]
+        self._add_kernel_modules()
 
     def add(self, module: Module) -> None:
         """Add a module that was not discovered from memory (an object file's sections)."""

@@ -207,7 +207,8 @@ def _row_lines(ev, arch, callee_level, verbose):
     if row is None:
         return []
     span = "from 0x%x" % row.address + (" to 0x%x" % row.end if row.end is not None else "")
-    rules = row_rules(row, arch, verbose)
+    # a rule that is no CFI-like row (an ORC entry) says its own lines
+    rules = row.rule_lines() if hasattr(row, "rule_lines") else row_rules(row, arch, verbose)
     cfa = rules[0]
     if ev.cfa is not None:
         cfa += " = 0x%x (frame #%d's CFA)" % (ev.cfa, callee_level)

@@ -82,7 +82,10 @@ def entry_json(entry: orc.OrcEntry, end: Optional[int]) -> dict:
 
 
 def table_sources(target, module, address: Optional[int], problems: List[str]) -> List[dict]:
-    """[{"kind": "orc", ...}] for the file's ORC sections (only for the module that is the file itself)."""
+    """[{"kind": "orc", ...}] for the file's ORC sections (only for the module that is the file itself),
+    or, for a running kernel (plugin.modules.kernel), the entry in force at address read from its memory."""
+    if getattr(module, "format", None) == "kernel":
+        return _live_sources(target, module, address, problems)
     elf = getattr(target, "elf", None)
     if elf is None or getattr(module, "path", None) != getattr(target, "path", None):
         return []
@@ -96,6 +99,27 @@ def table_sources(target, module, address: Optional[int], problems: List[str]) -
     return [{"kind": "orc", "module": module.name, "section": SECTION_ENTRIES, "address": image.entries_address,
              "ip_table": image.ip_address, "layout": image.layout.value, "layout_found_by": image.found_by.value,
              "kernel": image.release, "found_by": "section headers", "entries": entries}]
+
+
+def _live_sources(target, module, address, problems):
+    """The running kernel's entry at address (its whole table is not read over a gdbstub: none without one)."""
+    from plugin.strategies.orc import OrcTables
+    tables = OrcTables.of(module, target)
+    loaded = tables.table()
+    if loaded is None:
+        problems.extend("%s: %s" % (module.name, problem) for problem in tables.problems)
+        return []
+    table, found_by, notes = loaded
+    index = table.find(address) if address is not None else None
+    if index is None:
+        return []
+    problems.extend("%s: %s" % (module.name, note) for note in notes)
+    end = table.ip(index + 1) if index + 1 < table.count else None
+    location = module.tables[SECTION_ENTRIES]
+    return [{"kind": "orc", "module": module.name, "section": SECTION_ENTRIES, "address": location.address,
+             "ip_table": module.tables[SECTION_IP].address, "layout": table.layout.value,
+             "layout_found_by": found_by.value, "kernel": module.cache.get("kernel release"),
+             "found_by": location.found_by, "entries": [entry_json(table.entry(index), end)]}]
 
 
 def head_text(source: dict) -> str:

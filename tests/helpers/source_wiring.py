@@ -14,7 +14,7 @@ import sys
 import tokenize
 from typing import Dict, List
 
-SOURCES = ("cfi", "sframe", "compact", "exidx", "pdata", "analysis", "frame-pointer", "scan")
+SOURCES = ("cfi", "sframe", "compact", "exidx", "pdata", "orc", "analysis", "frame-pointer", "scan")
 # A source's own files, by path pattern (relative to the checkout).
 OWN = {
     "cfi": r"plugin/(formats/cfi/|strategies/cfi\.py|render/cfi_dump\.py)",
@@ -23,6 +23,8 @@ OWN = {
     "exidx": r"plugin/(formats/exidx\.py|strategies/exidx\w*\.py|render/exidx_dump\.py)",
     "pdata": r"plugin/(formats/(pe|pdata_\w+)\.py|strategies/pdata\.py|render/pe_tables\.py|modules/pe\.py|"
              r"targets/pe\.py|validate/pe\.py)",
+    "orc": r"(plugin/(formats/orc\w*\.py|strategies/orc\.py|render/orc_dump\.py|modules/kernel\.py)"
+           r"|gdb_unwinder/kernel_frames\.py)",
     "analysis": r"plugin/(analysis/|strategies/analysis\.py)",
     "frame-pointer": r"plugin/strategies/frame_pointer\.py",
     "scan": r"plugin/strategies/scan\.py",

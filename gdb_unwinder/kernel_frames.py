@@ -1,0 +1,100 @@
+"""The Linux kernel's frames GDB has no unwinder for, after the plugin's unwinder leaves them.
+
+The plugin's unwinder (unwinder.py) leaves two kinds of frame to GDB: a
+frame whose caller a signal interrupted (GDB's sigtramp unwinder marks
+it), and the outermost frame. In a kernel under QEMU, GDB has neither: no
+sigtramp unwinder knows the kernel's interrupt and exception entries, and
+its prologue analyser takes the last kernel frame's caller from a user
+stack (`#4 0x0000000000000003 in ?? ()`). This unwinder runs after the
+plugin's (GDB asks the next Python unwinder when one declines) and only
+for pcs in the kernel module (plugin.modules.kernel), with the `orc`
+source:
+
+- an ORC REGS/REGS_PARTIAL entry: the interrupted frame's registers from
+  the pt_regs (or iret frame) at the CFA; the plugin's unwinder looks that
+  frame up at its exact pc (it noted it in after_signal when it declined);
+- an end of the stack (END_OF_STACK, UNDEFINED, or a pt_regs from user
+  mode): a frame that saves no pc, so GDB's bt ends there ("Backtrace
+  stopped: frame did not save the PC") instead of inventing a caller.
+"""
+from __future__ import annotations
+
+import collections
+
+import gdb
+from gdb.unwinder import Unwinder
+
+from plugin.model.evidence import Frame
+from plugin.model.outcome import AttemptStatus
+from plugin.strategies import orc
+
+from .compat import FrameId, pending_level
+from .registers import PendingRegisters
+
+NAME = "unwind-plugin-kernel"
+
+
+class KernelFrames(Unwinder):
+    def __init__(self, state):
+        super().__init__(NAME)
+        self.state = state
+        self.declined = collections.deque(maxlen=64)    # (level, pc, why) of its last answers
+        self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
+
+    def __call__(self, pending_frame):
+        state = self.state
+        if state.claim == "none" or "orc" not in state.sources:
+            return None
+        inferior = state.inferior()
+        target = inferior.target
+        target.inside_unwinder = True       # no GDB command may run while GDB builds frames
+        try:
+            if target.arch is None or target.arch.name != "x86_64" or not self._has_kernel(inferior):
+                return None     # the common case (a process): one look at the module list per generation
+            return self._unwind(pending_frame, inferior, target)
+        except Exception as exc:        # never break `bt`
+            self.declined.append((None, None, "internal error: %s: %s" % (type(exc).__name__, exc)))
+            return None
+        finally:
+            target.inside_unwinder = False
+
+    def _has_kernel(self, inferior):
+        """Is a kernel among the inferior's modules? Kept per module-list generation and stop."""
+        modules, target = inferior.modules, inferior.target
+        key = (target.generation, getattr(target, "stops", 0))
+        known = self._kernel_known.get(id(modules))
+        if known is None or known[0] != key:
+            known = self._kernel_known[id(modules)] = (key, any(m.format == "kernel" for m in modules.all()))
+        return known[1]
+
+    def _unwind(self, pending_frame, inferior, target):
+        arch = target.arch
+        registers = PendingRegisters(pending_frame, arch, target.descriptors)
+        pc, sp = registers.get(arch.pc), registers.get(arch.sp)
+        if pc is None or sp is None:
+            return None
+        ctx = self.state.unwinder_context(inferior)
+        module = ctx.modules.find(pc)
+        if module is None or module.format != "kernel":
+            return None
+        level = pending_level(pending_frame)
+        exact = level == 0 or (pc, sp) in inferior.after_signal
+        outcome = orc.step(Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact), ctx)
+        if outcome.status != AttemptStatus.RECOVERED or not (outcome.outermost or outcome.signal_frame):
+            return None         # the plugin's unwinder's business (or nobody's)
+        evidence = outcome.evidence
+        start = evidence.entry.get("ip", pc) if evidence is not None else pc
+        cfa = evidence.cfa if evidence is not None and evidence.cfa is not None else sp
+        info = pending_frame.create_unwind_info(FrameId(cfa, start))
+        if outcome.outermost:
+            # rsp only: the caller's pc is "not saved", and GDB's bt ends at this frame.
+            info.add_saved_register("rsp", pending_frame.read_register("rsp"))
+            self.declined.append((level, pc, "outermost: " + outcome.reason))
+            return info
+        caller = outcome.registers
+        for number, value in sorted(caller.items()):
+            name = arch.name_of(number)
+            kind = pending_frame.read_register(name).type
+            info.add_saved_register(name, gdb.Value(value & arch.mask).cast(kind))
+        inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
+        return info

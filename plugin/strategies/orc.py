@@ -1,0 +1,182 @@
+"""The `orc` source: the Linux kernel's ORC tables (x86-64), read from guest memory.
+
+The kernel module (plugin.modules.kernel) says where the tables are; the
+entry covering a pc is found by a binary search over `.orc_unwind_ip`
+read a page at a time through this module's own page cache (the tables
+never change while the kernel runs; over a slow gdbstub a search reads
+about log2(count) / 1024 pages, never the whole 1.5 MB). The entry is
+applied by plugin.formats.orc_rules, the kernel's unwind_next_frame:
+
+- CALL: the return address at CFA-8, the caller's sp the CFA, its bp as
+  bp_reg says. ORC tracks nothing else: the other callee-saved registers
+  are unknown in the caller.
+- REGS: a struct pt_regs at the CFA: every general register of the
+  interrupted frame, its pc exact. REGS_PARTIAL: an iret frame: its pc
+  (exact) and sp.
+- an interrupted frame whose saved cs is user mode (cs & 3) ends the walk,
+  as END_OF_STACK and UNDEFINED entries do: the outermost frame, with the
+  entry as evidence.
+- SP_INDIRECT (the IRQ stack's top holds the task stack's sp) switches
+  stacks: the evidence says so, and the engine's "CFA grows" check does
+  not apply across it.
+"""
+from __future__ import annotations
+
+from plugin.errors import DecodeError, MemoryReadError
+from plugin.formats import orc, orc_rules
+from plugin.model.evidence import StepEvidence
+from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
+from plugin.modules.kernel import orc_table
+from plugin.pages import PageCache
+from plugin.strategies import ModuleTables
+
+SOURCE = "orc"
+SECTION = ".orc_unwind"
+# pt_regs' words (orc_rules.PT_REGS names) as x86-64 DWARF register numbers
+DWARF = {"ax": 0, "dx": 1, "cx": 2, "bx": 3, "si": 4, "di": 5, "bp": 6, "sp": 7, "r8": 8, "r9": 9,
+         "r10": 10, "r11": 11, "r12": 12, "r13": 13, "r14": 14, "r15": 15, "ip": 16}
+BASES = ("dx", "di", "r10", "r13")      # the other registers an entry may take the CFA from
+ENDS = {orc_rules.Outcome.END_OF_STACK: "the entry marks the end of the stack",
+        orc_rules.Outcome.USER_MODE: "user mode",
+        orc_rules.Outcome.UNDEFINED: "the entry is undefined: the kernel's own unwinder stops here"}
+FAILS = {orc_rules.Outcome.UNREADABLE: FailureKind.UNREADABLE_MEMORY,
+         orc_rules.Outcome.UNKNOWN_REGISTER: FailureKind.UNKNOWN_REGISTER}
+
+
+class OrcTables(ModuleTables):
+    """The kernel's ORC table, located once per module and read through a page cache."""
+    SOURCE = SOURCE
+
+    def __init__(self, module, target):
+        super().__init__(module, target)
+        self._pages = PageCache(target.read_memory)
+
+    def read(self, address: int, size: int) -> bytes:
+        return self._pages.read(address, size)
+
+    def table(self):
+        """(OrcTable, LayoutFoundBy, notes), or None (no ORC tables, or unreadable)."""
+        if SECTION not in self.module.tables:
+            return None
+        return self.once(SECTION, lambda: orc_table(self.module, self.read), errors=(DecodeError, MemoryReadError))
+
+
+def summary(module, target):
+    """The kernel's ORC table for `unwind modules`: {entries, layout, layout_by, release}, or a
+    {problem} when it cannot be read; None for a module without ORC tables."""
+    if SECTION not in module.tables:
+        return None
+    tables = OrcTables.of(module, target)
+    loaded = tables.table()
+    if loaded is None:
+        return {"problem": "; ".join(tables.problems) or "unreadable"}
+    table, found_by, notes = loaded
+    return {"entries": table.count, "layout": table.layout.value, "layout_by": found_by.value,
+            "release": module.cache.get("kernel release"), "notes": list(notes)}
+
+
+def step(frame, ctx):
+    """Recover frame's caller from the kernel's ORC entry covering its lookup pc."""
+    pc, tables = OrcTables.for_frame(frame, ctx)
+    if isinstance(tables, Outcome):
+        return tables
+    module = tables.module
+    try:
+        loaded = tables.table()
+        if loaded is None:
+            return tables.absent("no ORC tables (.orc_unwind_ip, .orc_unwind)")
+        table, found_by, layout_notes = loaded
+        index = table.find(pc)
+        entry = None if index is None else table.entry(index)
+    except (DecodeError, MemoryReadError) as exc:
+        return Outcome.failed(SOURCE, "bad ORC table in %s: %s" % (module.name, exc), error_kind(exc))
+    if entry is None:
+        return Outcome.not_applicable(SOURCE, "no ORC entry of %s at or below 0x%x" % (module.name, pc),
+                                      FailureKind.NO_ENTRY)
+    arch = ctx.arch
+    regs = frame.registers
+    others = {name: regs[DWARF[name]] for name in BASES if DWARF[name] in regs}
+    start = orc_rules.Frame(regs.get(arch.pc, frame.pc), regs.get(arch.sp, 0), regs.get(arch.fp, 0),
+                            exact=frame.exact_pc, others=others)
+    if arch.sp not in regs or (arch.fp not in regs and entry.bp_reg == orc.OrcReg.BP):
+        missing = "rsp" if arch.sp not in regs else "rbp"
+        return Outcome.failed(SOURCE, "%s is not known in this frame" % missing, FailureKind.UNKNOWN_REGISTER)
+    result = orc_rules.apply(entry, start, orc_rules.word_reader(ctx.read_memory))
+    evidence = _evidence(entry, table, found_by, layout_notes, module, pc, result, arch)
+    if result.outcome in ENDS:
+        evidence.notes.append(result.reason)
+        return Outcome(AttemptStatus.RECOVERED, SOURCE, "ORC entry %d (%s): %s"
+                       % (entry.index, orc.entry_text(entry), result.reason),
+                       evidence=evidence, outermost=True, signal_frame=False)
+    if result.outcome in FAILS:
+        return Outcome.failed(SOURCE, "ORC entry %d: %s" % (entry.index, result.reason),
+                              FAILS[result.outcome], evidence=evidence)
+    caller = result.caller
+    registers = {arch.pc: caller.pc, arch.sp: caller.sp}
+    if caller.bp is not None:
+        registers[arch.fp] = caller.bp
+    if result.outcome is orc_rules.Outcome.INTERRUPTED and entry.type is orc.OrcType.REGS:
+        registers.update((DWARF[name], value) for name, value in caller.others.items() if name in DWARF)
+        registers[arch.fp] = caller.bp
+    evidence.caller_registers = dict(registers)
+    evidence.notes.append(result.reason)
+    interrupted = result.outcome is orc_rules.Outcome.INTERRUPTED
+    return Outcome(AttemptStatus.RECOVERED, SOURCE, registers=registers, evidence=evidence,
+                   signal_frame=interrupted or entry.signal)
+
+
+def _evidence(entry, table, found_by, layout_notes, module, pc, result, arch):
+    location = module.tables[SECTION]
+    evidence = StepEvidence(
+        source=SOURCE, found_by="ORC .orc_unwind", lookup_pc=pc, module=module.name, section=SECTION,
+        section_address=location.address, entry=entry_json(entry, table, found_by, location), arch=arch,
+        cfa=result.cfa, notes=["ORC entry %d at 0x%x: %s" % (entry.index, entry.ip, orc.entry_text(entry))])
+    evidence.notes.extend(layout_notes)
+    evidence.rule = OrcRule(entry, _next_ip(table, entry))
+    evidence.stack_switch = entry.sp_reg in (orc.OrcReg.SP_INDIRECT, orc.OrcReg.BP_INDIRECT) \
+        or result.outcome is orc_rules.Outcome.INTERRUPTED
+    return evidence
+
+
+def _next_ip(table, entry):
+    try:
+        return table.ip(entry.index + 1) if entry.index + 1 < table.count else None
+    except (MemoryReadError, OSError, ValueError):
+        return None
+
+
+def entry_json(entry, table, found_by, location) -> dict:
+    """The entry for explanations and JSON: its index, ip, type and rules, and how it was found."""
+    return {"index": entry.index, "ip": entry.ip, "type": entry.type.value,
+            "cfa": orc.reg_text(entry.sp_reg, entry.sp_offset),
+            "bp": "unchanged" if entry.bp_reg == orc.OrcReg.UNDEFINED else orc.reg_text(entry.bp_reg, entry.bp_offset),
+            "signal": entry.signal, "end": entry.end, "flags": entry.flags,
+            "layout": table.layout.value, "layout_by": found_by.value, "entries": table.count,
+            "found_via": "%s; binary search of %d ips" % (location.found_by, table.count)}
+
+
+class OrcRule:
+    """The entry as the evidence's rule: what `unwind explain` prints as the row in force."""
+    registers: dict = {}        # no CFI-like register rules (explain orders reads by them)
+
+    def __init__(self, entry, end=None):
+        self.entry = entry
+        self.address, self.end = entry.ip, end
+
+    def text(self, arch=None) -> str:
+        return "ORC %s" % orc.entry_text(self.entry)
+
+    def to_json(self, arch=None) -> dict:
+        return {"orc": orc.entry_text(self.entry), "type": self.entry.type.value}
+
+    def rule_lines(self):
+        """The CFA rule, then the type's rule (where the caller's pc and sp come from) and bp's."""
+        entry = self.entry
+        bp = "unchanged" if entry.bp_reg == orc.OrcReg.UNDEFINED else "[%s]" % orc.reg_text(entry.bp_reg,
+                                                                                          entry.bp_offset)
+        kind = {orc.OrcType.CALL: "rip = [CFA-8]   rsp = CFA",
+                orc.OrcType.REGS: "struct pt_regs at CFA: every register of the interrupted frame, rip exact",
+                orc.OrcType.REGS_PARTIAL: "iret frame at CFA: rip (exact) and rsp of the interrupted frame",
+                }.get(entry.type, "%s: no caller" % entry.type.value)
+        return ["CFA = " + orc.reg_text(entry.sp_reg, entry.sp_offset) + "   (ORC entry %d, type %s%s)"
+                % (entry.index, entry.type.value, ", signal" if entry.signal else ""), kind, "rbp = " + bp]
