@@ -187,7 +187,7 @@ def test_settings_change_every_walk_and_last_the_session():
     assert [line.split()[0] for line in lines] == ["sources", "max-frames", "scan-words"], show
     assert "max-frames (unsigned) = 20000" in show and "scan-words (unsigned) = 1024" in show
     default = results["show_json"]
-    assert default == {"sources": ["cfi", "sframe", "compact", "exidx", "pdata", "analysis", "frame-pointer", "scan"],
+    assert default == {"sources": ["cfi", "sframe", "compact", "exidx", "pdata", "orc", "analysis", "frame-pointer", "scan"],
                        "max_frames": 20000, "scan_words": 1024}
     assert {f["method"] for f in results["default"]["frames"][1:]} <= {"cfi", "analysis", "frame-pointer", "scan"}
     # `unwind settings sources scan`: every walk uses the scanner alone, explain too...
