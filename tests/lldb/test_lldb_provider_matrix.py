@@ -3,7 +3,8 @@
 The truth is the matrix's: GDB's own backtrace of the twin that keeps its
 tables (tests/helpers/matrix.py). For each program LLDB 22 stops once and
 shows its frames as loaded (the frame provider on, `guesses off`), the
-plugin's walk, and its frames with `unwind provider off` (LLDB alone).
+plugin's walk, its frames with `unwind settings guesses on`, and with
+`unwind provider off` (LLDB alone).
 Asserted: the provider never loses a frame LLDB alone had right; every
 frame it supplies is one of the plugin's walk, before its first guessed
 frame; `unwind backtrace` is the same with the provider on and off. The
@@ -41,6 +42,9 @@ def test_lldb_bt_as_loaded_gets_the_proven_frames(row):
     results, _ = run_lldb(binary, [
         ("loaded", "frames", None),
         ("walk_on", "json", "unwind backtrace --json"),
+        ("guesses", "cmd", "unwind settings guesses on"),
+        ("guessed", "frames", None),
+        ("no_guesses", "cmd", "unwind settings guesses off"),
         ("off", "cmd", "unwind provider off"),
         ("alone", "frames", None),
         ("walk_off", "json", "unwind backtrace --json"),
@@ -56,8 +60,9 @@ def test_lldb_bt_as_loaded_gets_the_proven_frames(row):
     proven = next((f["level"] for f in walk if is_guess(f["method"])), len(walk))
     ranges = matrix.function_ranges(twin, row.arch)
     bias = matrix._pie_bias(truth, ranges)
-    counts = tuple(_right(frames, truth, ranges, bias) for frames in (alone, loaded, walk)) + (len(truth),)
-    print("MATRIX-LLDB22 %s alone=%d loaded=%d walk=%d truth=%d proven=%d %s" % (
+    guessed = physical(results["guessed"])
+    counts = tuple(_right(frames, truth, ranges, bias) for frames in (alone, loaded, guessed, walk)) + (len(truth),)
+    print("MATRIX-LLDB22 %s alone=%d loaded=%d guesses-on=%d walk=%d truth=%d proven=%d %s" % (
         (row.name,) + counts + (proven, [f["method"] for f in walk])))
     assert loaded[:len(alone)] == alone, (loaded, alone)
     # Every supplied frame is the plugin's, before its first guess.
@@ -65,3 +70,5 @@ def test_lldb_bt_as_loaded_gets_the_proven_frames(row):
     assert supplied == [f["pc"] for f in walk[len(alone):len(alone) + len(supplied)]], (supplied, walk)
     assert len(alone) + len(supplied) <= max(proven, len(alone)), (supplied, proven)
     assert counts[1] >= counts[0]
+    # With guesses on, LLDB's bt has every frame of the plugin's walk that LLDB alone lacks.
+    assert counts[2] == counts[3] == len(truth), counts
