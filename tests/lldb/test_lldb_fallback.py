@@ -253,7 +253,8 @@ def test_settings_without_a_target_in_batch_mode():
     assert outputs[4][1].strip().splitlines() == [
         "sources (list) = cfi,frame-pointer   (off: sframe, compact, exidx, analysis, scan)",
         "max-frames (unsigned) = 7",
-        "scan-words (unsigned) = 1024"], outputs[4]
+        "scan-words (unsigned) = 1024",
+        "guesses (boolean) = off"], outputs[4]
     last = transcript.rstrip().splitlines()[-1]
     assert last == "error: unwind settings: scan-words must be a whole number from 1 to 1048576, not '-1'", \
         transcript[-500:]
