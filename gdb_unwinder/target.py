@@ -2,7 +2,10 @@
 
 Modules come from the process's mappings: every mapping at file offset 0
 that starts with an ELF header is a module, the vdso included (it exists
-only in memory). Where /proc is not reachable (remote targets such as
+only in memory), and so is every PE image that starts a mapping (a file
+mapped from offset 0, or anonymous memory a loader copied it into: Wine,
+or a program loading one itself), found by its headers
+(plugin.modules.pe.scan_mappings). Where /proc is not reachable (remote targets such as
 qemu's gdbstub, core files) the objfiles GDB has loaded are the modules,
 located without running a GDB command (see objfiles.py): the unwinder
 calls this code while GDB builds frames, and a command run from there
@@ -16,9 +19,12 @@ import re
 import gdb
 
 from plugin import arch as arches
+from plugin.cache import BoundedCache
 from plugin.errors import MemoryReadError
 from plugin.modules.core import CoreFiles, core_of
+from plugin.modules.pe import scan_mappings
 from plugin.pages import PageCache
+from plugin.strategies.planted import VERDICTS_SIZE
 from plugin.target import Mapping, ModuleRef, Target
 
 from . import objfiles
@@ -52,7 +58,7 @@ class GdbTarget(Target):
         self.gdb_arch = None             # the gdb.Architecture that self.arch was set from
         self.descriptors = {}            # its register name -> gdb.RegisterDescriptor
         self._pages = PageCache(self._read_memory)
-        self.code_verdicts = {}          # planted.py's per-pc verdicts on code bytes and symbols
+        self.code_verdicts = BoundedCache("code verdicts", VERDICTS_SIZE)   # planted.py's, per pc: code bytes, symbols
         self._core = None                # (pid, CoreFiles or None) of a core GDB opened
 
     scan_words = _shared_setting("scan_words", "`set unwind scan-words`")
@@ -168,7 +174,7 @@ class GdbTarget(Target):
             seen.add(m.name)
             path = m.name if m.name.startswith("/") else None
             refs.append(ModuleRef(os.path.basename(m.name) if path else m.name, m.start, path))
-        return refs
+        return refs + scan_mappings(self, self.mappings(), {ref.header_address for ref in refs})
 
     def _modules_from_gdb(self):
         """Remote targets and cores: GDB's objfiles, located without GDB commands where possible."""

@@ -31,6 +31,7 @@ import lldb
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
 from plugin.memory import PageCache
+from plugin.modules.pe import scan_mappings
 
 from .fast import Plans
 from plugin.target import Mapping, ModuleRef, Target
@@ -96,17 +97,19 @@ class LldbTarget(Target):
         """
         self._pages.clear()
         self._process = process = self.process
+        stop_id = process.GetStopID() if process else None
+        if stop_id != self._stop_id:
+            self._stop_id = stop_id
+            self._mappings = None
         refs = self._module_refs()
+        if process is not None:     # PE images LLDB does not list (a loader mapped them): by their headers
+            refs += scan_mappings(self, self.mappings(), {ref.header_address for ref in refs})
         signature = (process.GetUniqueID() if process else None,
                      tuple((r.name, r.header_address, r.path) for r in refs))
         if signature != self._signature:
             self._signature = signature
             self._refs = refs
             self.generation += 1
-            self._mappings = None
-        stop_id = process.GetStopID() if process else None
-        if stop_id != self._stop_id:
-            self._stop_id = stop_id
             self._mappings = None
 
     def resumed(self):

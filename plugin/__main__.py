@@ -78,6 +78,9 @@ def parse_source_list(text):
 
 
 def cmd_validate(args):
+    if _is_pe(args.file):
+        from plugin.validate import pe as pe_validate
+        return pe_validate.run(args)
     from plugin.validate import offline
     return offline.run(args)
 
@@ -104,10 +107,10 @@ def tables_of(path, args):
     from plugin.render import tables
     from plugin.targets import load
     if _is_pe(path):
-        if args.json or args.address is not None or args.arch or args.sources:
-            return _fail("%s is a PE file: --json, --address, --arch and --sources do not "
-                         "apply to PE files yet (plain `tables FILE` prints its entries)" % path)
-        return _pe_tables(path)
+        if args.arch or args.sources:
+            return _fail("%s is a PE file: --arch and --sources do not apply to PE files yet "
+                         "(`tables [--json] [--address ADDR] FILE` prints its entries)" % path)
+        return _pe_tables(path, args.json, args.address)
     try:
         target, modules = load(path, args.arch)
     except unusable_input() as exc:
@@ -129,11 +132,12 @@ def _is_pe(path) -> bool:
         return False
 
 
-def _pe_tables(path):
-    """A PE file's x64 .pdata entries (plugin.render.pe_tables); text only for now."""
+def _pe_tables(path, as_json=False, address=None):
+    """A PE file's .pdata entries, x64 or ARM64 (plugin.render.pe_tables), as text or JSON;
+    address: only the entry covering it (an address at the ImageBase, as llvm-readobj prints)."""
     from plugin.render import pe_tables
     try:
-        return pe_tables.write_text(path, sys.stdout)
+        return (pe_tables.write_json if as_json else pe_tables.write_text)(path, sys.stdout, address)
     except unusable_input() as exc:
         return _fail("cannot open %s: %s" % (path, getattr(exc, "strerror", None) or exc))
 

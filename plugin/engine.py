@@ -16,6 +16,7 @@ Every failure carries a FailureKind (plugin.model.outcome); the stop reason
 
 import bisect
 
+from plugin.cache import BoundedCache
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import Attempt, Backtrace, Frame
 from plugin.model.outcome import AttemptStatus, FailureKind
@@ -64,10 +65,15 @@ class UnwindContext:
         self._scan_words = scan_words
         self._mappings = None
         self._all_mappings = None
-        self._symbols = {}
         self.stack_pointer = None       # the walked thread's sp: its stack mapping is no code
-        self._code = {}             # (address, stack_pointer) -> is_code(address), for this walk
-        self._after_call = {}       # address -> follows_call(address), until the process runs
+        # What the context remembers (plugin.cache), each with its bound and hit counts. Until
+        # the process runs (forget_process_state):
+        self.symbols = BoundedCache("symbols", 1 << 16)             # address -> (name, start) or None
+        self.code_checks = BoundedCache("code checks", 1 << 16)     # (address, stack_pointer) -> is_code
+        self.after_call = BoundedCache("after-call checks", 1 << 16)    # address -> follows_call
+        # For one module generation (they rest on the modules' tables, symbols and code):
+        self.signal_trampolines = BoundedCache("signal trampolines", 1 << 14)  # sigframe.recognise
+        self.prologue_models = BoundedCache("prologue models", 1 << 16)   # heuristic: (start, pc) -> model
 
     @property
     def scan_words(self):
@@ -78,9 +84,9 @@ class UnwindContext:
         """Drop what the process may change while it runs: mappings (stacks, JIT code), symbols."""
         self._mappings = None
         self._all_mappings = None
-        self._symbols = {}
-        self._code = {}
-        self._after_call = {}
+        self.symbols.clear()
+        self.code_checks.clear()
+        self.after_call.clear()
 
     def read_memory(self, address, size):
         return self.target.read_memory(address, size)
@@ -109,19 +115,15 @@ class UnwindContext:
     def follows_call(self, address):
         """Can address be a return address: right after a call instruction, or the start of a
         signal trampoline (the kernel plants those)? Cached until the process runs."""
-        known = self._after_call.get(address)
-        if known is None:
-            read = reader(self.read_memory)
-            known = self._after_call[address] = self.arch.call_before(read, address) is not None \
-                or sigframe.recognise(self, address) is not None
-        return known
+        return self.after_call.lookup(address, self._follows_call, address)
+
+    def _follows_call(self, address):
+        return self.arch.call_before(reader(self.read_memory), address) is not None \
+            or sigframe.recognise(self, address) is not None
 
     def is_code(self, address):
-        key = (address, self.stack_pointer)      # in_a_stack depends on the walk's sp
-        known = self._code.get(key)
-        if known is None:
-            known = self._code[key] = self._is_code(address)
-        return known
+        # in_a_stack depends on the walk's sp
+        return self.code_checks.lookup((address, self.stack_pointer), self._is_code, address)
 
     def _is_code(self, address):
         module = self.modules.find(address)
@@ -180,12 +182,17 @@ class UnwindContext:
 
     def symbol(self, address):
         """(name, start) of the function holding address, or None; cached for this walk."""
-        if address not in self._symbols:
-            try:
-                self._symbols[address] = self.target.symbol(address)
-            except Exception:       # symbols only help; a failed lookup is "unknown"
-                self._symbols[address] = None
-        return self._symbols[address]
+        return self.symbols.lookup(address, self._symbol, address)
+
+    def _symbol(self, address):
+        try:
+            return self.target.symbol(address)
+        except Exception:       # symbols only help; a failed lookup is "unknown"
+            return None
+
+    def caches(self):
+        """The context's caches (plugin.cache), for their hit counts."""
+        return (self.symbols, self.code_checks, self.after_call, self.signal_trampolines, self.prologue_models)
 
 
 def step_frame(frame, ctx, previous_cfa=None):

@@ -1,18 +1,29 @@
-"""The two error types the core raises on purpose."""
+"""The two error types the core raises on purpose, and the kinds of a decode error."""
 from __future__ import annotations
 
+import enum
+
+
+class DecodeKind(enum.Enum):
+    """What is wrong with what a decoder was given (the cause says it in words)."""
+    MALFORMED = "malformed"         # the bytes break the format's rules (the default)
+    TRUNCATED = "truncated"         # a record, operand or number runs past the end of its data
+    UNREADABLE = "unreadable"       # the target could not supply the bytes (a MemoryReadError on the way)
+    LIMIT = "limit"                 # a bound the plugin declares was passed (a number too long, nesting)
+    UNSUPPORTED = "unsupported"     # a version, encoding or opcode this decoder does not know
 
 
 class DecodeError(Exception):
-    """A table could not be decoded: names the section, the offset and the cause.
+    """A table could not be decoded: names the section, the offset, the cause and its kind.
 
     Decoders raise only this for bad input, so callers can catch exactly it.
     """
 
-    def __init__(self, section, offset, cause):
+    def __init__(self, section, offset, cause, kind: DecodeKind = DecodeKind.MALFORMED):
         self.section = section
         self.offset = offset
         self.cause = cause
+        self.kind = kind
         where = "%s+0x%x" % (section, offset) if offset is not None else section
         super().__init__("%s: %s" % (where, cause))
 

@@ -25,13 +25,11 @@ from plugin.model.outcome import AttemptStatus, Outcome
 from plugin.model.rules import CfaKind, Row, RuleKind
 from plugin.settings import Trust
 from plugin.strategies import sigframe
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 
 GUESSES = (Trust.FRAME_POINTER.value, Trust.SCAN.value)   # sources that guess rather than read code or tables
 SOURCE = "debugger heuristic"
 SYMBOLS_CACHE_KEY = "heuristic: file symbols"    # module.cache: the function symbols of its file
-MODEL_CACHE_ATTRIBUTE = "_debugger_models"        # per UnwindContext: (generation, start, pc) -> model
-MODEL_CACHE_SIZE = 1 << 16
 
 
 def yields_to_debugger(outcome: Outcome, frame, ctx) -> Optional[str]:
@@ -100,7 +98,7 @@ def modelled_answer(frame, ctx, model=None) -> Optional[Outcome]:
     arch = ctx.arch
     try:
         result = evaluate_row(model.row, arch, frame.registers, ctx.read_memory)
-    except UnwindError:
+    except RowError:
         return None
     evidence = StepEvidence(source=SOURCE, found_by=model.why, lookup_pc=ctx.lookup_pc(frame), rule=model.row,
                             arch=arch, cfa=result.cfa, reads=result.reads, caller_registers=result.registers)
@@ -115,14 +113,8 @@ def _model(frame, ctx) -> Optional[PrologueModel]:
     if frame.exact_pc and arch.return_at(read, frame.pc):
         return None             # GDB's epilogue unwinder may take a frame at its return: not modelled
     start = _function_start(ctx, ctx.lookup_pc(frame))
-    cache = getattr(ctx, MODEL_CACHE_ATTRIBUTE, None)
-    if cache is None or len(cache) >= MODEL_CACHE_SIZE:
-        cache = {}
-        setattr(ctx, MODEL_CACHE_ATTRIBUTE, cache)
-    key = (ctx.target.generation, start, frame.pc)
-    if key not in cache:
-        cache[key] = arch.debugger_prologue_row(read, start, frame.pc)
-    return cache[key]
+    models = ctx.prologue_models.for_generation(ctx.target.generation)
+    return models.lookup((start, frame.pc), arch.debugger_prologue_row, read, start, frame.pc)
 
 
 def _same_rules(row, applied, arch) -> bool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import struct
 
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
+from plugin.leb128 import LebError, LebProblem, read_sleb, read_uleb
 
 PAGE = 4096
 
@@ -72,8 +73,8 @@ class Region:
     def read(self, offset, size):
         """Bytes [offset, offset+size) of the region, or DecodeError."""
         if offset < 0 or size < 0 or offset + size > self.size:
-            raise DecodeError(self.name, offset,
-                              "read of %d bytes runs past the end (size 0x%x)" % (size, self.size))
+            raise DecodeError(self.name, offset, "read of %d bytes runs past the end (size 0x%x)" % (size, self.size),
+                              DecodeKind.TRUNCATED)
         if self._whole is not None:
             return self._whole[offset:offset + size]
         first, last = offset // PAGE, (offset + size - 1) // PAGE if size else offset // PAGE
@@ -109,9 +110,10 @@ class Region:
         try:
             data = self._fetch(self.address + offset, size)
         except MemoryReadError as exc:
-            raise DecodeError(self.name, offset, str(exc)) from None
+            raise DecodeError(self.name, offset, str(exc), DecodeKind.UNREADABLE) from None
         if len(data) != size:
-            raise DecodeError(self.name, offset, "short read (%d of %d bytes)" % (len(data), size))
+            raise DecodeError(self.name, offset, "short read (%d of %d bytes)" % (len(data), size),
+                              DecodeKind.UNREADABLE)
         return bytes(data)
 
     def cursor(self, offset=0):
@@ -142,8 +144,8 @@ class Cursor:
         """Target address of the current position."""
         return self.region.address + self.pos
 
-    def error(self, cause, offset=None):
-        return DecodeError(self.region.name, self.pos if offset is None else offset, cause)
+    def error(self, cause, offset=None, kind=DecodeKind.MALFORMED):
+        return DecodeError(self.region.name, self.pos if offset is None else offset, cause, kind)
 
     def bytes(self, n):
         data = self.region.read(self.pos, n)
@@ -177,27 +179,19 @@ class Cursor:
         return {1: self.s8, 2: self.s16, 4: self.s32, 8: self.s64}[size]()
 
     def uleb(self):
-        start, result, shift = self.pos, 0, 0
-        whole = self.region._whole
-        while True:
-            if self.pos >= self.region.size:
-                raise self.error("LEB128 number runs past the end", start)
-            byte = whole[self.pos] if whole is not None and self.pos >= 0 else self.region.read(self.pos, 1)[0]
-            self.pos += 1
-            result |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return result
-            if shift > LEB_MAX_BITS:
-                raise self.error("LEB128 number is too long", start)
+        return self._leb(read_uleb)
 
     def sleb(self):
-        start = self.pos
-        result = self.uleb()
-        bits = 7 * (self.pos - start)
-        if result >> (bits - 1) & 1:
-            result -= 1 << bits
-        return result
+        return self._leb(read_sleb)
+
+    def _leb(self, read):
+        start, whole = self.pos, self.region._whole
+        data = whole if whole is not None and start >= 0 else _RegionBytes(self.region)
+        try:
+            value, self.pos = read(data, start, self.region.size)
+        except LebError as exc:
+            raise self.error(exc.cause, start, LEB_KINDS[exc.kind]) from None
+        return value
 
     def cstring(self, limit=4096):
         start = self.pos
@@ -270,64 +264,17 @@ def encoded_size(encoding, address_size):
     return None
 
 
-LEB_MAX_BITS = 10 * 64      # the longest LEB128 number any decoder here accepts
+LEB_KINDS = {LebProblem.TRUNCATED: DecodeKind.TRUNCATED, LebProblem.TOO_LONG: DecodeKind.LIMIT}
 
 
-class LebError(ValueError):
-    """A LEB128 number in a byte string that runs past its end or is too long."""
+class _RegionBytes:
+    """A Region's bytes by position, read one at a time (a region not read whole)."""
 
-    def __init__(self, cause: str):
-        super().__init__(cause)
-        self.cause = cause
+    def __init__(self, region):
+        self.region = region
 
-
-def decode_uleb(data: bytes, i: int) -> tuple:
-    """(value, index after it) of the unsigned LEB128 number at data[i]; LebError if bad."""
-    result = shift = 0
-    n = len(data)
-    while i < n:
-        byte = data[i]
-        i += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, i
-        shift += 7
-        if shift > LEB_MAX_BITS:
-            raise LebError("LEB128 number is too long")
-    raise LebError("LEB128 number runs past the end")
-
-
-def decode_sleb(data: bytes, i: int) -> tuple:
-    """(value, index after it) of the signed LEB128 number at data[i]; LebError if bad."""
-    start = i
-    result, i = decode_uleb(data, i)
-    bits = 7 * (i - start)
-    if result >> (bits - 1) & 1:
-        result -= 1 << bits
-    return result, i
-
-
-def encode_uleb(value):
-    """LEB128 bytes of a non-negative integer (for building DWARF expressions)."""
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def encode_sleb(value):
-    """Signed LEB128 bytes of an integer."""
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        done = (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40)
-        out.append(byte | (0 if done else 0x80))
-        if done:
-            return bytes(out)
+    def __getitem__(self, offset: int) -> int:
+        return self.region.read(offset, 1)[0]
 
 
 class PageCache:

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from plugin.arch import Arch
+from plugin.cache import BoundedCache
 from plugin.errors import MemoryReadError
 from plugin.model.outcome import AttemptStatus
 from plugin.model.rules import CfaKind, Row, RuleKind
 from plugin.settings import Trust, source_names
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 from plugin.strategies.row_step import return_address
 
 ANALYSIS = Trust.ANALYSIS.value
@@ -53,7 +54,9 @@ MAX_SPAN = 512          # bytes: a FastRow's saved registers are read in one pie
 
 @dataclass(frozen=True)
 class FastRow:
-    """A plain row as tuples of DWARF numbers (see the module doc)."""
+    """A plain row as tuples of DWARF numbers (see the module doc): the one compiled form of a
+    row, applied by replay_fast (GDB: a whole register file) and by evaluate_fast (LLDB's
+    `unwind backtrace`: evaluate_row's answer without its records of reads)."""
     cfa_register: int
     cfa_offset: int
     loads: tuple            # (number, offset): the caller's value is the word at CFA + offset
@@ -62,10 +65,14 @@ class FastRow:
     undefined: tuple        # numbers with no value in the caller
     written: tuple          # numbers whose caller value the row computes: sp, loads, sums, copies
     span: tuple             # (lowest load offset, bytes up to the end of the highest load): one read
+    whole_file: bool = True     # replay_fast may apply it: the return address is the pc column's own
+    #                             rule (a load, sum or copy), unsigned, and the architecture's
+    #                             return_to leaves it as it is
 
 
 @dataclass(frozen=True)
-class Plan:
+class ReplayPlan:
+    """The row the engine accepted at a lookup pc, and what replaying it needs and checks."""
     source: str
     row: Row
     start: int              # the entry's start: the frame id's function
@@ -76,12 +83,13 @@ class Plan:
 
 def compile_row(row: Row, arch) -> Optional[FastRow]:
     """row as a FastRow, or None where only evaluate_row applies it as the engine does: a CFA
-    expression or dereference, an expression rule, a signed return address, an architecture
-    whose return address is not the pc column or whose return_to rewrites it, a rule for a
-    register the architecture's register list does not name."""
+    expression or dereference, an expression rule, a rule for a register the architecture's
+    register list does not name. The FastRow's whole_file is False for a signed return address,
+    an architecture whose return address is not the pc column or whose return_to rewrites it,
+    and a pc column that is missing, undefined or same (outermost, or a return address only the
+    engine explains)."""
     cfa = row.cfa
-    if (cfa.kind != CfaKind.REGISTER or cfa.deref or row.ra_signed or arch.ra != arch.pc
-            or type(arch).return_to is not Arch.return_to):
+    if cfa.kind != CfaKind.REGISTER or cfa.deref:
         return None
     loads, sums, copies, undefined = [], [], [], []
     for number, rule in row.registers.items():
@@ -101,13 +109,13 @@ def compile_row(row: Row, arch) -> Optional[FastRow]:
         else:
             return None
     ra = row.registers.get(arch.pc)
-    if ra is None or ra.kind in (RuleKind.UNDEFINED, RuleKind.SAME):
-        return None     # outermost, or a return address only the engine explains
+    whole_file = (not row.ra_signed and arch.ra == arch.pc and type(arch).return_to is Arch.return_to
+                  and ra is not None and ra.kind not in (RuleKind.UNDEFINED, RuleKind.SAME))
     written = tuple(dict.fromkeys([arch.sp] + [n for n, _ in loads + sums + copies]))
     offsets = [offset for _, offset in loads]
     span = (min(offsets), max(offsets) + arch.address_size - min(offsets)) if offsets else (0, 0)
     return FastRow(cfa.register, cfa.offset, tuple(loads), tuple(sums), tuple(copies), tuple(undefined),
-                   written, span)
+                   written, span, whole_file)
 
 
 @dataclass
@@ -119,22 +127,22 @@ class Replay:
 
 
 class PlanCache:
-    """lookup pc -> Plan, for one UnwindContext (sources) and one generation of its modules."""
+    """lookup pc -> ReplayPlan, for one UnwindContext (sources) and one generation of its modules."""
 
     def __init__(self, owner=None):
         self.owner = owner      # what the plans were made for (the debugger's unwinder context)
-        self._plans = {}
-        self.hits = 0
+        self.entries = BoundedCache("plans", PLAN_CACHE_SIZE)     # (lookup pc, exact pc) -> ReplayPlan
+        self.hits = 0           # plans replayed (the debugger's unwinder counts them)
         self.fast_hits = 0      # of those, replays of a FastRow (replay_fast)
 
     def clear(self, owner=None):
-        self._plans.clear()
+        self.entries.clear()
         self.owner = owner
 
-    def get(self, lookup_pc: int, exact_pc: bool) -> Optional[Plan]:
-        return self._plans.get((lookup_pc, exact_pc))
+    def get(self, lookup_pc: int, exact_pc: bool) -> Optional[ReplayPlan]:
+        return self.entries.get((lookup_pc, exact_pc))
 
-    def remember(self, lookup_pc: int, exact_pc: bool, outcome, attempts) -> Optional[Plan]:
+    def remember(self, lookup_pc: int, exact_pc: bool, outcome, attempts) -> Optional[ReplayPlan]:
         """Keep the engine's accepted outcome as a plan when replaying it is safe (see the module doc);
         the plan, or None when it is not planned."""
         evidence = outcome.evidence
@@ -143,22 +151,21 @@ class PlanCache:
                 or any(a.outcome != AttemptStatus.NOT_APPLICABLE for a in attempts)
                 or (outcome.source == ANALYSIS and evidence.entry.get("start_by") not in PC_STARTS)):
             return None
-        if len(self._plans) >= PLAN_CACHE_SIZE:
-            self._plans.clear()
         start = evidence.entry.get("start", lookup_pc)
         fast = compile_row(evidence.rule, evidence.arch) if evidence.arch is not None else None
-        plan = self._plans[(lookup_pc, exact_pc)] = Plan(outcome.source, evidence.rule, start, exact_pc, fast,
-                                                         outcome.source in AFTER_CALL_SOURCES)
-        return plan
+        if fast is not None and not fast.whole_file:
+            fast = None             # replay (the evaluator) applies it
+        return self.entries.put((lookup_pc, exact_pc), ReplayPlan(outcome.source, evidence.rule, start, exact_pc, fast,
+                                                            outcome.source in AFTER_CALL_SOURCES))
 
 
-def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
+def replay(plan: ReplayPlan, registers, ctx) -> Optional[Replay]:
     """The caller's registers under plan's row, checked as the engine checks an answer
     (CFA above sp, return address in code); None where the engine must decide instead."""
     arch = ctx.arch
     try:
         result = evaluate_row(plan.row, arch, registers, ctx.read_memory)
-    except (UnwindError, MemoryReadError):
+    except (RowError, MemoryReadError):
         return None
     if arch.ra in result.undefined:
         return None             # outermost: the engine says so, with its reason
@@ -176,20 +183,58 @@ def replay(plan: Plan, registers, ctx) -> Optional[Replay]:
     return Replay(caller, cfa, plan.start)
 
 
-def replay_each(fast: FastRow, caller: dict, cfa: int, ctx):
-    """The loads one word at a time (a span too wide for one read, or crossing an unreadable
-    page), into caller; None if one cannot be read."""
-    arch = ctx.arch
+def load_saved(fast: FastRow, cfa: int, arch, read_memory, caller: dict) -> bool:
+    """Put the values of fast's loads at cfa into caller: in one read when they lie within
+    MAX_SPAN bytes (a frame's saves sit together below its CFA), else (or where that read fails:
+    a span across an unreadable page) a word at a time; False if one cannot be read."""
+    size, order = arch.address_size, arch.byteorder
+    low, length = fast.span
+    if length <= MAX_SPAN and 0 <= cfa + low and cfa + low + length <= arch.mask:
+        try:
+            data = read_memory(cfa + low, length)
+        except MemoryReadError:
+            data = None
+        if data is not None:
+            for number, offset in fast.loads:
+                at = offset - low
+                caller[number] = int.from_bytes(data[at:at + size], order)
+            return True
     try:
         for number, offset in fast.loads:
-            caller[number] = int.from_bytes(ctx.read_memory((cfa + offset) & arch.mask, arch.address_size),
-                                            arch.byteorder)
+            caller[number] = int.from_bytes(read_memory((cfa + offset) & arch.mask, size), order)
     except MemoryReadError:
+        return False
+    return True
+
+
+def evaluate_fast(fast: FastRow, arch, registers: dict, read_memory):
+    """(CFA, caller registers) as evaluate_row gives them for fast's row (callee-saved registers
+    kept, the others only by a rule; sp the CFA unless a rule says otherwise), without its
+    records of each read; None where evaluate_row raises (the CFA's register unknown, a saved
+    register unreadable)."""
+    base = registers.get(fast.cfa_register)
+    if base is None:
         return None
-    return caller
+    mask = arch.mask
+    cfa = (base + fast.cfa_offset) & mask
+    caller = {number: registers[number] for number in arch.callee_saved if number in registers}
+    caller[arch.sp] = cfa
+    if fast.loads and not load_saved(fast, cfa, arch, read_memory, caller):
+        return None
+    for number, offset in fast.sums:
+        caller[number] = (cfa + offset) & mask
+    for number, source in fast.copies:
+        value = registers.get(source)
+        if value is not None:
+            caller[number] = value
+        elif number != source:
+            caller.pop(number, None)        # evaluate_row: a same rule without a value changes nothing
+    for number in fast.undefined:
+        caller.pop(number, None)
+    return cfa, caller
 
 
-def replay_fast(plan: Plan, values: dict, ctx) -> Optional[Replay]:
+def replay_fast(plan: ReplayPlan, values: dict, ctx) -> Optional[Replay]:
     """What replay gives, for a plan with a FastRow and a complete register file `values`
     (DWARF number -> int, every register the callee has): the caller's whole register file
     (callee values kept where no rule changes them, as GDB's unspecified rule and the ABI's
@@ -207,20 +252,7 @@ def replay_fast(plan: Plan, values: dict, ctx) -> Optional[Replay]:
         return None
     caller = dict(values)
     caller[arch.sp] = cfa
-    size, order = arch.address_size, arch.byteorder
-    low, length = fast.span
-    data = None
-    if length <= MAX_SPAN and 0 <= cfa + low and cfa + low + length <= mask:
-        # The saved registers lie together below the CFA: one read for them all.
-        try:
-            data = ctx.read_memory(cfa + low, length)
-        except MemoryReadError:
-            pass
-    if data is not None:
-        for number, offset in fast.loads:
-            at = offset - low
-            caller[number] = int.from_bytes(data[at:at + size], order)
-    elif replay_each(fast, caller, cfa, ctx) is None:
+    if fast.loads and not load_saved(fast, cfa, arch, ctx.read_memory, caller):
         return None
     for number, offset in fast.sums:
         caller[number] = (cfa + offset) & mask

@@ -29,6 +29,7 @@ class Trust(Vocabulary):
     SFRAME = ("sframe", "SFrame")
     COMPACT = ("compact", "compact unwind info")
     EXIDX = ("exidx", "ARM exception index")
+    PDATA = ("pdata", "Windows unwind data")
     ANALYSIS = ("analysis", "instruction analysis")
     FRAME_POINTER = ("frame-pointer", "frame pointer")
     SCAN = ("scan", "stack scanning")
@@ -62,6 +63,8 @@ SOURCES: Tuple[Source, ...] = (
     Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)",
            goes_before=("macho", Trust.CFI)),     # Apple's unwinders read __unwind_info first
     Source(Trust.EXIDX, SourceKind.TABLE, "ARM EHABI (.ARM.exidx/.ARM.extab)"),
+    # GDB on Linux reads no .pdata (and has no objfile for an image a loader mapped): no gdb_sections
+    Source(Trust.PDATA, SourceKind.TABLE, "Windows unwind data of PE images (.pdata/.xdata, x64 and ARM64)"),
     Source(Trust.ANALYSIS, SourceKind.PROOF, "the function's instructions, read from its start to pc",
            planned=True),
     Source(Trust.FRAME_POINTER, SourceKind.GUESS, "the frame-pointer chain"),

@@ -50,8 +50,9 @@ class Target:
     # True while the debugger runs the plugin as its own frame unwinder (GDB's sniffer): fewer
     # symbols can be looked up and no debugger command may run. The adapter sets it.
     inside_unwinder = False
-    # A dict the adapter drops at every stop and module change, where strategies/planted.py
-    # keeps its verdicts on code bytes and symbols per pc; None: the target keeps none.
+    # A plugin.cache.BoundedCache the adapter clears at every stop and module change, where
+    # strategies/planted.py keeps its verdicts on code bytes and symbols per pc; None: the
+    # target keeps none.
     code_verdicts = None
 
     def read_memory(self, address, size):

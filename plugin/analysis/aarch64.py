@@ -7,7 +7,7 @@ hints (which leave x30 the caller's, signed).
 """
 from __future__ import annotations
 
-from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
+from plugin.analysis.ops import OTHER, Flow, Insn, add, immediate, operands, reg
 
 CAPSTONE = ("CS_ARCH_ARM64", "CS_MODE_ARM")
 SP, FP, RA = 31, 29, 30
@@ -49,32 +49,6 @@ def is_padding(text: str) -> bool:
     return text in PADDING
 
 
-def _split(op_str):
-    """Operands, keeping `[..]` and `{..}` together."""
-    parts, depth, current = [], 0, ""
-    for ch in op_str:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        parts.append(current.strip())
-    return parts
-
-
-def _imm(text):
-    text = text.strip().lstrip("#")
-    try:
-        return int(text, 0)
-    except ValueError:
-        return None
-
-
 def _address(text, rest):
     """(address expression, writeback expression or None) of a memory operand and what follows it."""
     pre = text.endswith("!")
@@ -85,14 +59,14 @@ def _address(text, rest):
         return ("unknown", "address %s" % text), None
     offset = 0
     if len(parts) > 1:
-        offset = _imm(parts[1])
+        offset = immediate(parts[1])
         if offset is None:
             return ("indexed",), None        # register offset: an array, not a saved slot
     address = add(reg(base[0]), offset)
     if pre:
         return address, (base[0], address)
     if rest:
-        post = _imm(rest[0])
+        post = immediate(rest[0])
         if post is not None:
             return reg(base[0]), (base[0], add(reg(base[0]), post))
     return address, None
@@ -104,7 +78,7 @@ def _reg(text):
 
 def decode(address, size, mnemonic, op_str):
     insn = Insn(address, size, ("%s %s" % (mnemonic, op_str)).strip())
-    ops = _split(op_str) if op_str else []
+    ops = operands(op_str) if op_str else []
     if mnemonic in ("stp", "stnp", "str", "stur", "strb", "strh", "sturb", "sturh", "stlr", "stlur") \
             and len(ops) >= 2:
         _store(insn, mnemonic, ops)
@@ -118,32 +92,32 @@ def decode(address, size, mnemonic, op_str):
             _set(insn, dst, value)
     elif mnemonic in ("add", "sub") and len(ops) >= 3:
         dst, src = _reg(ops[0]), _reg(ops[1])
-        k = _imm(ops[2])
+        k = immediate(ops[2])
         if k is not None and len(ops) == 4 and ops[3].startswith("lsl"):
-            k <<= _imm(ops[3][3:]) or 0
+            k <<= immediate(ops[3][3:]) or 0
         if dst is not None and src is not None and k is not None and dst[1] and src[1]:
             _set(insn, dst, add(reg(src[0]), k if mnemonic == "add" else -k))
         elif dst is not None:
             _set(insn, dst, OTHER, "%s: stack adjusted by an unknown amount" % insn.text)
     elif mnemonic == "and" and len(ops) == 3 and _reg(ops[0]) == REGISTERS["sp"]:
-        src, mask = _reg(ops[1]), _imm(ops[2])
+        src, mask = _reg(ops[1]), immediate(ops[2])
         if src is not None and mask is not None and mask >= 1 << 63 and ((1 << 64) - mask) & ((1 << 64) - mask - 1) == 0:
             insn.effects.append(("set", SP, ("align", reg(src[0]), address)))
         else:
             insn.effects.append(("set", SP, ("unknown", "%s: unknown realignment" % insn.text)))
     elif mnemonic in ("adrp", "adr") and len(ops) == 2 and _reg(ops[0]) is not None:
-        value = _imm(ops[1])
+        value = immediate(ops[1])
         insn.effects.append(("set", _reg(ops[0])[0], ("addr", value) if value is not None else OTHER))
     elif mnemonic in ("ret", "retaa", "retab"):
         insn.flow = Flow.RET
     elif mnemonic == "bl":
-        insn.flow, insn.target = Flow.CALL, _imm(ops[0])
+        insn.flow, insn.target = Flow.CALL, immediate(ops[0])
     elif mnemonic in ("blr", "blraa", "blrab", "blraaz", "blrabz"):
         insn.flow = Flow.CALL
     elif mnemonic == "b":
-        insn.flow, insn.target = Flow.JUMP, _imm(ops[0])
+        insn.flow, insn.target = Flow.JUMP, immediate(ops[0])
     elif mnemonic.startswith("b.") or mnemonic in _BRANCHES:
-        insn.flow, insn.target = Flow.BRANCH, _imm(ops[-1])
+        insn.flow, insn.target = Flow.BRANCH, immediate(ops[-1])
     elif mnemonic in ("br", "braa", "brab", "braaz", "brabz"):
         insn.flow = Flow.INDIRECT
         target = _reg(ops[0])

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from plugin.analysis.flow import BOUND
-from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
+from plugin.analysis.ops import OTHER, Flow, Insn, add, immediate, operands, reg
 
 CAPSTONE = ("CS_ARCH_ARM", "CS_MODE_ARM")
 CAPSTONE_THUMB = ("CS_ARCH_ARM", "CS_MODE_THUMB")
@@ -84,32 +84,6 @@ def split_mnemonic(mnemonic):
     return mnemonic, None, False
 
 
-def _split(op_str):
-    """Operands, keeping `[..]` and `{..}` together."""
-    parts, depth, current = [], 0, ""
-    for ch in op_str:
-        if ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        parts.append(current.strip())
-    return parts
-
-
-def _imm(text):
-    text = text.strip().lstrip("#")
-    try:
-        return int(text, 0)
-    except ValueError:
-        return None
-
-
 def _list(text):
     """Core register numbers of `{r4, r7, lr}`, and how many registers it names."""
     names = [n.strip() for n in text.strip("{}").split(",") if n.strip()]
@@ -123,14 +97,14 @@ def _memory(text, rest):
     base = REGISTERS.get(parts[0])
     if base is None or base == PC:
         return ("other",), None, None                  # a literal pool: not this frame
-    offset = _imm(parts[1]) if len(parts) > 1 else 0
+    offset = immediate(parts[1]) if len(parts) > 1 else 0
     if offset is None:
         return ("indexed",), base, None                # register offset: an array, not a saved slot
     address = add(reg(base), offset)
     if pre:
         return address, base, address
     if rest:
-        post = _imm(rest[0])
+        post = immediate(rest[0])
         return reg(base), base, (add(reg(base), post) if post is not None else ("unknown", "post-index"))
     return address, base, None
 
@@ -148,15 +122,15 @@ def decode_thumb(address, size, mnemonic, op_str):
 def _decode(address, size, mnemonic, op_str, thumb):
     insn = Insn(address, size, ("%s %s" % (mnemonic, op_str)).strip())
     base, cond, _ = split_mnemonic(mnemonic)
-    ops = _split(op_str) if op_str else []
+    ops = operands(op_str) if op_str else []
     pc = address + 4 if thumb else address + 8            # what pc reads as
     if _table_branch(insn, base, cond, ops, pc):
         return insn
     if base == "cmp" and len(ops) == 2 and ops[1].startswith("#") and not cond:
-        insn.effects.append(("set", BOUND, ("addr", _imm(ops[1]))))   # a table's last index, maybe
+        insn.effects.append(("set", BOUND, ("addr", immediate(ops[1]))))   # a table's last index, maybe
     elif base in ("add", "sub", "adr") and len(ops) >= 2 and (ops[1] == "pc" or base == "adr") \
             and ops[-1].startswith("#") and REGISTERS.get(ops[0]) not in (None, PC):
-        k = _imm(ops[-1]) if base != "sub" else -_imm(ops[-1])
+        k = immediate(ops[-1]) if base != "sub" else -immediate(ops[-1])
         _write(insn, REGISTERS[ops[0]], ("addr", (pc & ~3) + k), cond)    # adr: a table's address
     elif base in ("push", "stmdb", "stmfd", "vpush", "vstmdb", "pop", "ldm", "ldmia", "ldmfd", "vpop", "vldmia"):
         _multiple(insn, base, cond, ops)
@@ -176,11 +150,11 @@ def _decode(address, size, mnemonic, op_str, thumb):
             insn.flow, insn.indirect = Flow.INDIRECT, (reg(target) if target is not None else ("unknown", insn.text))
     elif base in ("bl", "blx"):
         insn.flow = Flow.CALL
-        insn.target = _imm(ops[0]) if ops and ops[0].startswith("#") else None
+        insn.target = immediate(ops[0]) if ops and ops[0].startswith("#") else None
     elif base == "b":
-        insn.flow, insn.target = (Flow.BRANCH if cond else Flow.JUMP), _imm(ops[0]) if ops else None
+        insn.flow, insn.target = (Flow.BRANCH if cond else Flow.JUMP), immediate(ops[0]) if ops else None
     elif base in ("cbz", "cbnz"):
-        insn.flow, insn.target = Flow.BRANCH, _imm(ops[-1])
+        insn.flow, insn.target = Flow.BRANCH, immediate(ops[-1])
     elif base in _STOPS:
         insn.flow = Flow.STOP
     elif base in ("tbb", "tbh"):
@@ -311,7 +285,7 @@ def _arithmetic(insn, base, cond, ops):
             return
         _write(insn, dst, reg(src) if src is not None and src != PC else OTHER, cond)
         return
-    src, k = (dst, _imm(ops[1])) if len(ops) == 2 else (REGISTERS.get(ops[1]), _imm(ops[2]) if len(ops) == 3 else None)
+    src, k = (dst, immediate(ops[1])) if len(ops) == 2 else (REGISTERS.get(ops[1]), immediate(ops[2]) if len(ops) == 3 else None)
     if src is not None and src != PC and k is not None and ops[-1].startswith("#"):
         _write(insn, dst, add(reg(src), k if base.startswith("add") else -k), cond)
     else:

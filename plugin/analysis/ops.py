@@ -64,3 +64,30 @@ def add(expr, k):
 
 
 OTHER = ("other",)
+
+
+def operands(op_str: str) -> list:
+    """capstone's operand text split at top-level commas, keeping `[..]` and `{..}` together."""
+    parts, depth, current = [], 0, ""
+    for ch in op_str:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current.strip())
+    return parts
+
+
+def immediate(text: str):
+    """The integer of an immediate operand (`#0x10`, `-4`), or None."""
+    text = text.strip().lstrip("#")
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None

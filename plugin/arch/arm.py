@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from plugin.arch.base import Arch
+from plugin.arch.base import Arch, SigReturn
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 ELF_MACHINE_ARM = 40
 SP, LR, PC = 13, 14, 15
@@ -43,6 +44,12 @@ class ArmArch(Arch):
         if cpsr is not None:
             caller[CPSR] = (cpsr | CPSR_THUMB) if ra & 1 else (cpsr & ~CPSR_THUMB)
         return ra & ~1
+
+    def entry_row(self, pc: int, unchanged=(), ra_signed=False):
+        """At a function's first instruction (or a call's non-code target): CFA = sp, return address in lr."""
+        registers = {n: Rule(RuleKind.SAME) for n in unchanged}
+        registers[self.ra] = Rule(RuleKind.SAME)
+        return Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=self.sp, offset=0), registers=registers)
 
     def call_before(self, read, address: int) -> Optional[str]:
         """The call that ends at a return address (a Thumb one may keep its bit 0): Thumb's 32-bit
@@ -87,6 +94,32 @@ def _call_ending_at(read, end: int):
     return None
 
 
+# struct sigcontext: trap_no, error_code, oldmask, r0-r15, cpsr, fault_address. The kernel's (and
+# qemu-user's) sigframe is a ucontext (uc_flags, uc_link, uc_stack: uc_mcontext 20 bytes in) at sp
+# when the handler returns; the rt_sigframe puts a siginfo (128 bytes) before it. glibc's restorers
+# (SA_RESTORER, always set) are Thumb-2 `mov.w r7, #119|#173; svc 0` on armhf, Arm `mov r7, #N;
+# svc 0` built for Arm; the kernel's own are `movs r7, #N; svc 0` and `mov r7, #N; swi 0x9000NN`.
+_SIGCONTEXT = {n: 12 + 4 * n for n in range(16)}
+_SIGCONTEXT[CPSR] = 12 + 4 * 16
+
+
+def _sigreturns():
+    found = []
+    for number, name, context in ((119, "sigreturn", 20), (173, "rt_sigreturn", 128 + 20)):
+        forms = (
+            (bytes((0x4f, 0xf0, number, 0x07, 0x00, 0xdf)), "mov.w r7, #%d; svc 0" % number),
+            (bytes((number, 0x27, 0x00, 0xdf)), "movs r7, #%d; svc 0" % number),
+            ((0xe3a07000 | number).to_bytes(4, "little") + (0xef000000).to_bytes(4, "little"),
+             "mov r7, #%d; svc 0" % number),
+            ((0xe3a07000 | number).to_bytes(4, "little") + (0xef900000 | number).to_bytes(4, "little"),
+             "mov r7, #%d; swi 0x%x" % (number, 0x900000 | number)),
+        )
+        found += [SigReturn(code, "%s (%s)" % (text, name), context, _SIGCONTEXT) for code, text in forms]
+    return tuple(found)
+
+
+SIGRETURNS = _sigreturns()
+
 ARCH = ArmArch(
     name="arm", address_size=4, byteorder="little",
     registers=_NAMES,
@@ -94,6 +127,7 @@ ARCH = ArmArch(
     callee_saved=tuple(range(4, 12)),
     elf_machine=ELF_MACHINE_ARM,
     aliases={"r13": 13, "r14": 14, "r15": 15, "fp": 11, "ip": 12},
+    sigreturns=SIGRETURNS,
 )
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.model import rules
 from plugin.formats.dwarf_ops import OPS, Fault, check_encoding, decode_op, signed
 
@@ -150,7 +150,8 @@ def evaluate(expression, *, arch, read_register, read_memory,
     steps = 0
     while pc < len(expression):
         if steps >= max_steps:
-            raise DecodeError(SECTION, pc, "step limit of %d operations reached (a loop?)" % max_steps)
+            raise DecodeError(SECTION, pc, "step limit of %d operations reached (a loop?)" % max_steps,
+                              DecodeKind.LIMIT)
         steps += 1
         cursor.pos = pc
         try:

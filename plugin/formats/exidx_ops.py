@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
+from plugin.leb128 import LebError, LebProblem, read_uleb
 
 SP, LR, PC = 13, 14, 15
 
@@ -87,12 +88,12 @@ def decode_opcodes(data: bytes, section: str, offset: int) -> Tuple[Instruction,
     pos = 0
     n = len(data)
 
-    def error(at, cause):
-        return DecodeError(section, offset, "opcode byte %d (0x%02x): %s" % (at, data[at], cause))
+    def error(at, cause, kind=DecodeKind.MALFORMED):
+        return DecodeError(section, offset, "opcode byte %d (0x%02x): %s" % (at, data[at], cause), kind)
 
     def operand(at):
         if at + 1 >= n:
-            raise error(at, "instruction is cut short by the end of the opcodes")
+            raise error(at, "instruction is cut short by the end of the opcodes", DecodeKind.TRUNCATED)
         return data[at + 1]
 
     while pos < n:
@@ -184,15 +185,9 @@ def _vfp(start, data, arg, base, fstmx, count_only=False):
 
 
 def _uleb(data, pos, error, start):
-    value, shift = 0, 0
-    while True:
-        if pos >= len(data):
-            raise error(start, "ULEB128 operand is cut short by the end of the opcodes")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-        if shift > 63:
-            raise error(start, "ULEB128 operand is too long")
+    try:
+        return read_uleb(data, pos, max_bits=63)
+    except LebError as exc:
+        if exc.kind == LebProblem.TRUNCATED:
+            raise error(start, "ULEB128 operand is cut short by the end of the opcodes", DecodeKind.TRUNCATED) from None
+        raise error(start, "ULEB128 operand is too long", DecodeKind.LIMIT) from None

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
 from plugin.errors import DecodeError
+from plugin.formats import pe
 
 Read = Callable[[int, int], bytes]
-ENTRY_SIZE = 8
-MAX_ENTRIES = 1 << 20
 
 
 class PdataFlag(enum.IntEnum):
@@ -86,13 +85,9 @@ def _packed(word: int) -> Packed:
 
 
 def read_entries(read: Read, rva: int, size: int) -> List[Entry]:
-    count = size // ENTRY_SIZE
-    if count > MAX_ENTRIES:
-        raise DecodeError(".pdata", None, "%d entries (the limit is %d)" % (count, MAX_ENTRIES))
-    data = read(rva, count * ENTRY_SIZE)
+    """The entries of the exception directory at rva."""
     entries = []
-    for n in range(count):
-        begin, word = struct.unpack_from("<II", data, n * ENTRY_SIZE)
+    for begin, word in pe.exception_entries(read, rva, size, "<II"):
         flag = PdataFlag(word & 3)
         entries.append(Entry(begin, flag, word if flag == PdataFlag.XDATA else None,
                              _packed(word) if flag in (PdataFlag.PACKED, PdataFlag.FRAGMENT)

@@ -6,7 +6,7 @@ the instructions not yet run apply; elsewhere the whole prologue.
 
 A pure function over read_memory(address, size) and a dict of registers
 ("x0".."x30", "sp", "pc"). Packed entries are turned into their equivalent
-prologue opcodes for the forms _packed_prologue names; others raise DecodeError, as do
+prologue opcodes (plugin.formats.pdata_arm64_packed.canonical); unknown opcodes raise DecodeError, as do
 save_next, save_any_reg, alloc_z and the Microsoft frame opcodes (not evaluated
 yet). Saved d registers are reported as addresses.
 """
@@ -18,6 +18,7 @@ from typing import Callable, Dict, List
 
 from plugin.errors import DecodeError
 from plugin.formats import pdata_arm64 as a64
+from plugin.formats.pdata_arm64_packed import canonical
 
 ReadMemory = Callable[[int, int], bytes]
 
@@ -28,6 +29,7 @@ class CallerFrame:
     pc: int                                    # the return address (lr)
     registers: Dict[str, int]
     saved_at: Dict[str, int] = field(default_factory=dict)
+    cfa_register: str = "sp"                   # the callee register the CFA was computed from
 
 
 def _fail(cause: str) -> DecodeError:
@@ -99,12 +101,13 @@ def unwind_arm64(entry: a64.Entry, xdata, image_base: int, pc: int,
     regs = dict(registers)
     offset = pc - (image_base + entry.begin)
     if entry.packed is not None:
-        prologue = _packed_prologue(entry.packed)
+        prologue, epilogue = canonical(entry.packed)
         if entry.flag == a64.PdataFlag.FRAGMENT:
             saved = _apply(prologue, regs, read_memory)
-            return CallerFrame(regs["sp"], regs["x30"], regs, saved)
+            base = "x29" if any(op.name == "set_fp" for op in prologue) else "sp"
+            return CallerFrame(regs["sp"], regs["x30"], regs, saved, base)
         length = entry.packed.function_length
-        epilogues = [(length - 4 * (len(prologue) + 1), prologue)]
+        epilogues = [(length - 4 * (len(epilogue) + 1), epilogue)]
     else:
         prologue = _body(a64.opcodes(xdata.codes))
         epilogues = [(s.offset, _body(a64.opcodes(xdata.codes, s.start_index)))
@@ -121,54 +124,5 @@ def unwind_arm64(entry: a64.Entry, xdata, image_base: int, pc: int,
         if offset < 4 * len(prologue):
             ops = prologue[len(prologue) - offset // 4:]  # those already run
     saved = _apply(ops, regs, read_memory)
-    return CallerFrame(regs["sp"], regs["x30"], regs, saved)
-
-
-def _op(name: str, *raw: int) -> a64.Opcode:
-    return a64.Opcode(name, bytes(raw), 0)
-
-
-def _alloc(size: int) -> List[a64.Opcode]:
-    if size <= 0:
-        return []
-    if size < 512:
-        return [_op("alloc_s", size // 16)]
-    if size < 32768:
-        return [_op("alloc_m", 0xC0 | (size // 16) >> 8, (size // 16) & 0xFF)]
-    raise _fail("packed local area of %d bytes is not evaluated yet" % size)
-
-
-def _packed_prologue(p: a64.Packed) -> List[a64.Opcode]:
-    """The opcodes (last-run first) equal to a packed entry's canonical prologue, for the
-    forms evaluated: RegF = 0 and H = 0, with CR 0 or 1 (any RegI: the integer saves, lr
-    with them when CR = 1, then `sub sp`). Chained frames (CR 2 and 3) are not, for want
-    of a clang-built example to prove them on."""
-    if p.reg_f or p.homed or p.cr in (a64.CR.CHAINED_PAC, a64.CR.CHAINED):
-        raise _fail("packed form RegI=%d RegF=%d H=%d CR=%d is not evaluated yet"
-                    % (p.reg_i, p.reg_f, p.homed, p.cr))
-    lr = p.cr == a64.CR.UNCHAINED_SAVED_LR
-    saved = p.reg_i + (1 if lr else 0)
-    save_size = (8 * saved + 15) // 16 * 16
-    run: List[a64.Opcode] = []                  # in execution order
-    regs = ["x%d" % (19 + n) for n in range(p.reg_i)] + (["x30"] if lr else [])
-    for k in range(0, len(regs), 2):
-        first, pair = int(regs[k][1:]), regs[k + 1:k + 2]
-        x = first - 19
-        if k == 0:
-            z = save_size // 8 - 1
-            if pair and pair[0] != "x30":
-                run.append(_op("save_regp_x", 0xCC | x >> 2, (x & 3) << 6 | z))
-            elif pair:                          # x19, lr first: no pre-indexed lr pair opcode
-                raise _fail("packed RegI=1 CR=1 is not evaluated yet")
-            else:
-                run.append(_op("save_reg_x", 0xD4 | x >> 3, (x & 7) << 5 | z))
-            continue
-        off = 8 * k // 8
-        if pair and pair[0] == "x30":
-            run.append(_op("save_lrpair", 0xD6 | (x // 2) >> 2, ((x // 2) & 3) << 6 | off))
-        elif pair:
-            run.append(_op("save_regp", 0xC8 | x >> 2, (x & 3) << 6 | off))
-        else:
-            run.append(_op("save_reg", 0xD0 | x >> 2, (x & 3) << 6 | off))
-    run += _alloc(p.frame_size - save_size)
-    return list(reversed(run))
+    base = "x29" if any(op.name in ("set_fp", "add_fp") for op in _body(ops)) else "sp"
+    return CallerFrame(regs["sp"], regs["x30"], regs, saved, base)

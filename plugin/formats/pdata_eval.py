@@ -30,6 +30,8 @@ class CallerFrame:
     registers: Dict[str, int]                  # every register of the caller that is known
     saved_at: Dict[str, int] = field(default_factory=dict)   # register -> address it was read from
     xmm_saved_at: Dict[int, int] = field(default_factory=dict)
+    cfa_register: str = "rsp"                  # the callee register the CFA was computed from
+    epilogue: bool = False                     # pc is in an epilogue, simulated from the code
 
 
 def _u64(read_memory: ReadMemory, address: int) -> int:
@@ -41,19 +43,28 @@ def _u64(read_memory: ReadMemory, address: int) -> int:
 
 def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: int,
                pc: int, registers: Dict[str, int], read_memory: ReadMemory,
-               parts: Sequence[Tuple[int, int]] = ()) -> CallerFrame:
+               parts: Sequence[Tuple[int, int]] = (),
+               same_function: Optional[Callable[[int], bool]] = None) -> CallerFrame:
     """The caller's frame of a function stopped at pc; infos from pdata_x64.chain(function).
     parts: the address ranges of the function's other pieces (entries chained to the same
-    record): a jmp into one of them does not leave the function, so it is no epilogue."""
+    record), or same_function(address): is it in one of them? A jmp into one of them does not
+    leave the function, so it is no epilogue.
+
+    SAVE_NONVOL and SAVE_XMM128 offsets count from the establisher frame, as Windows
+    counts them: the frame register minus its offset once SET_FPREG has run, else rsp."""
     regs = dict(registers)
     inside = [(image_base + function.begin, image_base + function.end)] + list(parts)
-    epilogue = _epilogue(read_memory, pc, inside)
+    epilogue = _epilogue(read_memory, pc, inside, same_function)
     if epilogue is not None:
         return _run_epilogue(epilogue, regs, read_memory)
     saved: Dict[str, int] = {}
     xmm: Dict[int, int] = {}
+    base = "rsp"
     offset = pc - (image_base + function.begin)
     for depth, info in enumerate(infos):
+        frame = regs["rsp"]
+        if info.frame_register and any(c.op == Op.SET_FPREG and (depth or c.offset <= offset) for c in info.codes):
+            frame = regs[GPR[info.frame_register]] - info.frame_offset
         for code in info.codes:
             if depth == 0 and code.offset > offset:
                 continue                    # that part of the prolog has not run yet
@@ -68,10 +79,11 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
                     raise DecodeError(".xdata", None, "x64 SET_FPREG in UNWIND_INFO at RVA 0x%x with no frame "
                                       "register" % info.rva)
                 regs["rsp"] = regs[GPR[info.frame_register]] - info.frame_offset
+                base = GPR[info.frame_register]
             elif code.op in (Op.SAVE_NONVOL, Op.SAVE_NONVOL_FAR):
-                saved[GPR[code.info]] = regs["rsp"] + code.operand
+                saved[GPR[code.info]] = frame + code.operand
             elif code.op in (Op.SAVE_XMM128, Op.SAVE_XMM128_FAR):
-                xmm[code.info] = regs["rsp"] + code.operand
+                xmm[code.info] = frame + code.operand
             elif code.op == Op.PUSH_MACHFRAME:
                 base = regs["rsp"] + (8 if code.info else 0)
                 regs["rip"] = _u64(read_memory, base)
@@ -85,14 +97,14 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
         regs[name] = _u64(read_memory, address)
     regs["rip"] = _u64(read_memory, regs["rsp"])
     regs["rsp"] += 8
-    return CallerFrame(regs["rsp"], regs["rip"], regs, saved, xmm)
+    return CallerFrame(regs["rsp"], regs["rip"], regs, saved, xmm, base)
 
 
 EPILOGUE_WINDOW = 64        # bytes read at pc to recognise an epilogue
 
 
-def _epilogue(read_memory: ReadMemory, pc: int,
-              inside: List[Tuple[int, int]]) -> Optional[List[Tuple[str, int, int]]]:
+def _epilogue(read_memory: ReadMemory, pc: int, inside: List[Tuple[int, int]],
+              same_function: Optional[Callable[[int], bool]] = None) -> Optional[List[Tuple[str, int, int]]]:
     """The rest of an epilogue starting at pc, as steps ("add", 0, n), ("lea", reg, disp),
     ("pop", reg, 0), ("ret", 0, 0); None when the code at pc is not one."""
     try:
@@ -135,7 +147,8 @@ def _epilogue(read_memory: ReadMemory, pc: int,
         target = pc + n + 2 + struct.unpack_from("<b", tail, 1)[0]
     elif tail[:2] == b"\xff\x25" or tail[:3] == b"\x48\xff\x25":
         return steps + [("ret", 0, 0)]    # jmp [rip+disp]: a tail call out of the function
-    if target is not None and not any(lo <= target < hi for lo, hi in inside):
+    if target is not None and not any(lo <= target < hi for lo, hi in inside) \
+            and not (same_function is not None and same_function(target)):
         return steps + [("ret", 0, 0)]
     return None
 
@@ -154,4 +167,5 @@ def _run_epilogue(steps: List[Tuple[str, int, int]], regs: Dict[str, int],
             regs["rsp"] += 8
     regs["rip"] = _u64(read_memory, regs["rsp"])
     regs["rsp"] += 8
-    return CallerFrame(regs["rsp"], regs["rip"], regs, saved, {})
+    base = next((GPR[reg] for kind, reg, _ in steps if kind == "lea"), "rsp")
+    return CallerFrame(regs["rsp"], regs["rip"], regs, saved, {}, base, True)

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
 from plugin.errors import DecodeError
+from plugin.formats import pe
 
 Read = Callable[[int, int], bytes]
 MAX_CHAIN = 32
-RUNTIME_FUNCTION_SIZE = 12
-MAX_ENTRIES = 1 << 20
 
 # Register numbers of UNWIND_CODE.OpInfo and FrameRegister
 GPR = ("rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi",
@@ -77,11 +76,7 @@ class UnwindInfo:
 
 def read_runtime_functions(read: Read, rva: int, size: int) -> List[RuntimeFunction]:
     """The entries of the exception directory at rva."""
-    count = size // RUNTIME_FUNCTION_SIZE
-    if count > MAX_ENTRIES:
-        raise DecodeError(".pdata", None, "%d entries (the limit is %d)" % (count, MAX_ENTRIES))
-    data = read(rva, count * RUNTIME_FUNCTION_SIZE)
-    return [RuntimeFunction(*struct.unpack_from("<III", data, n * 12)) for n in range(count)]
+    return [RuntimeFunction(*fields) for fields in pe.exception_entries(read, rva, size, "<III")]
 
 
 def find(entries: List[RuntimeFunction], rva: int) -> Optional[RuntimeFunction]:

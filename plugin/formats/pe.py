@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from plugin.errors import DecodeError
 
@@ -33,10 +33,12 @@ class Machine(enum.IntEnum):
 PE32_MAGIC = 0x10B
 PE32PLUS_MAGIC = 0x20B
 EXCEPTION_DIRECTORY = 3
+SCN_MEM_EXECUTE = 0x20000000
 _COFF_SIZE = 20
 _SECTION_SIZE = 40
 _MAX_SECTIONS = 96           # the loader's own limit
 _MAX_PE_OFFSET = 0x10000000  # e_lfanew past 256 MiB is garbage
+MAX_EXCEPTION_ENTRIES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,11 @@ class Section:
     virtual_size: int
     raw_offset: int          # file offset
     raw_size: int
+    characteristics: int = 0
+
+    @property
+    def executable(self) -> bool:
+        return bool(self.characteristics & SCN_MEM_EXECUTE)
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ class PEHeaders:
     exception_rva: int       # 0 when the image has no exception directory
     exception_size: int
     sections: Tuple[Section, ...]
+    symbol_table: int = 0    # file offset of the COFF symbol table (lld-link /debug:symtab), 0: none
+    symbol_count: int = 0
 
 
 def _read(read: Read, address: int, size: int, what: str) -> bytes:
@@ -85,7 +94,7 @@ def read_headers(read: Read, base: int = 0) -> PEHeaders:
     head = _read(read, base + lfanew, 4 + _COFF_SIZE, "PE signature and COFF header")
     if head[:4] != b"PE\0\0":
         raise DecodeError("PE", None, "no PE signature at 0x%x (found %s)" % (lfanew, head[:4].hex()))
-    machine, nsections, _, _, _, opt_size, _ = struct.unpack_from("<HHIIIHH", head, 4)
+    machine, nsections, _, symtab, nsyms, opt_size, _ = struct.unpack_from("<HHIIIHH", head, 4)
     if machine == Machine.I386:
         raise DecodeError("PE", None, "machine i386 (0x14c) has no .pdata: 32-bit x86 unwinds by "
                           "frame chains and SEH records on the stack, which are not read")
@@ -110,9 +119,40 @@ def read_headers(read: Read, base: int = 0) -> PEHeaders:
     sections = []
     for n in range(nsections):
         name, vsize, vaddr, rsize, roff = struct.unpack_from("<8sIIII", table, n * _SECTION_SIZE)
-        sections.append(Section(name.rstrip(b"\0").decode("latin-1"), vaddr, vsize, roff, rsize))
+        flags = struct.unpack_from("<I", table, n * _SECTION_SIZE + 36)[0]
+        sections.append(Section(name.rstrip(b"\0").decode("latin-1"), vaddr, vsize, roff, rsize, flags))
     return PEHeaders(Machine(machine), image_base, size_of_image, exc_rva, exc_size,
-                     tuple(sections))
+                     tuple(sections), symtab, nsyms)
+
+
+_SYMBOL_SIZE = 18
+_MAX_SYMBOLS = 1 << 20
+_FUNCTION_TYPE = 0x20        # IMAGE_SYM_DTYPE_FUNCTION << 4
+
+
+def function_symbols(data: bytes, headers: PEHeaders) -> List[Tuple[int, str]]:
+    """(RVA, name) of each function in a file's COFF symbol table (none when it has no table).
+    DecodeError if the table is not inside the file."""
+    if not headers.symbol_table or not headers.symbol_count:
+        return []
+    count = min(headers.symbol_count, _MAX_SYMBOLS)
+    end = headers.symbol_table + count * _SYMBOL_SIZE
+    if end + 4 > len(data):
+        raise DecodeError("PE", None, "the COFF symbol table at 0x%x runs past the file's end" % headers.symbol_table)
+    strings = data[end:]
+    out = []
+    n = 0
+    while n < count:
+        raw = data[headers.symbol_table + n * _SYMBOL_SIZE:headers.symbol_table + (n + 1) * _SYMBOL_SIZE]
+        name, value, section, kind, _, aux = struct.unpack("<8sIhHBB", raw)
+        if name[:4] == b"\0\0\0\0":
+            offset = struct.unpack_from("<I", name, 4)[0]
+            name = strings[offset:strings.find(b"\0", offset)] if 4 <= offset < len(strings) else b""
+        if kind == _FUNCTION_TYPE and 0 < section <= len(headers.sections):
+            out.append((headers.sections[section - 1].virtual_address + value,
+                        name.rstrip(b"\0").decode("latin-1")))
+        n += 1 + aux
+    return out
 
 
 def section_of(headers: PEHeaders, rva: int) -> Optional[Section]:
@@ -138,6 +178,17 @@ def rva_reader(read: Read, headers: PEHeaders, layout: str, base: int = 0) -> Re
             raise DecodeError("PE", None, "RVA 0x%x+%d is past the raw data of %s" % (rva, size, s.name))
         return _read(read, s.raw_offset + off, size, "data at RVA 0x%x" % rva)
     return from_file
+
+
+def exception_entries(read: Read, rva: int, size: int, layout: str) -> List[tuple]:
+    """The exception directory's entries unpacked by a struct layout: x64 RUNTIME_FUNCTION
+    "<III", ARM64 "<II" (at most MAX_EXCEPTION_ENTRIES; a partial entry at the end is left out)."""
+    width = struct.calcsize(layout)
+    count = size // width
+    if count > MAX_EXCEPTION_ENTRIES:
+        raise DecodeError(".pdata", None, "%d entries (the limit is %d)" % (count, MAX_EXCEPTION_ENTRIES))
+    data = read(rva, count * width)
+    return [struct.unpack_from(layout, data, n * width) for n in range(count)]
 
 
 def file_reader(data: bytes) -> Read:

@@ -28,7 +28,7 @@ raises plugin.errors.DecodeError only.
 
 import bisect
 from plugin import arch as arches
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.memory import Region
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.formats.sframe_rules import FreRules
@@ -60,12 +60,13 @@ class SFrameSection(FreRules):
 
     # -- header ------------------------------------------------------------
 
-    def _error(self, offset, cause):
-        return DecodeError(self.name, offset, cause)
+    def _error(self, offset, cause, kind=DecodeKind.MALFORMED):
+        return DecodeError(self.name, offset, cause, kind)
 
     def _byteorder_from_magic(self, region):
         if region.size < 2:
-            raise self._error(0, "section of %d bytes is too short for an SFrame preamble" % region.size)
+            raise self._error(0, "section of %d bytes is too short for an SFrame preamble" % region.size,
+                              DecodeKind.TRUNCATED)
         magic = region.read(0, 2)
         if magic == b"\xe2\xde":
             return "little"
@@ -85,7 +86,7 @@ class SFrameSection(FreRules):
     def _read_header(self):
         if self.size < HEADER_SIZE:
             raise self._error(0, "section of %d bytes is shorter than the %d-byte header"
-                              % (self.size, HEADER_SIZE))
+                              % (self.size, HEADER_SIZE), DecodeKind.TRUNCATED)
         cur = self.region.cursor(2)
         self.version = cur.u8()
         self.flags = cur.u8()
@@ -99,29 +100,29 @@ class SFrameSection(FreRules):
         self.fde_sub_offset = cur.u32()
         self.fre_sub_offset = cur.u32()
         if self.version not in FDE_SIZES:
-            raise self._error(2, "unknown SFrame version %d" % self.version)
+            raise self._error(2, "unknown SFrame version %d" % self.version, DecodeKind.UNSUPPORTED)
         if self.abi not in ABI_NAMES:
-            raise self._error(4, "unknown ABI/arch identifier %d" % self.abi)
+            raise self._error(4, "unknown ABI/arch identifier %d" % self.abi, DecodeKind.UNSUPPORTED)
         self.abi_name = ABI_NAMES[self.abi]
         self.header_size = HEADER_SIZE + self.aux_header_len
         if self.header_size > self.size:
             raise self._error(7, "auxiliary header of %d bytes runs past the end"
-                              % self.aux_header_len)
+                              % self.aux_header_len, DecodeKind.TRUNCATED)
         self.fde_size = FDE_SIZES[self.version]
         self.fdes_start = self.header_size + self.fde_sub_offset
         fdes_end = self.fdes_start + self.num_fdes * self.fde_size
         if fdes_end > self.size:
             raise self._error(8, "%d FDEs of %d bytes from offset 0x%x run past the end (size 0x%x)"
-                              % (self.num_fdes, self.fde_size, self.fdes_start, self.size))
+                              % (self.num_fdes, self.fde_size, self.fdes_start, self.size), DecodeKind.TRUNCATED)
         self.fres_start = self.header_size + self.fre_sub_offset
         self.fres_end = self.fres_start + self.fre_len
         if self.fres_end > self.size:
             raise self._error(16, "FRE sub-section [0x%x, 0x%x) runs past the end (size 0x%x)"
-                              % (self.fres_start, self.fres_end, self.size))
+                              % (self.fres_start, self.fres_end, self.size), DecodeKind.TRUNCATED)
         # The smallest FRE is 2 bytes: a 1-byte start and the info byte.
         if 2 * self.num_fres > self.fre_len:
             raise self._error(12, "%d FREs cannot fit in an FRE sub-section of %d bytes"
-                              % (self.num_fres, self.fre_len))
+                              % (self.num_fres, self.fre_len), DecodeKind.TRUNCATED)
 
     @property
     def sorted(self):
@@ -181,10 +182,11 @@ class SFrameSection(FreRules):
             first_fre = self._fre_block_offset(offset, fre_off, 0)
         fre_type = info & 0xF
         if fre_type not in FRE_TYPE_SIZES:
-            raise self._error(offset, "FDE %d: unknown FRE type %d" % (index, fre_type))
+            raise self._error(offset, "FDE %d: unknown FRE type %d" % (index, fre_type), DecodeKind.UNSUPPORTED)
         if num_fres * 2 > self.fres_end - first_fre:
             raise self._error(offset, "FDE %d: %d FREs cannot fit between 0x%x and the end of the "
-                              "FRE sub-section (0x%x)" % (index, num_fres, first_fre, self.fres_end))
+                              "FRE sub-section (0x%x)" % (index, num_fres, first_fre, self.fres_end),
+                              DecodeKind.TRUNCATED)
         base = self.address + offset if self.pcrel else self.address
         start = (base + start_field) & ADDRESS_MASK
         pc_type = "mask" if (info >> 4) & 1 == PC_TYPE_MASK else "inc"
@@ -235,11 +237,11 @@ class SFrameSection(FreRules):
             size_code = info >> 5 & 0x3
             if size_code not in DATA_WORD_SIZES:
                 raise self._error(offset, "FRE %d of FDE %d: unknown data-word size code %d"
-                                  % (index, fde.index, size_code))
+                                  % (index, fde.index, size_code), DecodeKind.UNSUPPORTED)
             size = DATA_WORD_SIZES[size_code]
             if cur.pos + count * size > self.fres_end:
                 raise self._error(offset, "FRE %d of FDE %d runs past the FRE sub-section"
-                                  % (index, fde.index))
+                                  % (index, fde.index), DecodeKind.TRUNCATED)
             words = [cur.sint(size) for _ in range(count)]
             fre = SFrameFRE(
                 index=index, offset=offset, start_offset=start_offset,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from plugin.memory import encode_sleb, encode_uleb
+from plugin.leb128 import encode_sleb, encode_uleb
 from plugin.model.rules import Rule, RuleKind
 
 MAGIC = 0xDEE2

@@ -6,6 +6,8 @@ One package, no import cycle:
   elf.py       ELF images: ELF and program headers read from the debuggee's
                memory (decoded by plugin.formats.elf)
   macho.py     Mach-O images: the mach_header and load commands in memory
+  pe.py        PE images (x64, ARM64): DOS, PE and section headers in memory;
+               scan_mappings finds images no debugger lists, by their headers
   on_disk.py   what is read from files on disk, and only that: `.debug_frame`
                (never loaded) and `.eh_frame` found by section headers when
                no `.eh_frame_hdr` points at it; those tables are marked with
@@ -21,6 +23,8 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.elf import ELF_MAGIC
 from plugin.modules.elf import discover_elf
 from plugin.modules.macho import discover_macho, is_macho_magic
+from plugin.modules.pe import discover_pe
+from plugin.formats.pe import is_pe
 from plugin.modules.model import Module, Segment, TableLocation, region_of
 from plugin.target import ModuleRef, Target
 
@@ -35,13 +39,15 @@ class Unreadable(NamedTuple):
 
 
 def discover(target: Target, ref: ModuleRef) -> Module:
-    """Module for ref (ELF or Mach-O); DecodeError/MemoryReadError if unreadable."""
+    """Module for ref (ELF, Mach-O or PE); DecodeError/MemoryReadError if unreadable."""
     magic = target.read_memory(ref.header_address, 4)
     if magic == ELF_MAGIC:
         return discover_elf(target, ref)
     if is_macho_magic(magic):
         return discover_macho(target, ref)
-    raise DecodeError("module header", 0, "no ELF or Mach-O magic at 0x%x" % ref.header_address)
+    if is_pe(magic):
+        return discover_pe(target, ref)
+    raise DecodeError("module header", 0, "no ELF, Mach-O or PE (MZ) magic at 0x%x" % ref.header_address)
 
 
 class ModuleMap:

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from plugin.validate import agreement as row_agreement
 from plugin.errors import DecodeError, guard
-from plugin.render import cfi_dump, compact_dump, exidx_dump, orc_dump, sframe_dump
+from plugin.render import cfi_dump, compact_dump, exidx_dump, orc_dump, pdata_dump, sframe_dump
 from plugin.strategies import exidx as exidx_strategy
 from plugin.strategies import sframe as sframe_strategy
 from plugin.render.cfi_dump import Want
@@ -51,6 +51,7 @@ DUMPS = {
     "sframe": Dump(sframe_dump.table_sources, sframe_dump.entry_text),
     "exidx": Dump(exidx_strategy.table_sources, exidx_dump.entry_text),
     "orc": Dump(orc_dump.table_sources, orc_dump.entry_text, head_text=orc_dump.head_text),
+    "pdata": Dump(pdata_dump.table_sources, pdata_dump.entry_text),
 }
 
 def iter_sources(target, modules, address=None, problems=None, kinds=None, want=Want.BOTH):

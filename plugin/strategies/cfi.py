@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from plugin.cache import BoundedCache
 from plugin.errors import DecodeError
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import Row
@@ -54,7 +55,7 @@ class CfiTables(ModuleTables):
 
     def __init__(self, module, target):
         super().__init__(module, target)
-        self._rows = {}         # lookup pc -> CfiRowHit
+        self.rows = BoundedCache("CFI rows", ROW_CACHE_SIZE)     # lookup pc -> CfiRowHit
         self._located = {}      # section name -> TableLocation of .eh_frame / .debug_frame
 
     def _deref(self, address, size):
@@ -159,15 +160,12 @@ class CfiTables(ModuleTables):
 
     def row_for(self, pc: int) -> CfiRowHit | None:
         """lookup(pc) plus the row in force at pc, memoized: deep stacks repeat pcs."""
-        hit = self._rows.get(pc)
+        hit = self.rows.get(pc)
         if hit is None:
             found = self.lookup(pc)
             if found is None:
                 return None
-            hit = CfiRowHit(*found, cfi.row_at(found.fde, pc, self.module.arch))
-            if len(self._rows) >= ROW_CACHE_SIZE:
-                self._rows.clear()
-            self._rows[pc] = hit
+            hit = self.rows.put(pc, CfiRowHit(*found, cfi.row_at(found.fde, pc, self.module.arch)))
         return hit
 
 

@@ -3,7 +3,7 @@
 Every table source is translated into plugin.model.rules.Row, so this is the one
 place where rules meet memory. It never guesses: a register whose rule needs
 a value we do not have is left out of the caller, and a CFA or return
-address that cannot be computed is an UnwindError with the reads so far.
+address that cannot be computed is a RowError with the reads so far.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from plugin.model.rules import CfaKind, RuleKind
 from plugin.formats import dwarf_expr
 
 
-class UnwindError(Exception):
+class RowError(Exception):
     """A row that cannot be applied: what kind of failure, the sentence, and the reads so far."""
 
     def __init__(self, kind: FailureKind, reason: str, reads=()):
@@ -46,7 +46,7 @@ def evaluate_row(row, arch, registers, read_memory):
         try:
             data = read_memory(address, arch.address_size)
         except MemoryReadError as exc:
-            raise UnwindError(FailureKind.UNREADABLE_MEMORY, "cannot read %s at 0x%x: %s" % (what, address, exc),
+            raise RowError(FailureKind.UNREADABLE_MEMORY, "cannot read %s at 0x%x: %s" % (what, address, exc),
                               reads) from None
         value = int.from_bytes(data, arch.byteorder)
         reads.append(Read(what, address, arch.address_size, value))
@@ -62,7 +62,7 @@ def evaluate_row(row, arch, registers, read_memory):
             return dwarf_expr.evaluate(expression, arch=arch, read_register=registers.get,
                                        read_memory=tracked_read, initial_stack=initial, cfa=cfa).value
         except (DecodeError, MemoryReadError) as exc:
-            raise UnwindError(error_kind(exc), "expression for %s: %s" % (what, exc), reads) from None
+            raise RowError(error_kind(exc), "expression for %s: %s" % (what, exc), reads) from None
 
     cfa_rule = row.cfa
     if cfa_rule.kind == CfaKind.EXPRESSION:
@@ -70,7 +70,7 @@ def evaluate_row(row, arch, registers, read_memory):
     else:
         base = registers.get(cfa_rule.register)
         if base is None:
-            raise UnwindError(FailureKind.UNKNOWN_REGISTER,
+            raise RowError(FailureKind.UNKNOWN_REGISTER,
                               "CFA needs %s, whose value is unknown" % arch.name_of(cfa_rule.register), reads)
         cfa = (base + cfa_rule.offset) & mask
         if cfa_rule.deref:

@@ -33,9 +33,9 @@ from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
 from plugin.model.rules import CfaKind, RuleKind
 from plugin.modules import region_of
-from plugin.strategies import ModuleTables
-from plugin.strategies.evaluate import UnwindError, evaluate_row
-from plugin.strategies.exidx_plan import Plan, at_entry, plan  # noqa: F401 (plan: the module's API)
+from plugin.strategies import ModuleTables, sigframe
+from plugin.strategies.evaluate import RowError, evaluate_row
+from plugin.strategies.exidx_plan import OpcodeRun, at_entry, plan  # noqa: F401 (plan: the module's API)
 
 SOURCE = "exidx"
 SECTION = exidx.INDEX_SECTION
@@ -50,8 +50,8 @@ def function_start(entry: exidx.IndexEntry, ctx, pc: int) -> int:
     return start if start is not None and entry.function <= start <= pc else entry.function
 
 
-def checked_at(steps: Plan, start: int, frame, ctx, pc: int):
-    """The Plan for the innermost frame at pc, or a not-applicable Outcome.
+def checked_at(steps: OpcodeRun, start: int, frame, ctx, pc: int):
+    """The OpcodeRun for the innermost frame at pc, or a not-applicable Outcome.
 
     EHABI opcodes hold at call sites. The innermost frame may be stopped
     anywhere, so the straight-line code around pc decides (arm.code_facts):
@@ -122,7 +122,7 @@ class ExidxTables(ModuleTables):
 
     def __init__(self, module, target):
         super().__init__(module, target)
-        self._plans = {}            # entry index -> (UnwindEntry, Plan or None)
+        self._plans = {}            # entry index -> (UnwindEntry, OpcodeRun or None)
 
     def table(self):
         return self.once(SECTION, self._load, errors=(DecodeError, MemoryReadError))
@@ -151,7 +151,7 @@ class ExidxTables(ModuleTables):
         return self.module.segment_end(entry.function) or entry.function + 1
 
     def planned(self, entry, symbol):
-        """(UnwindEntry, Plan or None) for entry; DecodeError for a bad one."""
+        """(UnwindEntry, OpcodeRun or None) for entry; DecodeError for a bad one."""
         found = self._plans.get(entry.index)
         if found is None:
             def personality_name(address):
@@ -220,17 +220,24 @@ def step(frame, ctx) -> Outcome:
                             section=SECTION, section_address=table.address,
                             entry=entry_json(entry, unwind, steps, "binary search of the index"),
                             notes=list(steps.effects))
-    return apply(steps, frame, ctx, evidence)
+    outcome = apply(steps, frame, ctx, evidence)
+    trampoline = sigframe.at_trampoline(frame, ctx)
+    if outcome.status == AttemptStatus.RECOVERED and trampoline is not None:
+        # glibc's restorers carry entries (`.save {r0-r15}` over the sigcontext): the caller is the
+        # interrupted frame, at its exact pc, and its stack may be another (sigaltstack)
+        outcome.signal_frame = True
+        evidence.notes.append("signal trampoline: %s" % trampoline.why)
+    return outcome
 
 
-def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:
-    """The caller's registers from a Plan: the row evaluated, pc from r15 or r14."""
+def apply(steps: OpcodeRun, frame, ctx, evidence: StepEvidence) -> Outcome:
+    """The caller's registers from an OpcodeRun: the row evaluated, pc from r15 or r14."""
     arch = ctx.arch
     evidence.rule = steps.row
     evidence.arch = arch
     try:
         result = evaluate_row(steps.row, arch, frame.registers, ctx.read_memory)
-    except UnwindError as exc:
+    except RowError as exc:
         evidence.reads = exc.reads
         return Outcome.failed(SOURCE, exc.reason, exc.kind, evidence=evidence)
     evidence.cfa = result.cfa
@@ -251,10 +258,10 @@ def apply(steps: Plan, frame, ctx, evidence: StepEvidence) -> Outcome:
 
 # -- evidence and `unwind tables` -----------------------------------------------
 
-def entry_json(entry: exidx.IndexEntry, unwind: exidx.UnwindEntry, steps: Optional[Plan],
+def entry_json(entry: exidx.IndexEntry, unwind: exidx.UnwindEntry, steps: Optional[OpcodeRun],
                found_via: Optional[str] = None, end: Optional[int] = None) -> dict:
     """The index entry, where its opcodes live, and each instruction with what it did.
-    `end`: where the entry's range ends when there is no Plan (ExidxTables.end_of: the
+    `end`: where the entry's range ends when there is no OpcodeRun (ExidxTables.end_of: the
     last entry of the index has no next entry to end it)."""
     out = {"index": entry.index, "index_offset": entry.offset, "start": entry.function,
            "end": steps.row.end if steps else (entry.end if end is None else end), "kind": entry.kind.value,

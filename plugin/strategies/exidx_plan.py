@@ -1,4 +1,4 @@
-"""EHABI unwind opcodes run symbolically into a Row (the `exidx` source's Plan).
+"""EHABI unwind opcodes run symbolically into a Row (the `exidx` source's plan: an OpcodeRun).
 
 Every value is a callee register plus an offset, or a word loaded from such
 an address: the CFA is the final vsp; each popped register is saved at
@@ -13,14 +13,14 @@ from typing import List, Optional
 
 from plugin.formats import exidx
 from plugin.formats.exidx_ops import LR, PC, SP, OpKind
-from plugin.memory import encode_sleb
+from plugin.leb128 import encode_sleb
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 _DW_OP_BREG0, _DW_OP_DEREF, _DW_OP_CONSTS, _DW_OP_PLUS, _DW_OP_DROP = 0x70, 0x06, 0x11, 0x22, 0x13
 
 
 @dataclass
-class Plan:
+class OpcodeRun:
     """An entry's opcodes run symbolically: the Row, and what each instruction did."""
     row: Row
     effects: List[str]              # one sentence per executed instruction
@@ -55,8 +55,8 @@ def _expression(value):
     return out
 
 
-def plan(unwind: exidx.UnwindEntry, arch, start: int, end: int) -> Plan:
-    """The Plan of a decoded UnwindEntry for the range [start, end)."""
+def plan(unwind: exidx.UnwindEntry, arch, start: int, end: int) -> OpcodeRun:
+    """The OpcodeRun of a decoded UnwindEntry for the range [start, end)."""
     vsp = _reg(SP)
     saved = {}                      # core register -> address value it was popped from
     effects, skipped = [], []
@@ -110,11 +110,11 @@ def plan(unwind: exidx.UnwindEntry, arch, start: int, end: int) -> Plan:
     else:
         cfa = CfaRule(CfaKind.EXPRESSION, expression=_expression(vsp))
     row = Row(address=start, cfa=cfa, registers=registers, end=end)
-    return Plan(row, effects, PC if PC in saved else LR, skipped, refused)
+    return OpcodeRun(row, effects, PC if PC in saved else LR, skipped, refused)
 
 
-def at_entry(entry: Optional[exidx.IndexEntry], arch, pc=None, why=None) -> Plan:
-    """The Plan where nothing is saved (the function's first instruction, or `why`): CFA = sp,
+def at_entry(entry: Optional[exidx.IndexEntry], arch, pc=None, why=None) -> OpcodeRun:
+    """The OpcodeRun where nothing is saved (the function's first instruction, or `why`): CFA = sp,
     the return address in lr."""
     pc = entry.function if pc is None else pc
     row = Row(address=pc, cfa=CfaRule(CfaKind.REGISTER, register=SP, offset=0),
@@ -122,4 +122,4 @@ def at_entry(entry: Optional[exidx.IndexEntry], arch, pc=None, why=None) -> Plan
     note = ("%s: nothing is saved, so CFA = %s and the return address is in %s (the opcodes "
             "describe the body, after the prologue)" % (why or "the pc is the function's first instruction",
                                                         arch.name_of(SP), arch.name_of(LR)))
-    return Plan(row, [note], LR, [], False)
+    return OpcodeRun(row, [note], LR, [], False)

@@ -40,7 +40,7 @@ from plugin.arch import CLONE_FUNCTIONS, FrameEdge, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
-from plugin.strategies import planted, sigframe
+from plugin.strategies import planted, process_entry, sigframe
 from plugin.strategies.row_step import step_with_row
 
 SOURCE = "frame-pointer"
@@ -50,6 +50,7 @@ SOURCE = "frame-pointer"
 # look never goes past the frame's own pc: the set-up must have run by then,
 # and bytes past it may belong to the next function.
 PROLOGUE_WINDOW = 256
+TRAMPOLINE_WINDOW = 4096    # bytes between sp and a frame record searched for a signal trampoline's address
 
 # -- helpers shared with the scan source -------------------------------------------
 
@@ -60,11 +61,12 @@ def function_of(frame, ctx):
 
 def stack_edge(frame, ctx, source):
     """What every source that reads code or the stack answers alike, else None: a signal
-    trampoline's frame (unwound by the kernel's signal frame), or a new thread's first frame."""
+    trampoline's frame (unwound by the kernel's signal frame), a new thread's first frame, or
+    the process's first frame (plugin.strategies.process_entry)."""
     trampoline = sigframe.at_trampoline(frame, ctx)
     if trampoline is not None:
         return sigframe.step(frame, ctx, source, trampoline)
-    return outermost_child_of_clone(frame, ctx, source)
+    return outermost_child_of_clone(frame, ctx, source) or process_entry.outermost(frame, ctx, source)
 
 
 def outermost_child_of_clone(frame, ctx, source):
@@ -252,12 +254,34 @@ def frame_pointer_problem(fp, sp, ctx, below_sp=0):
     return None
 
 
+def _trampoline_below_record(fp, sp, ctx):
+    """(FailureKind, why) when a signal trampoline's address lies between sp and the frame record:
+    the kernel entered this frame (a handler, or a function it tail-called), so its caller is the
+    signal frame and the frame pointer is one the interrupted code left; None otherwise."""
+    size = ctx.arch.address_size
+    if sp is None or fp is None or not 0 < fp - sp <= TRAMPOLINE_WINDOW:
+        return None
+    try:
+        data = bytes(ctx.read_memory(sp, fp - sp))
+    except Exception:           # unreadable: the record's own checks decide
+        return None
+    for offset in range(0, len(data) - size + 1, size):
+        word = int.from_bytes(data[offset:offset + size], ctx.arch.byteorder)
+        if word and ctx.is_code(word) and sigframe.recognise(ctx, word) is not None:
+            return (FailureKind.NO_FRAME_POINTER,
+                    "[0x%x] = 0x%x, a signal trampoline, lies between sp and the frame record at 0x%x: the "
+                    "kernel entered this frame, so %s is the interrupted code's" % (
+                        sp + offset, word, fp, ctx.arch.name_of(ctx.arch.fp)))
+    return None
+
+
 # -- the step -----------------------------------------------------------------------
 
 def step(frame, ctx):
     """Recover frame's caller from its frame record (or, at a function's edge, from sp)."""
     arch = ctx.arch
-    if not arch.keeps_frame_records:
+    if not arch.keeps_frame_records and bad_call_target_row(frame, ctx) is None:
+        # (a call through a null pointer is an edge every arch's link register or [sp] answers)
         return Outcome.not_applicable(SOURCE, "no frame-pointer convention is known for %s" % arch.name,
                                       FailureKind.NOT_SUPPORTED)
     edge = stack_edge(frame, ctx, SOURCE)
@@ -288,7 +312,8 @@ def step(frame, ctx):
                                               function[1], min(pc, function[1] + PROLOGUE_WINDOW)),
                                           FailureKind.NO_FRAME_POINTER)
         layout = chain_layout(ctx, function[1], pc) if function is not None else None
-        problem = frame_pointer_problem(fp, sp, ctx, layout.below_sp if layout else 0)
+        problem = frame_pointer_problem(fp, sp, ctx, layout.below_sp if layout else 0) \
+            or _trampoline_below_record(fp, sp, ctx)
         if problem:
             kind, why = problem
             return Outcome.failed(SOURCE, why, kind)

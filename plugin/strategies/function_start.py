@@ -1,7 +1,8 @@
 """Where the `analysis` source starts reading a function that has no table: its first instruction.
 
 Tried in this order (plugin.strategies.analysis follows each until one decides the frame):
-  symbol   the function symbol holding the pc (then no other start is tried);
+  symbol   the function symbol holding the pc (then only starts above it: the nearest symbol
+           below may be a size-less one, `_start`, with a nameless function between);
   table    a neighbouring function's table entry: the .eh_frame/.debug_frame
            FDE or SFrame FDE that ends nearest below the pc (no entry covering
            the pc), its end then moved past the alignment padding the compiler
@@ -31,7 +32,7 @@ from plugin.arch import arm
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats.exidx import EntryKind
 from plugin.model.vocabulary import Found, Vocabulary
-from plugin.strategies import exidx as exidx_strategy
+from plugin.strategies import exidx as exidx_strategy, process_entry
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.scan import read_stack_words
 from plugin.strategies.sframe import SFrameTables
@@ -44,8 +45,6 @@ CALLER_WORDS = 256                   # stack words searched for the call that re
 MAX_CALL_STARTS = 4                  # starts from calls tried before giving up
 PROLOGUE_WINDOW = 4096               # how far below the pc a prologue is looked for
 MAX_PROLOGUE_STARTS = 2              # prologues tried, the nearest first
-ENTRY_CODE = 64                      # bytes of the entry point's code searched for main's address
-LEA_RDI, MOV_RDI = b"\x48\x8d\x3d", b"\x48\xc7\xc7"     # lea disp32(%rip), %rdi; mov $imm32, %rdi
 
 
 class StartBy(Vocabulary):
@@ -71,7 +70,16 @@ def starts(frame, ctx, pc, thumb=False) -> Iterator[Start]:
     if found is not None and 0 <= pc - start < MAX_FUNCTION:
         yield Start(start, StartBy.SYMBOL, "the function starts at 0x%x: the symbol %s" % (start, found[0]),
                     found[0])
+        # The nearest symbol below the pc may not hold it (a size-less `_start`, a stripped program's
+        # .dynsym): a nameless function may lie between them, so only starts above it are tried next.
+        for other in _other_starts(frame, ctx, pc, thumb):
+            if other.address > start:
+                yield other
         return
+    yield from _other_starts(frame, ctx, pc, thumb)
+
+
+def _other_starts(frame, ctx, pc, thumb) -> Iterator[Start]:
     if ctx.arch.name == "arm":
         from_exidx = _start_from_exidx(ctx, pc)
         if from_exidx is not None:
@@ -82,7 +90,7 @@ def starts(frame, ctx, pc, thumb=False) -> Iterator[Start]:
     yield from _starts_from_calls(frame, ctx, pc, thumb)
     if ctx.arch.name != "arm":               # no frame-record prologue pattern is declared for Arm
         yield from _starts_from_prologues(ctx, pc)
-    main = main_from_entry(ctx, pc)
+    main = process_entry.main_from_entry(ctx, pc)
     if main is not None and 0 <= pc - main[0] < MAX_FUNCTION:
         yield Start(main[0], StartBy.ENTRY, "the function starts at 0x%x: main, whose address the entry code "
                                             "at 0x%x passes to __libc_start_main (`%s`)" % main, "main")
@@ -265,31 +273,6 @@ def _direct_call_target(ctx, return_address, thumb=False) -> Optional[int]:
 
 
 # -- a prologue --------------------------------------------------------------------------
-
-def main_from_entry(ctx, pc) -> Optional[Tuple[int, int, str]]:
-    """(main, the entry point, the instruction naming main) of the x86_64 ELF program holding pc:
-    its entry code (glibc's _start) loads main's address into rdi, the first argument of
-    __libc_start_main, with `lea disp32(%rip), %rdi` or `mov $imm32, %rdi`; None otherwise."""
-    module = ctx.modules.find(pc)
-    if module is None or module.format != "elf" or ctx.arch.name != "x86_64":
-        return None
-    try:
-        header = bytes(ctx.read_memory(module.header_address, 32))
-        if header[:5] != b"\x7fELF\x02":
-            return None
-        entry = int.from_bytes(header[24:32], "little") + module.load_bias
-        code = bytes(ctx.read_memory(entry, ENTRY_CODE))
-    except Exception:           # unreadable: no start from the entry
-        return None
-    at = code.find(LEA_RDI)
-    if at >= 0 and at + 7 <= len(code):
-        return entry + at + 7 + int.from_bytes(code[at + 3:at + 7], "little", signed=True), entry, \
-            "lea disp32(%rip), %rdi"
-    at = code.find(MOV_RDI)
-    if at >= 0 and at + 7 <= len(code):
-        return int.from_bytes(code[at + 3:at + 7], "little") + module.load_bias, entry, "mov $imm32, %rdi"
-    return None
-
 
 def _starts_from_prologues(ctx, pc) -> Iterator[Start]:
     """Functions entered by no call (a signal handler, a thread's start): the nearest prologues

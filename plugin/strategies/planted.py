@@ -109,22 +109,14 @@ VERDICTS_SIZE = 65536
 
 def _remembered(ctx, kind, frame, decide):
     """decide(frame, ctx), kept per (kind, pc, exact pc) where the target keeps code_verdicts
-    (plugin.target.Target: a dict it drops at every stop and module change; the verdict rests
+    (plugin.target.Target: a plugin.cache.BoundedCache of VERDICTS_SIZE it clears at every stop and module change; the verdict rests
     on code bytes and symbols only), so a deep recursion reads the bytes before its return
     address once. Not while inside the debugger's unwinder, where fewer symbols can be looked up."""
     target = getattr(ctx, "target", None)       # None: a context built without one (tests)
     verdicts = None if target is None else target.code_verdicts
     if verdicts is None or target.inside_unwinder:
         return decide(frame, ctx)
-    key = (kind, frame.pc, frame.exact_pc)
-    try:
-        return verdicts[key]
-    except KeyError:
-        pass
-    if len(verdicts) >= VERDICTS_SIZE:
-        verdicts.clear()
-    verdict = verdicts[key] = decide(frame, ctx)
-    return verdict
+    return verdicts.lookup((kind, frame.pc, frame.exact_pc), decide, frame, ctx)
 
 
 def _outermost(frame, ctx):

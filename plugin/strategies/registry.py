@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, Dict
 
 from plugin.settings import Trust
-from plugin.strategies import analysis, cfi, compact, exidx, frame_pointer, scan, sframe
+from plugin.strategies import analysis, cfi, compact, exidx, frame_pointer, pdata, scan, sframe
 
 # source name -> its step(frame, ctx) -> Outcome. Keys are settings.Trust values; tests
 # check that every declared source has one and no other name does.
@@ -21,6 +21,7 @@ STRATEGIES: Dict[str, Callable] = {
     Trust.SFRAME.value: sframe.step,
     Trust.COMPACT.value: compact.step,
     Trust.EXIDX.value: exidx.step,
+    Trust.PDATA.value: pdata.step,
     Trust.ANALYSIS.value: analysis.step,
     Trust.FRAME_POINTER.value: frame_pointer.step,
     Trust.SCAN.value: scan.step,

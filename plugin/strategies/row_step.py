@@ -5,7 +5,7 @@ after that, computing the CFA, reading saved registers, spotting the
 outermost frame and stripping pointer authentication are the same.
 """
 
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 
 
@@ -15,7 +15,7 @@ def step_with_row(row, frame, ctx, evidence, signal_frame=False):
     evidence.arch = arch
     try:
         result = evaluate_row(row, arch, frame.registers, ctx.read_memory)
-    except UnwindError as exc:
+    except RowError as exc:
         evidence.reads = exc.reads
         return Outcome.failed(evidence.source, exc.reason, exc.kind, evidence=evidence)
     evidence.cfa = result.cfa

@@ -12,6 +12,7 @@ registers (rbx, r12-r15; x19-x28) are left unknown in the caller instead of
 being assumed unchanged, as a CFI row with no rule for them would say.
 """
 
+from plugin.cache import BoundedCache
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import RuleKind
@@ -33,7 +34,7 @@ class SFrameTables(ModuleTables):
 
     def __init__(self, module, target):
         super().__init__(module, target)
-        self._rows = {}         # lookup pc -> (index, fde, fre, Row) or None
+        self.rows = BoundedCache("SFrame rows", ROW_CACHE_SIZE)  # lookup pc -> (index, fde, fre, Row) or None
         self._described = {}    # (FDE index, FRE index) -> (entry, notes): the evidence that never changes
 
     @property
@@ -78,19 +79,16 @@ class SFrameTables(ModuleTables):
         fre is None for a v3 FDE without FREs (an outermost frame). May raise
         DecodeError for a bad FDE or FRE.
         """
-        if pc in self._rows:
-            return self._rows[pc]
+        return self.rows.lookup(pc, self._row_for, pc)
+
+    def _row_for(self, pc):
         section = self.section()
-        hit = None
         if section is not None:
             found = section.find(pc)
             if found is not None:
                 index, fde, fre = found
-                hit = (index, fde, fre, section.row(fde, fre, pc))
-        if len(self._rows) >= ROW_CACHE_SIZE:
-            self._rows.clear()
-        self._rows[pc] = hit
-        return hit
+                return index, fde, fre, section.row(fde, fre, pc)
+        return None
 
     def described(self, index, fde, fre, row):
         """(entry, notes) for the evidence of this FDE and FRE, built once: deep stacks repeat them.

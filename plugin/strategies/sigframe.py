@@ -32,12 +32,11 @@ from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.vocabulary import Found, Vocabulary
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 
 # vDSO symbols of sigreturn trampolines (aarch64, i386, x86_64 vDSO conventions).
 VDSO_SIGRETURN_SYMBOLS = ("__kernel_rt_sigreturn", "__kernel_sigreturn", "__vdso_rt_sigreturn",
                           "__vdso_sigreturn")
-CACHE_ATTRIBUTE = "_signal_trampolines"       # per UnwindContext: address -> Trampoline or None
 
 
 class RecognisedBy(Vocabulary):
@@ -54,17 +53,15 @@ class Trampoline(Found):
 
 
 def recognise(ctx, address: int) -> Optional[Trampoline]:
-    """The signal trampoline starting at address, or None (cached for this walk)."""
-    cache = getattr(ctx, CACHE_ATTRIBUTE, None)
-    if cache is None:
-        cache = {}
-        setattr(ctx, CACHE_ATTRIBUTE, cache)
-    if address not in cache:
-        try:
-            cache[address] = _recognise(ctx, address)
-        except Exception:       # recognition only helps; unreadable or undecodable means "not one"
-            cache[address] = None
-    return cache[address]
+    """The signal trampoline starting at address, or None (kept in ctx.signal_trampolines)."""
+    return ctx.signal_trampolines.for_generation(ctx.target.generation).lookup(address, _recognised, ctx, address)
+
+
+def _recognised(ctx, address):
+    try:
+        return _recognise(ctx, address)
+    except Exception:       # recognition only helps; unreadable or undecodable means "not one"
+        return None
 
 
 def _recognise(ctx, address):
@@ -120,7 +117,7 @@ def step(frame, ctx, source: str, trampoline: Trampoline) -> Outcome:
                           "kernel saved at sp+%d" % trampoline.sigreturn.context)
     try:
         result = evaluate_row(row, arch, frame.registers, ctx.read_memory)
-    except UnwindError as exc:
+    except RowError as exc:
         evidence.reads = exc.reads
         return Outcome.failed(source, exc.reason, exc.kind, evidence=evidence)
     evidence.cfa, evidence.reads = result.cfa, result.reads

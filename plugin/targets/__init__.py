@@ -24,7 +24,7 @@ def open_file(path, arch=None):
 
 
 ELF_MAGIC = b"\x7fELF"
-_OTHER_FORMATS = ((b"MZ", "a PE/COFF file (Windows): only `tables FILE` reads its unwind data"),
+_OTHER_FORMATS = ((b"MZ", "a PE/COFF file (Windows): `tables FILE` and `validate FILE` read its unwind data"),
                   (b"#!", "a script"), (b"!<ar", "an ar archive: extract its members"))
 
 

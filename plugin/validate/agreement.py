@@ -17,7 +17,7 @@ import dataclasses
 
 from plugin.errors import MemoryReadError
 from plugin.model.rules import RuleKind
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 
 # Two made-up machine states: register n holds BASE + n * STRIDE, the stack
 # pointer a plausible aligned stack address, memory word at a = f(a).
@@ -45,7 +45,7 @@ def _evaluate(row, arch, address):
         registers, read_memory = _state(arch, address, base, stride, sp, multiplier)
         try:
             result = evaluate_row(row, arch, registers, read_memory)
-        except (UnwindError, MemoryReadError) as exc:
+        except (RowError, MemoryReadError) as exc:
             return getattr(exc, "reason", str(exc))
         out.append((result.cfa, {arch.fp: result.registers.get(arch.fp),
                                  arch.ra: result.registers.get(arch.ra)}, result.undefined))

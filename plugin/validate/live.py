@@ -24,7 +24,7 @@ from plugin.analysis.ops import Flow
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import Frame
 from plugin.model.outcome import AttemptStatus, FailureKind
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 from plugin.validate.code import Verdict
 
 SHOWN_WRONG = 12                # wrong addresses listed in a summary line before "..."
@@ -81,7 +81,7 @@ def truth_at_entry(arch, registers: Dict[int, int], read_memory) -> Truth:
         raise ValueError("no entry rule is known for %s" % arch.name)
     try:
         result = evaluate_row(row, arch, registers, read_memory)
-    except UnwindError as exc:
+    except RowError as exc:
         raise ValueError("cannot apply the entry rule at 0x%x: %s" % (pc, exc.reason)) from None
     ra = result.registers.get(arch.ra)
     if ra is None:

@@ -89,7 +89,7 @@ from plugin import engine
 from plugin.model.evidence import Frame
 from plugin.formats import cfi
 from plugin.modules import ModuleMap
-from plugin.strategies.evaluate import UnwindError, evaluate_row
+from plugin.strategies.evaluate import RowError, evaluate_row
 from plugin.strategies.compact import CompactTables
 from plugin.model.stops import StopReason
 
@@ -205,7 +205,7 @@ def _measure(em):
         try:
             result = evaluate_row(row, arch, registers, target.read_memory)
             row_right = result.cfa == caller_sp and result.registers.get(arch.ra) == ra
-        except UnwindError:
+        except RowError:
             row_right = False
         frame = Frame(level=0, pc=address, registers=registers, method="context", exact_pc=True)
         outcome, _ = engine.step_frame(frame, ctx)

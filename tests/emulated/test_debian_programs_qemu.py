@@ -7,9 +7,13 @@ gdb-multiarch stops it at a libc function it calls; the plugin's walk
 (`unwind backtrace -json`) must equal GDB's own frames, (pc, sp) frame by
 frame, as far as GDB goes, and GDB's `bt` with the plugin loaded must show
 every frame GDB alone shows. The programs have no .symtab, so `main` is
-nameless and GDB's own walk stops in the program's code (frame 1 to 6);
-the frames the plugin finds beyond (analysis, then scan) have no oracle
-here yet: they are printed (run with -s), not asserted.
+nameless and GDB's own walk stops in the program's code (frame 1 to 6).
+Beyond GDB the oracle is a shadow call stack (tests/helpers/shadow_stack.py:
+qemu's log of the blocks it ran, replayed up to the first entry into the
+breakpoint's function, each call pushing its return address and each return
+popping it): the plugin's frames must equal it whole, to the process's
+first frame (the program's `_start`, or ld.so's when the stop is in the
+loader), and it must itself equal GDB's frames as far as GDB goes.
 
 i386 runs natively under GDB, the sysroot's ld.so loading the program with
 the sysroot's libc (--library-path); the program is added to GDB as a
@@ -26,6 +30,8 @@ import pytest
 from gdb_actions import native_frames
 from gdbrun import run_gdb
 from qemu_arm import qemu_arm
+from shadow_stack import shadow_stack
+from support import need_tool
 
 ROOT = Path(os.environ.get("UNWIND_SYSROOTS", "/opt/unwind-sysroots"))
 SETUP = Path(__file__).resolve().parents[1] / "setup_debian_sysroots.sh"
@@ -47,6 +53,10 @@ def _sysroot(arch):
     return ROOT / arch
 
 
+def _hex(addresses):
+    return " ".join("%#x" % a for a in addresses)
+
+
 def _bt(results):
     return [line for line
                  in results.splitlines() if line.startswith("#")]
@@ -60,12 +70,23 @@ def test_armhf_walk_equals_gdb(stop):
     setup = ["set sysroot %s" % sysroot, "set breakpoint pending on"]
     with qemu_arm(binary, args, sysroot=sysroot) as address:
         results, transcript = run_gdb(binary, [
+            ("entry", "py", 'int(gdb.parse_and_eval("(long)&%s")) & 0xffffffff' % breakpoint),
             ("ours", "json", "unwind backtrace -json"),
             ("bt", "cmd", "bt"),
             *native_frames(),
             ("bt-native", "cmd", "bt"),
         ], breakpoint=breakpoint, setup=setup, gdb_program="gdb-multiarch", remote=address, timeout=300)
     _check(stop, results, transcript)
+    # beyond GDB: the return addresses qemu saw called and not yet returned to (tests/helpers/shadow_stack.py)
+    entry = results["entry"]
+    oracle = shadow_stack(need_tool("qemu-arm"), sysroot, binary, args, entry)
+    assert oracle is not None, "qemu never entered %s at %#x" % (breakpoint, entry)
+    oracle = [address for address, _ in oracle]
+    ours = [f["pc"] & ~1 for f in results["ours"]["frames"][1:]]
+    native = [f["pc"] & ~1 for f in results["native"][1:]]
+    print("%s: shadow stack %s; GDB %s; ours %s" % (stop, _hex(oracle), _hex(native), _hex(ours)))
+    assert oracle[:len(native)] == native, transcript      # the oracle agrees with GDB where GDB goes
+    assert ours == oracle, transcript
 
 
 def _check(stop, results, transcript, whole=False):

@@ -20,6 +20,7 @@ from plugin.formats import pe
 
 STACK_BASE, STACK_SIZE = 0x7000000, 0x400000
 SENTINEL = 0xDEAD000
+XMM_TRUTH = {n: (0x1234 + n) << 64 | (0x5678 + n) for n in range(6, 16)}   # xmm6-15 (non-volatile)
 NONVOLATILE = ("rbx", "rbp", "rsi", "rdi", "r12", "r13", "r14", "r15")
 UC = {name: getattr(x86, "UC_X86_REG_" + name.upper()) for name in x64.GPR + ("rip",)}
 
@@ -75,9 +76,11 @@ def _run_from(path, entry_index):
     truth = {name: 0x1111 * (n + 1) for n, name in enumerate(NONVOLATILE)}
     for name, value in truth.items():
         uc.reg_write(UC[name], value)
+    for n, value in XMM_TRUTH.items():
+        uc.reg_write(getattr(x86, "UC_X86_REG_XMM%d" % n), value)
     uc.reg_write(UC["rsp"], rsp)
     uc.reg_write(UC["rcx"], 2)
-    checked, mismatches = [], []
+    checked, mismatches, xmm_checked = [], [], []
 
     def memory(address, size):
         return bytes(uc.mem_read(address, size))
@@ -89,8 +92,13 @@ def _run_from(path, entry_index):
         regs = {name: uc.reg_read(UC[name]) for name in UC}
         parts = [(base + f.begin, base + f.end) for f in functions if _root(read, f) == entry]
         got = pdata_eval.unwind_x64(fn, x64.chain(read, fn), base, pc, regs, memory, parts)
-        have = (got.cfa, got.rip, {n: got.registers[n] for n in NONVOLATILE})
-        want = (rsp + 8, SENTINEL, truth)
+        xmm = {n: int.from_bytes(bytes(uc.mem_read(address, 16)), "little")
+               for n, address in got.xmm_saved_at.items()}
+        have = (got.cfa, got.rip, {n: got.registers[n] for n in NONVOLATILE},
+                {n: v for n, v in xmm.items() if v != XMM_TRUTH[n]})
+        want = (rsp + 8, SENTINEL, truth, {})
+        if xmm:
+            xmm_checked.append(pc)
         checked.append((pc, pc in epilogues))
         if have != want:
             mismatches.append((hex(pc), have, want))
@@ -98,19 +106,20 @@ def _run_from(path, entry_index):
     uc.hook_add(unicorn.UC_HOOK_CODE, hook)
     uc.emu_start(base + entry.begin, SENTINEL, count=100000)
     assert uc.reg_read(UC["rsp"]) == rsp + 8          # ran to its return
-    return checked, mismatches
+    return checked, mismatches, xmm_checked
 
 
 def _cases():
     return [("x64_funcs.c", "-O0", n) for n in range(3)] + \
         [("x64_funcs.c", "-O2", n) for n in range(2)] + \
-        [("x64_codes.s", "-O0", 0), ("x64_codes.s", "-O0", 1), ("x64_chained.s", "-O0", 0)]
+        [("x64_codes.s", "-O0", 0), ("x64_codes.s", "-O0", 1), ("x64_codes.s", "-O0", 2),
+         ("x64_chained.s", "-O0", 0)]
 
 
 @pytest.mark.parametrize("source,opt,index", _cases())
 def test_caller_registers_equal_execution(tmp_path, source, opt, index):
     path = build(source, str(tmp_path), opt=opt)
-    checked, mismatches = _run_from(path, index)
+    checked, mismatches, _ = _run_from(path, index)
     assert any(in_epilogue for _, in_epilogue in checked)
     assert any(not in_epilogue for _, in_epilogue in checked)
     assert mismatches == []
@@ -120,7 +129,18 @@ def test_chained_fragment_rows_were_checked(tmp_path):
     """The fragment's instructions (reached by jmp) were among those checked."""
     path = build("x64_chained.s", str(tmp_path), opt="-O0")
     _, headers, read, functions = _load(path)
-    checked, _ = _run_from(path, 0)
+    checked, _, _ = _run_from(path, 0)
     frag = functions[1]
     assert any(headers.image_base + frag.begin <= pc < headers.image_base + frag.end
                for pc, _ in checked)
+
+
+def test_saved_xmm_registers_are_where_the_codes_say(tmp_path):
+    """SAVE_XMM128 (xmm6) and SAVE_XMM128_FAR (xmm7, 1 MiB up the frame): at every instruction
+    after the saves, the 16 bytes at the address the evaluation gives are the register's value."""
+    path = build("x64_codes.s", str(tmp_path), opt="-O0")
+    _, _, read, functions = _load(path)
+    ops = {c.op for c in x64.chain(read, functions[0])[0].codes}
+    assert {x64.Op.SAVE_XMM128, x64.Op.SAVE_XMM128_FAR} <= ops
+    checked, mismatches, xmm_checked = _run_from(path, 0)
+    assert mismatches == [] and len(xmm_checked) >= 4

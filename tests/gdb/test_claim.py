@@ -14,7 +14,7 @@ from sframe_demo import STRIP_CFI
 from support import ROOT, build, need_tool, pcs_sps
 from test_transcripts import inline_program
 
-TABLES = "cfi,sframe,compact,exidx"      # the table sources only: no source reads code or the stack
+TABLES = "cfi,sframe,compact,exidx,pdata"      # the table sources only: no source reads code or the stack
 NOEH = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
 
 

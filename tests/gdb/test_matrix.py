@@ -2,7 +2,7 @@
 
 Each row runs the program without tables (and some without symbols; one is
 Debian's own /usr/bin/sleep; one opens a core of it without the executable) under
-GDB (natively, or the aarch64 build under qemu-user with gdb-multiarch)
+GDB (natively, or the aarch64 and arm32 builds under qemu-user with gdb-multiarch)
 and under LLDB (natively, or LLDB 22/19 attached to qemu-user's gdbstub);
 the truth is GDB's own backtrace of the twin that keeps its tables.
 Asserted for every row:
@@ -15,7 +15,12 @@ Asserted for every row:
   LLDB alone.
 
 The counts are saved for docs/matrix.md's table (tests/.build/matrix-results.json;
-`python tests/helpers/matrix.py --update-readme` writes it). About 70 s for
+`python tests/helpers/matrix.py --update-readme` writes it; a run of some rows, `-k i386`,
+replaces theirs and keeps the others'). i386 runs natively (gcc -m32), arm32 (Thumb-2 and
+Arm, static) under qemu-arm; LLDB is not run for either (its columns say "—"), and arm32 has
+no signal rows: under qemu-arm GDB's own walk through the signal frame is wrong, so there is
+no truth (tests/emulated/test_signal_arm_i386.py checks that frame against qemu's shadow call
+stack instead). About 70 s for
 all rows here (23 rows, 3 debugger sessions each).
 """
 from __future__ import annotations
@@ -27,6 +32,13 @@ from matrix import Row, run_row
 
 ROWS = matrix.rows()
 _RESULTS = {}
+# Columns short of the truth, and why; the test asserts exactly these counts, so a change shows.
+KNOWN_GAPS = {
+    # on_alarm, tail-called by the handler, has no symbol, no table and no call reaching it: the
+    # plugin finds its caller (the vDSO's __kernel_sigreturn at [esp+4]) only by a scan, a guess GDB
+    # does not take with default settings, and GDB's own i386 unwinder follows the stale ebp
+    ("i386 signal -O2, no symbols", "gdb_default"): 2,
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,6 +61,9 @@ def test_row(row: Row):
     assert truth >= 3, _describe(columns["truth"])
     for column in ("gdb_default", "gdb_walk", "gdb_fallback", "lldb_walk"):
         if counts[column] is None:
+            continue
+        if (row.name, column) in KNOWN_GAPS:
+            assert counts[column] == KNOWN_GAPS[row.name, column], (column, counts[column])
             continue
         assert counts[column] == truth, "%s: %d of %d right\nplugin: %s\ntruth: %s" % (
             column, counts[column], truth, _describe(columns[column]), _describe(columns["truth"]))

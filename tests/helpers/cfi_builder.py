@@ -15,7 +15,7 @@ from plugin.memory import PE_OMIT, Region
 X86_RSP, X86_RBP, X86_RBX, X86_RIP = 7, 6, 3, 16
 
 
-from plugin.memory import encode_sleb as sleb, encode_uleb as uleb  # noqa: E402
+from plugin.leb128 import encode_sleb as sleb, encode_uleb as uleb  # noqa: E402
 
 
 _FORMATS = {0x02: ("H", 2), 0x03: ("I", 4), 0x04: ("Q", 8),

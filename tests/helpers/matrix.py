@@ -52,11 +52,17 @@ COLUMNS = (("gdb_alone", "GDB alone"), ("gdb_default", "GDB + plugin"), ("gdb_fa
            ("gdb_walk", "`unwind backtrace` (GDB)"), ("lldb_alone", "LLDB alone"),
            ("lldb_walk", "`unwind backtrace` (LLDB)"))
 FRAME_LIMIT = 64
+ARM_THUMB, ARM_ARM = "arm32 Thumb-2", "arm32 Arm"
+# arch -> (cross tools' prefix, qemu-user, compiler flags, qemu options): static builds under qemu-user
+CROSS = {"aarch64": ("aarch64-linux-gnu-", "qemu-aarch64", [], ("-cpu", "max,sve=off")),
+         ARM_THUMB: ("arm-linux-gnueabihf-", "qemu-arm", ["-mthumb"], ()),
+         ARM_ARM: ("arm-linux-gnueabihf-", "qemu-arm", ["-marm"], ())}
+NATIVE_FLAGS = {"x86_64": [], "i386": ["-m32"]}
 
 
 @dataclass(frozen=True)
 class Row:
-    arch: str              # x86_64 (native) or aarch64 (qemu-user)
+    arch: str              # x86_64, i386 (native), aarch64, arm32 Thumb-2, arm32 Arm (qemu-user): CROSS
     program: str           # fixture file
     build: str             # key of FLAGS
     mode: str              # the program's argument
@@ -78,10 +84,12 @@ class Row:
 
 def rows() -> List[Row]:
     out = []
-    for arch in ("x86_64", "aarch64"):
+    for arch in ("x86_64", "aarch64", "i386", ARM_THUMB, ARM_ARM):
         for flags in ("O2", "O0"):
             for stripped in (False, True):
                 for mode in ("plain", "signal"):
+                    if mode == "signal" and arch in (ARM_THUMB, ARM_ARM):
+                        continue        # GDB's own Arm signal frame is wrong under qemu-arm: no truth
                     out.append(Row(arch, "matrix.c", flags, mode, stripped))
         out.append(Row(arch, "matrix.c", "O2", "thread", anchor="thread_main"))
         out.append(Row(arch, "matrix.c", "O2", "null"))
@@ -102,14 +110,16 @@ def binaries(row: Row) -> Tuple[Path, Path]:
     if row.core:
         twin = binaries(replace(row, core=False))[0]
         return twin, twin
-    if row.arch == "x86_64":
-        twin = build(row.program, FLAGS[row.build], name="matrix-%s-%s" % (row.program[:-2], row.build))
+    if row.arch in NATIVE_FLAGS:
+        flags = FLAGS[row.build] + NATIVE_FLAGS[row.arch]
+        tag = "" if row.arch == "x86_64" else "-" + row.arch
+        twin = build(row.program, flags, name="matrix-%s-%s%s" % (row.program[:-2], row.build, tag))
         post = [["objcopy", *NO_TABLES, "{out}"]] if row.tables_removed else []
         if row.stripped:
             post.append(["objcopy", "--strip-all", "{out}"])
-        name = "matrix-%s-%s-noeh%s" % (row.program[:-2], row.build, "-strip" if row.stripped else "")
-        return twin, build(row.program, FLAGS[row.build], name=name, post=post) if post else twin
-    return _aarch64(row, False), _aarch64(row, True)
+        name = "matrix-%s-%s-noeh%s%s" % (row.program[:-2], row.build, "-strip" if row.stripped else "", tag)
+        return twin, build(row.program, flags, name=name, post=post) if post else twin
+    return _cross(row, False), _cross(row, True)
 
 
 def _system_copy(row):
@@ -130,9 +140,12 @@ def _breakpoint(row):
     return "stop_here" if row.program == "jit.c" else None
 
 
-def _aarch64(row, under_test):
-    """Static aarch64 executables (qemu-user has no /proc; the static one is found from its entry)."""
-    stem = "matrix-a64-%s-%s%s" % (row.program[:-2], row.build,
+def _cross(row, under_test):
+    """Static aarch64 and 32-bit Arm executables (qemu-user has no /proc; the static one is found
+    from its entry)."""
+    prefix, _, flags, _ = CROSS[row.arch]
+    arch = {"aarch64": "a64", ARM_THUMB: "arm32-thumb", ARM_ARM: "arm32-arm"}[row.arch]
+    stem = "matrix-%s-%s-%s%s" % (arch, row.program[:-2], row.build,
                                    ("-noeh" + ("-strip" if row.stripped else "")) if under_test else "")
     out = BUILD / stem
     source = FIXTURES / row.program
@@ -140,10 +153,10 @@ def _aarch64(row, under_test):
         return out
     BUILD.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp%d" % os.getpid())
-    subprocess.run([need_tool("aarch64-linux-gnu-gcc"), "-g", "-static", *FLAGS[row.build], "-o", str(tmp),
+    subprocess.run([need_tool(prefix + "gcc"), "-g", "-static", *FLAGS[row.build], *flags, "-o", str(tmp),
                     str(source), "-lpthread"], check=True, capture_output=True, text=True)
     if under_test:
-        objcopy = need_tool("aarch64-linux-gnu-objcopy")
+        objcopy = need_tool(prefix + "objcopy")
         subprocess.run([objcopy, *NO_TABLES, str(tmp)], check=True, capture_output=True)
         if row.stripped:
             subprocess.run([objcopy, "--strip-all", str(tmp)], check=True, capture_output=True)
@@ -172,11 +185,12 @@ def _gdb(row, binary, actions):
     breakpoint = _breakpoint(row)
     if row.core:
         return run_gdb(binary, actions, core=core_of(row, binary), breakpoint=None, setup=NATIVE)[0]
-    if row.arch == "x86_64":
+    if row.arch in NATIVE_FLAGS:
         setup = NATIVE + (["set breakpoint pending on"] if row.program.startswith("/") else [])
         return run_gdb(binary, actions, args=args, breakpoint=breakpoint, setup=setup)[0]
     from qemu_user import qemu_user
-    with qemu_user("qemu-aarch64", binary, args, options=("-cpu", "max,sve=off")) as address:
+    _, emulator, _, options = CROSS[row.arch]
+    with qemu_user(emulator, binary, args, options=options) as address:
         return run_gdb(binary, actions, args=(), breakpoint=breakpoint, setup=NATIVE + QEMU_SETUP,
                        gdb_program="gdb-multiarch", remote=address, timeout=300)[0]
 
@@ -265,7 +279,7 @@ def _lldb_remote(row, binary):
     if row.mode == "null":
         stop, late = ["continue"], "-k"
     else:
-        trap = _trap_address(_aarch64(row, False))
+        trap = _trap_address(_cross(row, False))
         stop = ["script (lldb.thread.GetFrameAtIndex(0).GetPC() == 0x%x) or (lldb.debugger.HandleCommand("
                 "'breakpoint set -a 0x%x'), lldb.debugger.HandleCommand('continue'))" % (trap, trap)]
         late = "-o"
@@ -310,6 +324,8 @@ def _trap_address(twin):
 def lldb_columns(row, binary) -> Dict[str, list]:
     if row.core:
         return {}               # GDB's row: LLDB loads a core's modules from its own mapping list
+    if row.arch in (ARM_THUMB, ARM_ARM, "i386"):
+        return {}               # LLDB is not run for them (its columns say "—")
     if row.arch != "x86_64":
         return _lldb_remote(row, binary)
     from lldbrun import physical, run_lldb
@@ -325,13 +341,13 @@ def lldb_columns(row, binary) -> Dict[str, list]:
 
 def function_ranges(twin: Path, arch: str) -> List[Tuple[int, int, str]]:
     """(start, end, name) of the twin's functions (nm), for "same function" at an interrupted pc."""
-    nm = need_tool("nm" if arch == "x86_64" else "aarch64-linux-gnu-nm")
+    nm = need_tool("nm" if arch in NATIVE_FLAGS else CROSS[arch][0] + "nm")
     out = subprocess.run([nm, "-S", "--defined-only", str(twin)], capture_output=True, text=True).stdout
     ranges = []
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 4 and parts[2] in "tTwW":
-            start, size = int(parts[0], 16), int(parts[1], 16)
+            start, size = int(parts[0], 16) & ~1, int(parts[1], 16)       # bit 0: Thumb code
             ranges.append((start, start + size, parts[3]))
     return ranges
 
@@ -405,7 +421,7 @@ def _pie_bias(truth, ranges):
     name = anchor.get("name")
     for start, end, symbol in ranges:
         if symbol == name:
-            for bias in (0, 0x555555554000, 0x5555555000, 0x4000000000):
+            for bias in (0, 0x555555554000, 0x5555555000, 0x4000000000, 0x56555000):
                 if start + bias <= anchor["pc"] < end + bias:
                     return bias
     return 0
@@ -414,8 +430,11 @@ def _pie_bias(truth, ranges):
 # -- the table in docs/matrix.md --------------------------------------------------------------------
 
 def save(results: List[RowResult]) -> None:
+    """Write the rows run, keeping the last results of the rows not run now (a `-k` run), in rows() order."""
     BUILD.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    by_name = {r["row"]: r for r in (json.loads(RESULTS.read_text()) if RESULTS.exists() else [])}
+    by_name.update({r.row: asdict(r) for r in results})
+    RESULTS.write_text(json.dumps([by_name[row.name] for row in rows() if row.name in by_name], indent=1))
 
 
 def table(results: List[dict]) -> str:

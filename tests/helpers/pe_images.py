@@ -10,13 +10,14 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "pe")
 X64 = "x86_64-pc-windows-msvc"
 
 
-def build(source: str, out_dir: str, target: str = X64, opt: str = "-O2", dll: bool = False) -> str:
+def build(source: str, out_dir: str, target: str = X64, opt: str = "-O2", dll: bool = False,
+          link_flags: tuple = (), suffix: str = "") -> str:
     """The linked image of one fixture source (C or assembly)."""
     src = os.path.join(FIXTURES, source)
-    stem = os.path.join(out_dir, "%s%s" % (os.path.splitext(source)[0], opt))
+    stem = os.path.join(out_dir, "%s%s%s" % (os.path.splitext(source)[0], opt, suffix))
     subprocess.run(["clang-16", "--target=" + target, opt, "-c", src, "-o", stem + ".obj"],
                    check=True)
-    link = ["lld-link-16", "/nodefaultlib", "/debug:symtab", stem + ".obj"]
+    link = ["lld-link-16", "/nodefaultlib", "/debug:symtab", *link_flags, stem + ".obj"]
     link += ["/dll", "/noentry", "/out:%s.dll" % stem] if dll else \
         ["/entry:start", "/subsystem:console", "/out:%s.exe" % stem]
     subprocess.run(link, check=True)
@@ -108,3 +109,77 @@ def readobj_arm64(path: str) -> list:
             key, value = s.split(":", 1)
             functions[-1].setdefault(key, value.strip())
     return functions
+
+
+# The live tests (tests/gdb/test_pdata_live_gdb.py, tests/lldb/test_pdata_live_lldb.py):
+# tests/fixtures/pe_host.c maps x64_live.c's DLL and calls in; the known call chain.
+CHAIN = ["stop_here", "callback", "pe_big", "pe_saves", "pe_frame", "pe_entry", "call_into_pe", "main"]
+PE_FUNCTIONS = ("pe_big", "pe_saves", "pe_frame", "pe_entry")
+
+
+def build_live(out_dir: str) -> dict:
+    """The live DLL for each of pe_host's modes: copied (any file alignment) and mapped per
+    section (file alignment = page size)."""
+    return {"copy": build("x64_live.c", out_dir, dll=True),
+            "map": build("x64_live.c", out_dir, dll=True, link_flags=("/filealign:4096",), suffix="-map")}
+
+
+def nm_symbols(path: str) -> dict:
+    """name -> absolute address, from llvm-nm-16 (the image's COFF symbol table)."""
+    out = subprocess.run(["llvm-nm-16", path], check=True, capture_output=True, text=True).stdout
+    return {parts[2]: int(parts[0], 16) for parts in (line.split() for line in out.splitlines())
+            if len(parts) == 3}
+
+
+def objdump_calls(path: str) -> dict:
+    """return address -> call target ("*" for an indirect call), from llvm-objdump-16 -d."""
+    out = subprocess.run(["llvm-objdump-16", "-d", "--no-show-raw-insn", path], check=True,
+                         capture_output=True, text=True).stdout
+    calls, previous = {}, None
+    for line in out.splitlines():
+        match = re.match(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)", line)
+        if not match:
+            continue
+        address = int(match.group(1), 16)
+        if previous is not None:
+            calls[address] = previous
+            previous = None
+        if match.group(2).startswith("call"):
+            operand = match.group(3)
+            previous = "*" if operand.startswith("*") else int(operand.split()[0], 16)
+    return calls
+
+
+def image_base(path: str) -> int:
+    out = subprocess.run(["llvm-readobj-16", "--file-headers", path], check=True, capture_output=True,
+                         text=True).stdout
+    return int(re.search(r"ImageBase: 0x([0-9A-F]+)", out).group(1), 16)
+
+
+def module_line(path: str, mode: str):
+    """`unwind modules`' line for the image: named after its file when mapped from it."""
+    name = os.path.basename(path) if mode == "map" else "PE image"
+    return re.compile(r"%s at 0x%x" % (re.escape(name), image_base(path)))
+
+
+def check_live_walk(walk: list, path: str) -> None:
+    """The plugin's walk (unwind backtrace JSON frames) from stop_here follows CHAIN: each PE
+    frame's pc follows a call (llvm-objdump) to the function below it (the callback's is
+    indirect) and lies in the function llvm-nm and llvm-readobj --unwind name; the frames
+    whose callee is a PE function were recovered by pdata."""
+    assert len(walk) >= len(CHAIN), walk
+    symbols = nm_symbols(path)
+    ranges = {(fn["StartAddress"], fn["EndAddress"]) for fn in readobj_x64(path)}
+    calls = objdump_calls(path)
+    for level, name in enumerate(CHAIN):
+        frame = walk[level]
+        if name in PE_FUNCTIONS:
+            start = symbols[name]
+            assert any(lo == start and lo <= frame["pc"] - 1 < hi for lo, hi in ranges), (level, frame)
+            callee = CHAIN[level - 1]
+            target = calls.get(frame["pc"])
+            assert target == ("*" if callee == "callback" else symbols[callee]), (level, hex(frame["pc"]), target)
+        else:
+            assert frame["function"] == name, (level, frame)
+    for level in range(3, 7):
+        assert walk[level]["method"] == "pdata", walk[level]

@@ -14,13 +14,15 @@ import sys
 import tokenize
 from typing import Dict, List
 
-SOURCES = ("cfi", "sframe", "compact", "exidx", "analysis", "frame-pointer", "scan")
+SOURCES = ("cfi", "sframe", "compact", "exidx", "pdata", "analysis", "frame-pointer", "scan")
 # A source's own files, by path pattern (relative to the checkout).
 OWN = {
     "cfi": r"plugin/(formats/cfi/|strategies/cfi\.py|render/cfi_dump\.py)",
     "sframe": r"plugin/(formats/sframe\w*\.py|strategies/sframe\w*\.py|render/sframe_dump\.py)",
     "compact": r"plugin/(formats/compact_\w+\.py|strategies/compact\.py|render/compact_dump\.py)",
     "exidx": r"plugin/(formats/exidx\.py|strategies/exidx\w*\.py|render/exidx_dump\.py)",
+    "pdata": r"plugin/(formats/(pe|pdata_\w+)\.py|strategies/pdata\.py|render/pe_tables\.py|modules/pe\.py|"
+             r"targets/pe\.py|validate/pe\.py)",
     "analysis": r"plugin/(analysis/|strategies/analysis\.py)",
     "frame-pointer": r"plugin/strategies/frame_pointer\.py",
     "scan": r"plugin/strategies/scan\.py",

@@ -187,12 +187,12 @@ def test_settings_change_every_walk_and_last_the_session():
     assert [line.split()[0] for line in lines] == ["sources", "max-frames", "scan-words", "guesses"], show
     assert "max-frames (unsigned) = 20000" in show and "scan-words (unsigned) = 1024" in show
     default = results["show_json"]
-    assert default == {"sources": ["cfi", "sframe", "compact", "exidx", "analysis", "frame-pointer", "scan"],
+    assert default == {"sources": ["cfi", "sframe", "compact", "exidx", "pdata", "analysis", "frame-pointer", "scan"],
                        "max_frames": 20000, "scan_words": 1024, "claim_guesses": False}
     assert {f["method"] for f in results["default"]["frames"][1:]} <= {"cfi", "analysis", "frame-pointer", "scan"}
     # `unwind settings sources scan`: every walk uses the scanner alone, explain too...
     assert "sources (list) = scan" in results["set_sources"]["output"]
-    assert "off: cfi, sframe, compact, exidx, analysis, frame-pointer" in results["set_sources"]["output"]
+    assert "off: cfi, sframe, compact, exidx, pdata, analysis, frame-pointer" in results["set_sources"]["output"]
     assert {f["method"] for f in results["scan_only"]["frames"][1:]} == {"scan"}
     assert {f["method"] for f in results["explain_scan"]["frames"][1:]} == {"scan"}
     assert all(a["source"] == "scan" for f in results["explain_scan"]["frames"] for a in f["attempts"])
@@ -251,7 +251,7 @@ def test_settings_without_a_target_in_batch_mode():
     outputs = batch_outputs(transcript)
     assert outputs[1][0] == "unwind settings" and "max-frames (unsigned) = 20000" in outputs[1][1], outputs
     assert outputs[4][1].strip().splitlines() == [
-        "sources (list) = cfi,frame-pointer   (off: sframe, compact, exidx, analysis, scan)",
+        "sources (list) = cfi,frame-pointer   (off: sframe, compact, exidx, pdata, analysis, scan)",
         "max-frames (unsigned) = 7",
         "scan-words (unsigned) = 1024",
         "guesses (boolean) = off"], outputs[4]

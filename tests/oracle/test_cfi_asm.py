@@ -2,7 +2,8 @@
 
 from cfi_builder import X86_RIP, X86_RSP, Builder
 
-from plugin.memory import Region, encode_sleb as sleb, encode_uleb as uleb
+from plugin.leb128 import encode_sleb as sleb, encode_uleb as uleb
+from plugin.memory import Region
 
 
 # --- self-tests of the assembler ----------------------------------------------

@@ -67,6 +67,6 @@ def test_the_assembly_covers_every_prolog_code(tmp_path):
         ops |= {c.op for _, infos in ours for info in infos for c in info.codes}
         ops |= {("chained",) for _, infos in ours if len(infos) > 1}
     want = {x64.Op.PUSH_NONVOL, x64.Op.ALLOC_LARGE, x64.Op.ALLOC_SMALL, x64.Op.SET_FPREG,
-            x64.Op.SAVE_NONVOL, x64.Op.SAVE_NONVOL_FAR, x64.Op.SAVE_XMM128,
+            x64.Op.SAVE_NONVOL, x64.Op.SAVE_NONVOL_FAR, x64.Op.SAVE_XMM128, x64.Op.SAVE_XMM128_FAR,
             x64.Op.PUSH_MACHFRAME, ("chained",)}
     assert want <= ops

@@ -13,7 +13,7 @@ decoder and its dump. What must hold:
 - engine.unwind answers with a Backtrace (a strategy never raises) and the
   renderers render whatever it holds.
 - decoders raise DecodeError only (MemoryReadError for memory a reader
-  could not supply, where they say so); evaluate_row raises UnwindError
+  could not supply, where they say so); evaluate_row raises RowError
   only; dwarf_expr.disassemble and render.expression never raise.
 
 A violation raises (Finding, or the escaping exception itself), which the
@@ -202,9 +202,9 @@ def walk_explain_evaluate(path: str, rng: random.Random) -> str:
 
 
 def evaluate_rows_at(process, modules, pc: int, registers: dict) -> None:
-    """The CFI and SFrame rows in force at pc evaluated: UnwindError is their only failure."""
+    """The CFI and SFrame rows in force at pc evaluated: RowError is their only failure."""
     from plugin.strategies.cfi import CfiTables
-    from plugin.strategies.evaluate import UnwindError, evaluate_row
+    from plugin.strategies.evaluate import RowError, evaluate_row
     from plugin.strategies.sframe import SFrameTables
     module = modules.find(pc)
     if module is None:
@@ -218,7 +218,7 @@ def evaluate_rows_at(process, modules, pc: int, registers: dict) -> None:
             continue
         try:
             evaluate_row(hit[-1], module.arch, registers, process.read_memory)
-        except UnwindError:
+        except RowError:
             pass
 
 
@@ -240,7 +240,7 @@ def exercise_expression(data: bytes, rng: random.Random) -> str:
     from plugin.formats import dwarf_expr
     from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
     from plugin.render.expression import cfa_text, readable, row_rules
-    from plugin.strategies.evaluate import UnwindError, evaluate_row
+    from plugin.strategies.evaluate import RowError, evaluate_row
     arch = BY_NAME[rng.choice(("x86_64", "aarch64", "i386", "arm", "s390x"))]
     memory = {}
 
@@ -268,7 +268,7 @@ def exercise_expression(data: bytes, rng: random.Random) -> str:
     json.dumps(row.to_json(arch))
     try:
         evaluate_row(row, arch, registers, read_memory)
-    except UnwindError:
+    except RowError:
         pass
     return "expression: %s" % outcome
 

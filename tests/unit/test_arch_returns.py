@@ -15,6 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from plugin.cache import BoundedCache
+from plugin.target import Target
 from plugin.arch import FrameEdge, aarch64, i386, reader, x86_64
 from plugin.model.evidence import Frame
 from plugin.model.rules import CfaRule, Row, Rule, RuleKind
@@ -62,7 +64,8 @@ def _frame(arch):
 
 def _ctx(arch, code, module):
     return SimpleNamespace(
-        arch=arch, target=None, read_memory=_memory(arch, code),
+        arch=arch, target=Target(), read_memory=_memory(arch, code),
+        signal_trampolines=BoundedCache("signal trampolines", 64),
         lookup_pc=lambda frame: frame.pc,
         symbol=lambda address: None,
         is_code=lambda address: address == PC,     # the code at pc (the caller is not checked here)

@@ -136,7 +136,7 @@ def test_settings_parse_format_and_bounds():
     with pytest.raises(SettingError, match="scan-words must be a whole number from 1 to 1048576, not 'unlimited'"):
         words.parse("unlimited", DEFAULT_SOURCES)
     shown = find_setting("sources", SETTINGS).show(("cfi", "scan"), DEFAULT_SOURCES)
-    assert shown.count("cfi") == 1 and shown.endswith("Off: sframe, compact, exidx, analysis, frame-pointer.")
+    assert shown.count("cfi") == 1 and shown.endswith("Off: sframe, compact, exidx, pdata, analysis, frame-pointer.")
     assert find_setting("sources", SETTINGS).show(DEFAULT_SOURCES, DEFAULT_SOURCES).count("scan") == 1
     sources = find_setting("sources", SETTINGS)
     assert sources.default_value(DEFAULT_SOURCES) == DEFAULT_SOURCES

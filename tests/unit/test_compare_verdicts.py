@@ -3,6 +3,8 @@
 from types import SimpleNamespace
 
 from plugin import arch as arches
+from plugin.cache import BoundedCache
+from plugin.target import Target
 from plugin.errors import MemoryReadError
 from plugin.validate.compare import _judge
 
@@ -20,7 +22,8 @@ def context():
             if start <= address and address + size <= start + len(data):
                 return data[address - start:address - start + size]
         raise MemoryReadError(address, size, "not in the core")
-    return SimpleNamespace(arch=X86, read_memory=read_memory, is_code=lambda pc: True)
+    return SimpleNamespace(arch=X86, read_memory=read_memory, is_code=lambda pc: True, target=Target(),
+                           signal_trampolines=BoundedCache("signal trampolines", 64))
 
 
 def test_a_side_is_called_right_only_from_bytes_read():

@@ -76,7 +76,7 @@ for _n in range(32):
 
 # --- encoders
 
-from plugin.memory import encode_sleb as sleb, encode_uleb as uleb  # noqa: E402
+from plugin.leb128 import encode_sleb as sleb, encode_uleb as uleb  # noqa: E402
 
 
 def code(*parts):

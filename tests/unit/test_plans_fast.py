@@ -16,7 +16,8 @@ from types import SimpleNamespace
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
-from plugin.plans import Plan, compile_row, replay, replay_fast
+from plugin.plans import ReplayPlan, compile_row, evaluate_fast, replay, replay_fast
+from plugin.strategies.evaluate import RowError, evaluate_row
 
 X86 = arches.by_name("x86_64")
 STACK, STACK_END = 0x7ff000, 0x803000
@@ -82,7 +83,7 @@ def test_fast_replay_equals_the_engines_replay_on_random_rows():
         ctx, row, values = _context(rng), _row(rng), _values(rng)
         fast = compile_row(row, X86)
         assert fast is not None, row.text(X86)
-        plan = Plan("cfi", row, 0x1000, rng.random() < 0.2, fast)
+        plan = ReplayPlan("cfi", row, 0x1000, rng.random() < 0.2, fast)
         expected, got = replay(plan, values, ctx), replay_fast(plan, dict(values), ctx)
         if expected is None:
             assert got is None, (seed, row.text(X86))
@@ -98,16 +99,68 @@ def test_fast_replay_equals_the_engines_replay_on_random_rows():
 def test_rows_only_the_evaluator_applies_have_no_fast_form():
     plain = {X86.pc: Rule(RuleKind.OFFSET, offset=-8)}
     sp_plus_8 = CfaRule(CfaKind.REGISTER, register=X86.sp, offset=8)
-    assert compile_row(Row(0, sp_plus_8, dict(plain)), X86) is not None
+    assert compile_row(Row(0, sp_plus_8, dict(plain)), X86).whole_file
     for row in (Row(0, CfaRule(CfaKind.EXPRESSION, expression=b"\x77\x08"), dict(plain)),
                 Row(0, CfaRule(CfaKind.REGISTER, register=X86.sp, offset=8, deref=True), dict(plain)),
                 Row(0, sp_plus_8, {X86.pc: Rule(RuleKind.EXPRESSION, expression=b"\x77\x08")}),
                 Row(0, sp_plus_8, {**plain, 3: Rule(RuleKind.VAL_EXPRESSION, expression=b"\x77\x08")}),
-                Row(0, sp_plus_8, {X86.pc: Rule(RuleKind.UNDEFINED)}),     # outermost: the engine says so
-                Row(0, sp_plus_8, {}),
-                Row(0, sp_plus_8, {**plain, 40: Rule(RuleKind.OFFSET, offset=-16)}),   # not a handed register
-                Row(0, sp_plus_8, dict(plain), ra_signed=True)):
+                Row(0, sp_plus_8, {**plain, 40: Rule(RuleKind.OFFSET, offset=-16)})):   # not a handed register
         assert compile_row(row, X86) is None, row.to_json(X86)
+    # Plain rows whose return address only the evaluator's return_address explains: compiled
+    # (LLDB's fast path applies them as evaluate_row does), but not replayed on a whole file.
     aarch64 = arches.by_name("aarch64")     # the return address is x30, not the pc column
-    assert compile_row(Row(0, CfaRule(CfaKind.REGISTER, register=aarch64.sp, offset=16),
-                           {30: Rule(RuleKind.OFFSET, offset=-8)}), aarch64) is None
+    for row, arch in ((Row(0, sp_plus_8, {X86.pc: Rule(RuleKind.UNDEFINED)}), X86),     # outermost
+                      (Row(0, sp_plus_8, {}), X86),
+                      (Row(0, sp_plus_8, dict(plain), ra_signed=True), X86),
+                      (Row(0, CfaRule(CfaKind.REGISTER, register=aarch64.sp, offset=16),
+                           {30: Rule(RuleKind.OFFSET, offset=-8)}), aarch64)):
+        fast = compile_row(row, arch)
+        assert fast is not None and not fast.whole_file, row.to_json(arch)
+
+
+def _arch_row(rng, arch):
+    """A plain row for arch, its return-address rule drawn too (missing, undefined, same)."""
+    numbers = sorted(arch.registers)
+    registers = {}
+    for number in rng.sample(numbers, rng.randrange(0, 8)) + [arch.ra]:
+        kind = rng.choice(PLAIN_KINDS)
+        if kind in (RuleKind.OFFSET, RuleKind.VAL_OFFSET):
+            registers[number] = Rule(kind, offset=rng.choice((-8, -16, 8, -8 * rng.randrange(1, 200))))
+        elif kind == RuleKind.REGISTER:
+            registers[number] = Rule(kind, register=rng.choice(numbers))
+        else:
+            registers[number] = Rule(kind)
+    if rng.random() < 0.1:
+        registers.pop(arch.ra)
+    cfa = CfaRule(CfaKind.REGISTER, register=rng.choice((arch.sp, arch.sp, numbers[3], 400)),
+                  offset=rng.choice((8, 16, 64, 0)))
+    return Row(0x1000, cfa, registers, ra_signed=rng.random() < 0.2)
+
+
+def test_lldbs_fast_evaluation_equals_the_evaluator_on_random_rows():
+    """plans.evaluate_fast (LLDB's `unwind backtrace` fast path) gives evaluate_row's CFA and
+    caller registers, and declines exactly where evaluate_row raises."""
+    counts = {"equal": 0, "raised": 0}
+    for name in ("x86_64", "aarch64"):
+        arch = arches.by_name(name)
+        for seed in range(1500):
+            rng = random.Random(seed)
+            ctx, row = _context(rng), _arch_row(rng, arch)
+            values = {n: v for n, v in _values(rng).items() if rng.random() < 0.9}
+            if name == "aarch64":
+                values = {n: rng.randrange(STACK, STACK_END) for n in arch.registers if rng.random() < 0.9}
+            fast = compile_row(row, arch)
+            assert fast is not None, row.text(arch)
+            try:
+                expected = evaluate_row(row, arch, values, ctx.read_memory)
+            except RowError:
+                expected = None
+            got = evaluate_fast(fast, arch, values, ctx.read_memory)
+            if expected is None:
+                assert got is None, (name, seed, row.text(arch))
+                counts["raised"] += 1
+                continue
+            assert got == (expected.cfa, expected.registers), (name, seed, row.text(arch))
+            assert set(fast.undefined) == expected.undefined
+            counts["equal"] += 1
+    assert counts["equal"] > 1500 and counts["raised"] > 300, counts

@@ -9,6 +9,8 @@ with `call *%rdi` (ff d7) after switching to g0.
 from types import SimpleNamespace
 
 from plugin import arch as arches
+from plugin.cache import BoundedCache
+from plugin.target import Target
 from plugin.model.evidence import Frame
 from plugin.strategies import planted
 from plugin.validate.compare import _judge
@@ -39,7 +41,8 @@ def context(arch=X86, code=CODE, symbols=SYMBOLS):
                 return name, start
         return None
     return SimpleNamespace(arch=arch, read_memory=read_memory, is_code=lambda pc: True, symbol=symbol,
-                           lookup_pc=lambda frame: frame.pc if frame.exact_pc else frame.pc - 1)
+                           lookup_pc=lambda frame: frame.pc if frame.exact_pc else frame.pc - 1,
+                           target=Target(), signal_trampolines=BoundedCache("signal trampolines", 64))
 
 
 def _frame(pc, exact=False):
@@ -94,9 +97,11 @@ def test_verdicts_are_kept_only_where_the_target_declares_a_cache():
     ctx = SimpleNamespace(target=target)
     assert _remembered(ctx, "k", frame, decide) == _remembered(ctx, "k", frame, decide) == "verdict"
     assert len(calls) == 2                      # no cache declared: decided each time
-    target.code_verdicts = {}
+    target.code_verdicts = BoundedCache("code verdicts", 4)
     _remembered(ctx, "k", frame, decide), _remembered(ctx, "k", frame, decide)
-    assert len(calls) == 3 and target.code_verdicts == {("k", 0x1000, False): "verdict"}
+    assert len(calls) == 3 and len(target.code_verdicts) == 1
+    assert (target.code_verdicts.hits, target.code_verdicts.misses) == (1, 1)
+    assert target.code_verdicts.get(("k", 0x1000, False)) == "verdict"
     target.inside_unwinder = True
     _remembered(ctx, "k", frame, decide)
     assert len(calls) == 4                      # inside the debugger's unwinder: not cached

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plugin import arch as arches
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.formats.sframe import SFrameSection
 from plugin.memory import Region
 from plugin.model.rules import RuleKind
@@ -438,6 +438,12 @@ BAD_INPUTS = {
 }
 
 
+# The kind of each (plugin.errors.DecodeKind): what is wrong, not only where.
+BAD_KINDS = {"bad magic": DecodeKind.MALFORMED, "unknown version": DecodeKind.UNSUPPORTED,
+             "unknown abi": DecodeKind.UNSUPPORTED, "unknown FRE type": DecodeKind.UNSUPPORTED,
+             "data word size code 3": DecodeKind.UNSUPPORTED, "FDE fre offset past end": DecodeKind.MALFORMED}
+
+
 @pytest.mark.parametrize("name", sorted(BAD_INPUTS))
 def test_bad_input_raises_decode_error_with_section_offset_and_cause(name):
     data, offset, cause = BAD_INPUTS[name]
@@ -446,6 +452,7 @@ def test_bad_input_raises_decode_error_with_section_offset_and_cause(name):
     assert err.value.section == ".sframe"
     assert err.value.offset == offset, err.value
     assert cause in err.value.cause, err.value
+    assert err.value.kind == BAD_KINDS.get(name, DecodeKind.TRUNCATED), err.value
 
 
 def test_bad_inputs_are_bad_only_where_patched():

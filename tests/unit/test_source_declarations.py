@@ -12,12 +12,13 @@ from plugin.strategies.row_step import step_with_row
 def test_every_declared_source_has_a_strategy_and_no_other_name_does():
     assert set(registry.STRATEGIES) == {s.name.value for s in settings.SOURCES}
     assert engine.STRATEGIES is registry.STRATEGIES
-    assert engine.DEFAULT_SOURCES == ("cfi", "sframe", "compact", "exidx", "analysis", "frame-pointer", "scan")
+    assert engine.DEFAULT_SOURCES == ("cfi", "sframe", "compact", "exidx", "pdata", "analysis", "frame-pointer",
+                                      "scan")
 
 
 def test_planned_sources_come_from_the_declaration():
     assert plans.PLANNED_SOURCES == ("cfi", "sframe", "analysis")
-    assert settings.source_names(planned=False) == ("compact", "exidx", "frame-pointer", "scan")
+    assert settings.source_names(planned=False) == ("compact", "exidx", "pdata", "frame-pointer", "scan")
 
 
 def test_a_planned_source_steps_through_a_row():

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from plugin.arch import Arch
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.memory import PE_ABSPTR, PE_INDIRECT, PE_OMIT, Cursor, Region
 
 _MAX_AUGMENTATION = 255      # length of a CIE augmentation string
@@ -119,8 +119,8 @@ class EntryDecoder:
         self._cies = {}
         self._fdes = {}
 
-    def error(self, offset: int, cause: str) -> DecodeError:
-        return DecodeError(self.name, offset, cause)
+    def error(self, offset: int, cause: str, kind: DecodeKind = DecodeKind.MALFORMED) -> DecodeError:
+        return DecodeError(self.name, offset, cause, kind)
 
     def cie_at(self, offset: int) -> CIE:
         cie = self._cies.get(offset)
@@ -150,7 +150,7 @@ class EntryDecoder:
         region = self.region
         if offset < 0 or offset + 4 > region.size:
             raise self.error(offset, "entry header runs past the end of the section (size 0x%x)"
-                             % region.size)
+                             % region.size, DecodeKind.TRUNCATED)
         c = Cursor(region, offset)
         length = c.u32()
         is_64 = False
@@ -162,13 +162,13 @@ class EntryDecoder:
         end = c.pos + length
         if end > region.size:
             raise self.error(offset, "entry length 0x%x runs past the end of the section (size 0x%x)"
-                             % (length, region.size))
+                             % (length, region.size), DecodeKind.TRUNCATED)
         if length == 0:
             return _Header(offset, 0, is_64, end, end, False, None)
         # LSB: the CIE id / pointer of .eh_frame is 4 bytes even with a 64-bit length.
         id_size = 8 if is_64 and not self.is_eh else 4
         if length < id_size:
-            raise self.error(offset, "entry length %d is too short to hold its CIE id" % length)
+            raise self.error(offset, "entry length %d is too short to hold its CIE id" % length, DecodeKind.TRUNCATED)
         id_pos = c.pos
         ident = c.uint(id_size)
         if self.is_eh:
@@ -181,7 +181,7 @@ class EntryDecoder:
 
     def _check_inside(self, cursor, end, offset, what):
         if cursor.pos > end:
-            raise self.error(offset, "%s runs past the end of the entry" % what)
+            raise self.error(offset, "%s runs past the end of the entry" % what, DecodeKind.TRUNCATED)
 
     def _cie(self, h):
         cie = self._cies.get(h.offset)
@@ -190,7 +190,7 @@ class EntryDecoder:
         c = Cursor(self.region, h.body)
         version = c.u8()
         if version not in (1, 3, 4):
-            raise self.error(h.body, "unsupported CIE version %d" % version)
+            raise self.error(h.body, "unsupported CIE version %d" % version, DecodeKind.UNSUPPORTED)
         aug_pos = c.pos
         augmentation = c.cstring(limit=_MAX_AUGMENTATION)
         self._check_inside(c, h.end, aug_pos, "augmentation string")
@@ -200,9 +200,10 @@ class EntryDecoder:
         if version >= 4:
             address_size, segment_size = c.u8(), c.u8()
             if address_size not in (1, 2, 4, 8):
-                raise self.error(c.pos - 2, "unsupported address size %d" % address_size)
+                raise self.error(c.pos - 2, "unsupported address size %d" % address_size, DecodeKind.UNSUPPORTED)
             if segment_size not in (0, 1, 2, 4, 8):
-                raise self.error(c.pos - 1, "unsupported segment selector size %d" % segment_size)
+                raise self.error(c.pos - 1, "unsupported segment selector size %d" % segment_size,
+                                 DecodeKind.UNSUPPORTED)
         else:
             address_size, segment_size = self.arch.address_size, 0
         code_align = c.uleb()
@@ -230,7 +231,7 @@ class EntryDecoder:
             data_end = c.pos + length
             if data_end > h.end:
                 raise self.error(c.pos, "augmentation data length %d runs past the end of the entry"
-                                 % length)
+                                 % length, DecodeKind.TRUNCATED)
             chars = chars[1:]
         for char in chars:
             if char == "R":
@@ -252,10 +253,10 @@ class EntryDecoder:
                 break
             else:
                 raise self.error(aug_pos, "unknown augmentation %r in %r (no 'z' to skip it)"
-                                 % (char, cie.augmentation))
+                                 % (char, cie.augmentation), DecodeKind.UNSUPPORTED)
         if data_end is not None:
             if c.pos > data_end:
-                raise self.error(aug_pos, "augmentation fields run past the augmentation data")
+                raise self.error(aug_pos, "augmentation fields run past the augmentation data", DecodeKind.TRUNCATED)
             c.pos = data_end
 
     def _encoding(self, c, what, allow_omit):
@@ -332,10 +333,10 @@ class EntryDecoder:
             data_end = c.pos + length
             if data_end > h.end:
                 raise self.error(c.pos, "augmentation data length %d runs past the end of the entry"
-                                 % length)
+                                 % length, DecodeKind.TRUNCATED)
             lsda, _ = self._pointer(c, cie.lsda_encoding, cie.address_size, func=raw_start)
             if c.pos > data_end:
-                raise self.error(h.body, "LSDA pointer runs past the augmentation data")
+                raise self.error(h.body, "LSDA pointer runs past the augmentation data", DecodeKind.TRUNCATED)
             c.pos = data_end
         elif cie.lsda_encoding != PE_OMIT:
             lsda, _ = self._pointer(c, cie.lsda_encoding, cie.address_size, func=raw_start)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from plugin.arch import Arch
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats.cfi.entries import Deref
 from plugin.memory import PE_DATAREL, PE_INDIRECT, PE_OMIT, PE_PCREL, Cursor, Region, encoded_size
 
@@ -35,7 +35,8 @@ class EhFrameHdr:
         c = region.cursor(0)
         self.version = c.u8()
         if self.version != 1:
-            raise DecodeError(region.name, 0, "unsupported .eh_frame_hdr version %d" % self.version)
+            raise DecodeError(region.name, 0, "unsupported .eh_frame_hdr version %d" % self.version,
+                              DecodeKind.UNSUPPORTED)
         self.eh_frame_ptr_enc = c.u8()
         self.fde_count_enc = c.u8()
         self.table_encoding = c.u8()

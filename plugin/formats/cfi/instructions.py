@@ -10,9 +10,10 @@ negate_ra_state).
 """
 from __future__ import annotations
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats.cfi.entries import CIE, FDE
-from plugin.memory import Cursor, LebError, decode_sleb, decode_uleb
+from plugin.leb128 import LebError, LebProblem, read_sleb, read_uleb
+from plugin.memory import LEB_KINDS, Cursor
 from plugin.model.rules import CfaKind, CfaRule, Rule, RuleKind
 
 # --- DW_CFA opcodes (DWARF 5 table 7.29, GNU and vendor extensions) ---------
@@ -102,27 +103,28 @@ Instruction = tuple
 class _Malformed(Exception):
     """An operand could not be decoded; becomes a DecodeError at its opcode."""
 
-    def __init__(self, cause):
+    def __init__(self, cause, kind=DecodeKind.TRUNCATED):
         super().__init__(cause)
         self.cause = cause
+        self.kind = kind
 
 
 def _uleb(data, i):
     try:
-        return decode_uleb(data, i)
+        return read_uleb(data, i)
     except LebError as exc:
-        raise _Malformed(_leb_cause(exc)) from None
+        raise _Malformed(_leb_cause(exc), LEB_KINDS[exc.kind]) from None
 
 
 def _sleb(data, i):
     try:
-        return decode_sleb(data, i)
+        return read_sleb(data, i)
     except LebError as exc:
-        raise _Malformed(_leb_cause(exc)) from None
+        raise _Malformed(_leb_cause(exc), LEB_KINDS[exc.kind]) from None
 
 
 def _leb_cause(exc):
-    if "past the end" in exc.cause:
+    if exc.kind == LebProblem.TRUNCATED:
         return "LEB128 operand runs past the end of the instructions"
     return exc.cause
 
@@ -276,10 +278,10 @@ def _decode(owner):
                         CFA_AARCH64_NEGATE_RA_STATE_WITH_PC):
                 append((at, op, None, None))
             else:
-                raise DecodeError(section.name, base + at, "unknown CFA opcode 0x%02x" % op)
+                raise DecodeError(section.name, base + at, "unknown CFA opcode 0x%02x" % op, DecodeKind.UNSUPPORTED)
         except _Malformed as exc:
             raise DecodeError(section.name, base + at, "%s: %s"
-                              % (OPCODE_NAMES.get(op & 0xC0 or op, "opcode"), exc.cause)) from None
+                              % (OPCODE_NAMES.get(op & 0xC0 or op, "opcode"), exc.cause), exc.kind) from None
     return out
 
 

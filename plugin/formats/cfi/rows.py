@@ -9,7 +9,7 @@ docstring (plugin/formats/cfi/__init__.py).
 from __future__ import annotations
 
 from plugin.arch import Arch
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats.cfi.entries import CIE, FDE
 from plugin.formats.cfi.instructions import (
     ADVANCES, CFA_AARCH64_NEGATE_RA_STATE_WITH_PC, CFA_DEF_CFA, CFA_DEF_CFA_EXPRESSION,
@@ -96,7 +96,7 @@ def _interpret(owner, arch, stop_pc, rows):
             copies += len(rules)
             if copies > _MAX_RULE_COPIES:
                 raise DecodeError(name, base + at, "program too large: over %d rule copies"
-                                  % _MAX_RULE_COPIES)
+                                  % _MAX_RULE_COPIES, DecodeKind.LIMIT)
             rows.append(Row(loc, cfa, dict(rules), new, args_size, ra_signed, note))
             loc = new
             note = ""
@@ -130,11 +130,11 @@ def _interpret(owner, arch, stop_pc, rows):
         elif op == CFA_REMEMBER_STATE:
             if len(stack) >= _MAX_STATE_DEPTH:
                 raise DecodeError(name, base + at, "DW_CFA_remember_state nested deeper than %d"
-                                  % _MAX_STATE_DEPTH)
+                                  % _MAX_STATE_DEPTH, DecodeKind.LIMIT)
             copies += len(rules)
             if copies > _MAX_RULE_COPIES:
                 raise DecodeError(name, base + at, "program too large: over %d rule copies"
-                                  % _MAX_RULE_COPIES)
+                                  % _MAX_RULE_COPIES, DecodeKind.LIMIT)
             stack.append((cfa, dict(rules), ra_signed, last_offset))
         elif op == CFA_RESTORE_STATE:
             if not stack:
@@ -149,10 +149,11 @@ def _interpret(owner, arch, stop_pc, rows):
             # about the registers this plugin unwinds: accepted and ignored.
         elif op == CFA_AARCH64_NEGATE_RA_STATE_WITH_PC:
             if not aarch64:
-                raise DecodeError(name, base + at, "unknown CFA opcode 0x%02x on %s" % (op, arch.name))
+                raise DecodeError(name, base + at, "unknown CFA opcode 0x%02x on %s" % (op, arch.name),
+                                  DecodeKind.UNSUPPORTED)
             ra_signed = not ra_signed
         else:                                       # pragma: no cover - decoder and interpreter agree
-            raise DecodeError(name, base + at, "unhandled CFA opcode 0x%02x" % op)
+            raise DecodeError(name, base + at, "unhandled CFA opcode 0x%02x" % op, DecodeKind.UNSUPPORTED)
     if not is_fde:
         return cfa, rules, args_size, ra_signed
     if cfa is None:

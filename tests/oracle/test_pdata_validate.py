@@ -1,0 +1,117 @@
+"""`python -m plugin validate` on PE files: the `pdata` rows judged against the instruction
+analysis at every instruction (CFA, return address, saved non-volatile registers, rsi and
+rdi included on x64). clang-16's own output and the hand-written fixtures are clean;
+planted wrong `.seh_stackalloc`, `.seh_savereg` (x64) and `.seh_save_regp` (ARM64) are
+found from exactly the instruction after the one they describe (llvm-objdump-16's
+disassembly), and only in their function (their twins are clean)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from pe_images import build, nm_symbols
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+ARM64 = "aarch64-pc-windows-msvc"
+X64 = "x86_64-pc-windows-msvc"
+CLEAN = [("x64_funcs.c", X64, "-O0", False), ("x64_funcs.c", X64, "-O2", False), ("x64_funcs.c", X64, "-O2", True),
+         ("x64_live.c", X64, "-O2", True), ("x64_codes.s", X64, "-O0", False), ("x64_chained.s", X64, "-O0", False),
+         ("x64_funcs.c", ARM64, "-O0", False), ("x64_funcs.c", ARM64, "-O2", True),
+         ("arm64_codes.s", ARM64, "-O0", False), ("arm64_packed_forms.S", ARM64, "-O0", False)]
+
+
+def _validate(path, *extra):
+    run = subprocess.run([sys.executable, "-m", "plugin", "validate", "--json", path, *extra],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode in (0, 1), run.stderr
+    return run.returncode, json.loads(run.stdout)["modules"][0]
+
+
+def _after(path, function, mnemonic_and_operands):
+    """The address of the instruction after the first one in `function` that matches."""
+    out = subprocess.run(["llvm-objdump-16", "-d", "--no-show-raw-insn", path], check=True,
+                         capture_output=True, text=True).stdout
+    start = nm_symbols(path)[function]
+    lines = [(int(m.group(1), 16), re.sub(r"\s+", " ", m.group(2)).strip())
+             for m in re.finditer(r"^\s*([0-9a-f]+):\s+(.*)$", out, re.M)]
+    for n, (address, text) in enumerate(lines):
+        if address >= start and text.startswith(mnemonic_and_operands):
+            return lines[n + 1][0]
+    raise AssertionError("%s not found in %s" % (mnemonic_and_operands, function))
+
+
+@pytest.mark.parametrize("source,target,opt,dll", CLEAN)
+def test_clang_and_the_fixtures_are_clean(tmp_path, source, target, opt, dll):
+    path = build(source, str(tmp_path), target=target, opt=opt, dll=dll)
+    status, report = _validate(path)
+    summary = report["sources"]["pdata"]
+    assert status == 0 and report["disagreements"] == [] and report["problems"] == []
+    assert summary["wrong"] == 0 and summary["right"] >= 0.85 * summary["checked"] > 0
+
+
+def _by_function(report, symbols):
+    starts = sorted((address, name) for name, address in symbols.items())
+    out = {}
+    for d in report["disagreements"]:
+        name = [n for a, n in starts if a <= d["address"]][-1]
+        out.setdefault(name, []).append(d)
+    return out
+
+
+def test_planted_x64_directives_are_found_at_their_instructions(tmp_path):
+    path = build("x64_planted.s", str(tmp_path), opt="-O0")
+    status, report = _validate(path)
+    found = _by_function(report, nm_symbols(path))
+    assert status == 1 and set(found) == {"wrong_alloc", "wrong_savereg"}
+    alloc = found["wrong_alloc"]
+    assert [d["address"] for d in alloc] == [_after(path, "wrong_alloc", "subq $0x20, %rsp")]
+    assert [i["item"] for i in alloc[0]["items"]] == ["cfa"]
+    save = found["wrong_savereg"]
+    assert save[0]["address"] == _after(path, "wrong_savereg", "movq %rsi, 0x10(%rsp)")
+    assert all([i["item"] for i in d["items"]] == ["rsi"] for d in save)
+
+
+def test_planted_arm64_save_regp_is_found_at_its_instruction(tmp_path):
+    path = build("arm64_planted.s", str(tmp_path), target=ARM64, opt="-O0")
+    status, report = _validate(path)
+    found = _by_function(report, nm_symbols(path))
+    assert status == 1 and set(found) == {"wrong_regp"}
+    regp = found["wrong_regp"]
+    assert regp[0]["address"] == _after(path, "wrong_regp", "stp x19, x20, [sp, #0x10]")
+    assert {i["item"] for d in regp for i in d["items"]} == {"x19", "x20"}
+
+
+def test_function_option_and_refusals(tmp_path):
+    path = build("x64_planted.s", str(tmp_path), opt="-O0")
+    status, report = _validate(path, "--function", "wrong_alloc")
+    assert status == 1 and report["functions"] == 1
+    run = subprocess.run([sys.executable, "-m", "plugin", "validate", path, "--function", "nothing"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "no function named 'nothing'" in run.stderr
+
+
+def test_baseline_reports_only_new_disagreements(tmp_path):
+    """An earlier --json run as the baseline: the same file is clean (exit 0, all known); a twin
+    with one more planted directive reports only that one."""
+    path = build("x64_planted.s", str(tmp_path), opt="-O0")
+    status, report = _validate(path)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"modules": [report]}))
+    status, again = _validate(path, "--baseline", str(old))
+    assert status == 0 and again["disagreements"] == []
+    source = open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "pe", "x64_planted.s")).read()
+    more = tmp_path / "more.s"
+    more.write_text(source.replace("  .seh_stackalloc 0x20\n  .seh_endprologue\n  mov %rcx, %rbx",
+                                   "  .seh_stackalloc 0x28\n  .seh_endprologue\n  mov %rcx, %rbx", 1))
+    (tmp_path / "twin").mkdir()
+    obj, exe = str(tmp_path / "more.obj"), str(tmp_path / "twin" / os.path.basename(path))   # the same module name
+    subprocess.run(["clang-16", "--target=" + X64, "-c", str(more), "-o", obj], check=True)
+    subprocess.run(["lld-link-16", "/nodefaultlib", "/debug:symtab", "/entry:start", "/subsystem:console", obj,
+                    "/out:" + exe], check=True)
+    status, new = _validate(exe, "--baseline", str(old))
+    assert status == 1 and {d["function"] for d in new["disagreements"]} == {"right_alloc"}

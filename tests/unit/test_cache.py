@@ -1,0 +1,41 @@
+"""plugin.cache.BoundedCache: the plugin's one cache kind keeps its bound, its module
+generation and its counts."""
+
+import pytest
+
+from plugin.cache import BoundedCache
+
+
+def test_a_full_cache_starts_over_and_counts_hits_and_misses():
+    cache = BoundedCache("rows", 3)
+    computed = []
+
+    def compute(key):
+        computed.append(key)
+        return None if key == 2 else key * 10     # None is an answer too
+    for key in (1, 2, 1, 2, 3):
+        assert cache.lookup(key, lambda: compute(key)) == (None if key == 2 else key * 10)
+    assert computed == [1, 2, 3] and len(cache) == 3
+    assert (cache.hits, cache.misses) == (2, 3)
+    cache.lookup(4, lambda: compute(4))          # a fourth key: the cache is cleared first
+    assert len(cache) == 1 and 4 in cache and 1 not in cache
+    cache.put(4, 41)                             # an existing key does not clear it
+    assert len(cache) == 1 and cache.get(4) == 41 and cache.get(5, "none") == "none"
+    stats = cache.stats()
+    assert (stats.name, stats.bound, stats.entries, stats.hits, stats.misses) == ("rows", 3, 1, 3, 5)
+    assert stats.text() == "rows: 1 of 3 entries, 3 hits (38%), 5 misses"
+
+
+def test_entries_are_kept_for_one_module_generation():
+    cache = BoundedCache("plans", 10)
+    cache.for_generation(1).put("pc", "plan")
+    assert cache.for_generation(1).get("pc") == "plan"
+    assert cache.for_generation(2).get("pc") is None and len(cache) == 0
+    cache.put("pc", "new")
+    cache.clear()
+    assert len(cache) == 0 and cache.generation == 2 and (cache.hits, cache.misses) == (1, 1)
+
+
+def test_a_cache_holds_at_least_one_entry():
+    with pytest.raises(ValueError):
+        BoundedCache("none", 0)
