@@ -48,6 +48,7 @@ from plugin.strategies.cfi import CfiTables
 from plugin.strategies.exidx import ExidxTables
 
 from . import objfiles
+from .levels import inline_depth
 
 GDB_DWARF_SECTIONS = gdb_sections()    # the tables GDB's own DWARF unwinder reads (declared with their source)
 GDB_TABLES = frozenset((".eh_frame_hdr",) + GDB_DWARF_SECTIONS)   # module.tables entries that lead only to them
@@ -149,6 +150,37 @@ class CallerVerdicts:
     def reset(self, key, pc_register):
         self.key, self.pc_register = key, pc_register
         self.verdicts.clear()
+
+
+def covered_caller(pc, ctx, pending_frame, inferior):
+    """Under auto, (inline depth at pc, why GDB covers a caller frame at return address pc),
+    or NOT_COVERED; kept in the inferior's CallerVerdicts for PluginUnwinder.__call__'s fast
+    path. It is the slow path's verdict for a frame that is no innermost physical frame (level above the
+    inline depth at pc) and no frame a signal interrupted: not in a trap handler, GDB covers
+    pc-1, and pc-1 is in no signal trampoline."""
+    target = ctx.target
+    callers = inferior.coverage.callers
+    key = (target.generation, target.trap_handler_names, target.gdb_arch)
+    if key != callers.key:
+        callers.reset(key, target.descriptors.get(ctx.arch.registers[ctx.arch.pc],
+                                                  ctx.arch.registers[ctx.arch.pc]))
+    verdict = callers.verdicts.get(pc)
+    if verdict is not None:
+        return verdict
+    verdict = NOT_COVERED
+    if ctx.trap_handler(pc) is None:
+        coverage = inferior.coverage
+        reason = coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True)
+        if reason is None:
+            reason = coverage.heuristic.get((pc - 1, False))
+        elif pc - 1 in coverage.signal_pcs:
+            reason = None
+        if reason is not None:
+            verdict = (inline_depth(pc, inferior.inline_depths), reason)
+    if len(callers.verdicts) >= VERDICT_CACHE_SIZE:
+        callers.verdicts.clear()
+    callers.verdicts[pc] = verdict
+    return verdict
 
 
 class GdbCoverage:

@@ -25,8 +25,8 @@ from plugin.plans import replay
 from plugin.settings import SourceKind, kind_of
 
 from .ahead import FastClaims
-from .claim import NOT_COVERED, VERDICT_CACHE_SIZE, Claim
-from .levels import inline_depth, is_innermost_physical
+from .claim import NOT_COVERED, Claim, covered_caller
+from .levels import is_innermost_physical
 from .compat import pending_level
 from .handover import Asked, Found, LastClaim, hand_over
 from .registers import PendingRegisters
@@ -224,7 +224,7 @@ class PluginUnwinder(Unwinder):
         """Under auto, a caller frame (no frame a signal interrupted) whose return address GDB covers."""
         if asked.level <= 0 or inferior.after_signal:
             return False
-        depth, reason = self._covered_caller(asked.pc, asked.ctx, pending_frame, inferior)
+        depth, reason = covered_caller(asked.pc, asked.ctx, pending_frame, inferior)
         return asked.level > depth and self._decline(asked.level, asked.pc, reason)
 
     def _gdb_covers(self, pending_frame, asked, inferior):
@@ -376,36 +376,6 @@ class PluginUnwinder(Unwinder):
             target.set_arch(gdb_arch.name())
             target.gdb_arch = gdb_arch
             target.descriptors = _descriptors(gdb_arch)
-
-    def _covered_caller(self, pc, ctx, pending_frame, inferior):
-        """Under auto, (inline depth at pc, why GDB covers a caller frame at return address pc),
-        or NOT_COVERED; kept in the inferior's CallerVerdicts for __call__'s fast path. It is the
-        slow path's verdict for a frame that is no innermost physical frame (level above the
-        inline depth at pc) and no frame a signal interrupted: not in a trap handler, GDB covers
-        pc-1, and pc-1 is in no signal trampoline."""
-        target = ctx.target
-        callers = inferior.coverage.callers
-        key = (target.generation, target.trap_handler_names, target.gdb_arch)
-        if key != callers.key:
-            callers.reset(key, target.descriptors.get(ctx.arch.registers[ctx.arch.pc],
-                                                      ctx.arch.registers[ctx.arch.pc]))
-        verdict = callers.verdicts.get(pc)
-        if verdict is not None:
-            return verdict
-        verdict = NOT_COVERED
-        if ctx.trap_handler(pc) is None:
-            coverage = inferior.coverage
-            reason = coverage.gdb_covers(pc - 1, ctx, pending_frame, call_site=True)
-            if reason is None:
-                reason = coverage.heuristic.get((pc - 1, False))
-            elif pc - 1 in coverage.signal_pcs:
-                reason = None
-            if reason is not None:
-                verdict = (inline_depth(pc, inferior.inline_depths), reason)
-        if len(callers.verdicts) >= VERDICT_CACHE_SIZE:
-            callers.verdicts.clear()
-        callers.verdicts[pc] = verdict
-        return verdict
 
     def _note_interrupted(self, frame, ctx, inferior):
         outcome, _ = step_frame(frame, ctx)

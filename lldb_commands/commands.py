@@ -201,6 +201,7 @@ class SettingsCommand(_Command):
                 if setting.type != SettingType.SOURCES and len(words) > 2:
                     raise UsageError("%s takes one value, got %r" % (setting.name, " ".join(words[1:])))
                 self.state.change(setting.name, " ".join(words[1:]))
+                provider.refresh(self.state, exe_ctx.GetTarget())
             shown = [setting]
         else:
             shown = list(SETTINGS)
@@ -226,6 +227,7 @@ class ProviderCommand(_Command):
         sbtarget = _need_target(exe_ctx)
         if given.value is not None:
             provider.switch(self.state, sbtarget, given.value)
+            self.state.provider_wanted = given.value       # and for the targets that stop later
         on = provider.available() and sbtarget.GetGloballyUniqueID() in self.state.providers
         return {"provider": "on" if on else "off", "lldb_version": version}, \
             "provider: %s%s" % ("on" if on else "off",

@@ -62,3 +62,5 @@ def _register(debugger):
         interpreter.HandleCommand(line, result)
         if not result.Succeeded():
             raise RuntimeError("%s: %s" % (line, (result.GetError() or "failed").strip()))
+    from . import provider      # LLDB 22: its own bt gets the frames the plugin proves
+    provider.install(debugger)

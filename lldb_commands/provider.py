@@ -1,15 +1,18 @@
 """LLDB's own frames through the plugin: a scripted frame provider (LLDB 22 and later).
 
-`unwind provider on` registers UnwindFrameProvider on the target; LLDB then
-asks it for every frame of every thread (`bt`, `frame select`, `up`/`down`).
-It only adds, as the GDB unwinder does:
+Importing the plugin registers UnwindFrameProvider on every target (see
+install()); `unwind provider on|off` switches it. LLDB then asks it for
+every frame of every thread (`bt`, `frame select`, `up`/`down`). It only
+adds, as the GDB unwinder does:
 
 - LLDB's own frames are passed through (by their index in LLDB's list),
   so they keep their registers and variables;
 - where LLDB's list ends (its unwinder stopped) the plugin walks the stack
   from the innermost frame; if every physical frame LLDB had agrees with
   the plugin's (same pc and sp), the plugin's further frames are supplied,
-  each by its pc, until the plugin's walk ends;
+  each by its pc, until the plugin's walk ends or, with `unwind settings
+  guesses off` (the default), until its first guessed frame (frame-pointer
+  chain, stack scan): LLDB's `bt` gets only what the plugin proves.
 
 Any disagreement keeps LLDB's frames and supplies nothing: a verdict
 between two unwinders is `unwind compare`'s job, not a silent replacement.
@@ -35,12 +38,14 @@ except ImportError:         # LLDB before 22: no frame providers
     ScriptedFrameProvider = object
 
 from plugin.commands import reports
+from plugin.settings import is_guess
 
 from . import native
 from .state import state_for
 from .target import arch_of
 
 CLASS_NAME = __name__ + ".UnwindFrameProvider"
+HOOK_CLASS = __name__ + ".RegisterAtStop"
 NEEDED = "LLDB 22"
 
 
@@ -67,6 +72,61 @@ def switch(state, sbtarget, on: bool) -> None:
         if not error.Success():
             raise ValueError("LLDB did not remove the frame provider: %s" % (error.GetCString() or "no reason given"))
         del state.providers[sbtarget.GetGloballyUniqueID()]
+
+
+def refresh(state, sbtarget) -> None:
+    """After a setting changed: the provider registered anew on sbtarget, so LLDB asks it again
+    at this stop (LLDB keeps the frames a provider gave until the next stop otherwise)."""
+    if available() and sbtarget.IsValid() and sbtarget.GetGloballyUniqueID() in state.providers:
+        switch(state, sbtarget, False)
+        switch(state, sbtarget, True)
+
+
+def ensure(state, sbtarget) -> None:
+    """The provider on sbtarget, unless `unwind provider off` turned it off for the debugger."""
+    if state.provider_wanted and sbtarget.IsValid() and sbtarget.GetGloballyUniqueID() not in state.providers:
+        switch(state, sbtarget, True)
+
+
+def install(debugger) -> None:
+    """At import (LLDB 22): the provider on every target the debugger has, and for the targets
+    created later a stop-hook in LLDB's dummy target, which LLDB copies into every new target.
+
+    LLDB has no Python hook for a new target, and frame providers in the dummy target are not
+    copied, so the hook registers the provider at the target's first stop after the initial
+    one (`-I false`: LLDB 22.1.8 deadlocks when a provider is registered at a launch's initial
+    stop). A target's process that stops only once before `bt` (a core, an attach) gets it at
+    any `unwind` command or `unwind provider on`."""
+    if not available():
+        return
+    state = state_for(debugger)
+    for index in range(debugger.GetNumTargets()):
+        ensure(state, debugger.GetTargetAtIndex(index))
+    interpreter = debugger.GetCommandInterpreter()
+    in_dummy = lldb.SBExecutionContext(debugger.GetDummyTarget())
+    listed = lldb.SBCommandReturnObject()
+    interpreter.HandleCommand("target stop-hook list", in_dummy, listed)
+    if HOOK_CLASS in (listed.GetOutput() or ""):
+        return      # imported again
+    added = lldb.SBCommandReturnObject()
+    interpreter.HandleCommand("target stop-hook add -I false -P %s" % HOOK_CLASS, in_dummy, added)
+    if not added.Succeeded():
+        raise RuntimeError("target stop-hook add: %s" % (added.GetError() or "failed").strip())
+
+
+class RegisterAtStop:
+    """The stop-hook install() adds: the provider on the stopped target (see install())."""
+
+    def __init__(self, target, extra_args, internal_dict):
+        pass
+
+    def handle_stop(self, exe_ctx, stream) -> bool:
+        try:
+            sbtarget = exe_ctx.GetTarget()
+            ensure(state_for(sbtarget.GetDebugger()), sbtarget)
+        except Exception:       # never break a stop: the target goes without the provider
+            pass
+        return True
 
 
 class UnwindFrameProvider(ScriptedFrameProvider):
@@ -144,7 +204,7 @@ class UnwindFrameProvider(ScriptedFrameProvider):
                 return []
         out = []
         for offset, frame in enumerate(ours[len(theirs):]):
-            if frame.pc in (None, 0):
+            if frame.pc in (None, 0) or (is_guess(frame.method) and not state.claim_guesses):
                 break
             out.append({"idx": size + offset, "pc": frame.pc})
         self._record({len(theirs) + i: f["pc"] for i, f in enumerate(out)})

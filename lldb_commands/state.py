@@ -44,6 +44,7 @@ class LldbState:
             setattr(self, setting.key, setting.default_value(DEFAULT_SOURCES))
         self._live = None           # (LldbTarget, ModuleMap)
         self._static = {}           # (module path, uuid) -> (LldbTarget, ModuleMap)
+        self.provider_wanted = True     # `unwind provider on|off`: register it on targets as they stop (provider.py)
         self.providers = {}         # SBTarget's globally unique id -> the id of its registered frame provider (provider.py)
         self.supplied = {}          # (thread id, stop id) -> {physical level: pc} the provider supplied
 

@@ -281,15 +281,18 @@ SETTINGS: Tuple[Setting, ...] = (
             minimum=1, maximum=MAX_SCAN_WORDS, requires=("scan",), on_target=True,
             shown="The scan source reads {value} stack words per frame."),
     Setting("guesses", SettingType.BOOLEAN, False,
-            "whether GDB's own bt may use frames the plugin guesses: frame-pointer chains and stack scan",
-            debuggers=("gdb",), requires=source_names(SourceKind.GUESS), attribute="claim_guesses",
+            "whether the debugger's own bt may use frames the plugin guesses: frame-pointer chains and stack scan",
+            requires=source_names(SourceKind.GUESS), attribute="claim_guesses",
             shown="GDB's backtrace {value} the plugin's guesses (frame-pointer chains, stack scan).",
             words=("does not use", "uses"), aliases=("fallback",),
             notes={"gdb": "Off by default: a guess may be wrong where GDB's own heuristics are right, so\n"
                           "GDB's bt takes by default only what the plugin proves (tables GDB does not read,\n"
                           "code read instruction by instruction where the analysis decided, signal frames).\n"
                           "A guess yields to GDB's own prologue analyser where that gives another caller.\n"
-                          "\"set unwind fallback\" is its old name."}),
+                          "\"set unwind fallback\" is its old name.",
+                   "lldb": "Off by default: LLDB 22's bt (the frame provider, \"unwind provider\") gets the\n"
+                           "plugin's frames only up to its first guess. The unwind commands always show\n"
+                           "the plugin's whole walk, whatever this says."}),
     Setting("claim", SettingType.CHOICE, "auto",
             "which frames GDB's own backtrace takes from the plugin's unwinder", debuggers=("gdb",),
             choices=(("auto", "every frame the plugin proves and GDB's own unwinders do not give: tables GDB "

@@ -127,10 +127,13 @@ PROVIDER = CommandSpec(
     "provider", "Let LLDB's own bt use the plugin's frames where LLDB's unwinder stops.",
     ("json",),
     words=(Words(WordsKind.SWITCH, "[on|off]"),),
-    about="""on registers a scripted frame provider on the target (it needs LLDB 22 or later,
-which has the frame provider API); off removes it; with no word, shows
-whether it is on. It only adds: LLDB's own frames are kept as long as LLDB
-has them; where LLDB's unwinder stops and the plugin's walk agrees with
+    about="""The plugin registers a scripted frame provider on every target as loaded
+(LLDB 22 or later, which has the frame provider API): on targets created
+later at their first stop. on registers it on the target; off removes it and
+keeps it off for targets that stop later; with no word, shows whether it is
+on. With "unwind settings guesses off" (the default) only the plugin's
+proven frames are supplied, up to its first frame-pointer or scan guess.
+It only adds: LLDB's own frames are kept as long as LLDB has them; where LLDB's unwinder stops and the plugin's walk agrees with
 every frame LLDB had, the plugin's further frames are supplied, marked
 [synthetic] in "bt" and "supplied" in "unwind explain". Supplied frames
 carry a pc only: LLDB 22.1 cannot show their registers or variables.""",

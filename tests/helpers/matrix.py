@@ -257,6 +257,7 @@ LLDB_SCRIPT = ("script import json; fr = list(lldb.thread.frames); print('%s' + 
 
 REMOTE_LLDB = (22, 19)        # LLDB versions for qemu-user's gdbstub, newest first (16 hangs there)
 REMOTE_LLDB_TIMEOUT = 120     # seconds a remote LLDB session may take
+PROVIDER_LLDB = 22            # LLDB's own bt gets the plugin's proven frames from this version (as loaded)
 
 
 def _lldb_remote(row, binary):
@@ -288,7 +289,9 @@ def _lldb_remote(row, binary):
         argv = lldbrun.lldb_argv() + ["--no-lldbinit", "--batch"]
         with qemu_user("qemu-aarch64", binary, [row.mode] if row.mode else [],
                        options=("-cpu", "max,sve=off")) as address:
-            for line in ["command script import %s/lldb_commands" % ROOT, "gdb-remote %s" % address,
+            # LLDB 22's frame provider is on as loaded: "LLDB alone" is LLDB with it off.
+            alone = ["unwind provider off"] if version >= PROVIDER_LLDB else []
+            for line in ["command script import %s/lldb_commands" % ROOT, *alone, "gdb-remote %s" % address,
                          "process handle SIGALRM --stop false --notify false --pass true", *stop]:
                 argv += ["-o", line]
             for line in after:

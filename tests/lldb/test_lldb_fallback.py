@@ -184,11 +184,11 @@ def test_settings_change_every_walk_and_last_the_session():
     show = results["show"]["output"]
     assert results["show"]["ok"], results["show"]
     lines = show.strip().splitlines()
-    assert [line.split()[0] for line in lines] == ["sources", "max-frames", "scan-words"], show
+    assert [line.split()[0] for line in lines] == ["sources", "max-frames", "scan-words", "guesses"], show
     assert "max-frames (unsigned) = 20000" in show and "scan-words (unsigned) = 1024" in show
     default = results["show_json"]
     assert default == {"sources": ["cfi", "sframe", "compact", "exidx", "pdata", "orc", "analysis", "frame-pointer", "scan"],
-                       "max_frames": 20000, "scan_words": 1024}
+                       "max_frames": 20000, "scan_words": 1024, "claim_guesses": False}
     assert {f["method"] for f in results["default"]["frames"][1:]} <= {"cfi", "analysis", "frame-pointer", "scan"}
     # `unwind settings sources scan`: every walk uses the scanner alone, explain too...
     assert "sources (list) = scan" in results["set_sources"]["output"]
@@ -218,13 +218,13 @@ def test_settings_change_every_walk_and_last_the_session():
     assert results["limited_compare"]["stop_reason"] == "depth-limit"
     assert "at least 1" in _error_line(results["bad_frames"])
     assert "takes one value" in _error_line(results["two_values"])
-    assert "unknown setting 'stack-words'; the settings are: sources, max-frames, scan-words" \
+    assert "unknown setting 'stack-words'; the settings are: sources, max-frames, scan-words, guesses" \
         in _error_line(results["unknown"])
     if version() >= 19:     # parsed commands: LLDB reads the options, and says so its own way
         assert results["bad_option"]["error"] == "error: unknown or ambiguous option\n", results["bad_option"]
     else:
         assert "unrecognized arguments: --bogus" in _error_line(results["bad_option"])
-    after = {"sources": ["frame-pointer", "scan"], "max_frames": 3, "scan_words": 1024}
+    after = {"sources": ["frame-pointer", "scan"], "max_frames": 3, "scan_words": 1024, "claim_guesses": False}
     assert results["after"] == after            # errors changed nothing
     assert results["relaunch"]["ok"], results["relaunch"]
     rerun = results["rerun"]
@@ -234,7 +234,7 @@ def test_settings_change_every_walk_and_last_the_session():
     help_text = results["help"]["output"]
     syntax = "Syntax: settings <cmd-options> [<name | value>]" if version() >= 19 else \
         "Usage: unwind settings [--json] [NAME [VALUE]]"
-    for words in (syntax, "sources LIST", "max-frames N", "scan-words N", "--sources option of a command overrides"):
+    for words in (syntax, "sources LIST", "max-frames N", "scan-words N", "guesses on|off", "--sources option of a command overrides"):
         assert words in help_text, help_text
     assert "settings  -- Show or change the plugin's settings" in results["help_unwind"]["output"]
 
@@ -254,7 +254,8 @@ def test_settings_without_a_target_in_batch_mode():
     assert outputs[4][1].strip().splitlines() == [
         "sources (list) = cfi,frame-pointer   (off: sframe, compact, exidx, pdata, orc, analysis, scan)",
         "max-frames (unsigned) = 7",
-        "scan-words (unsigned) = 1024"], outputs[4]
+        "scan-words (unsigned) = 1024",
+        "guesses (boolean) = off"], outputs[4]
     last = transcript.rstrip().splitlines()[-1]
     assert last == "error: unwind settings: scan-words must be a whole number from 1 to 1048576, not '-1'", \
         transcript[-500:]

@@ -1,7 +1,7 @@
-"""`unwind provider on|off`: LLDB's own frames through the plugin (LLDB 22's frame provider).
+"""LLDB's own frames through the plugin (LLDB 22's frame provider), on as loaded; `unwind provider on|off`.
 
 The oracle is LLDB itself: on a program stripped of its symbols and of
-.eh_frame, LLDB 22 alone stops after the first frame; with the provider,
+.eh_frame, LLDB 22 alone stops after the first frame; with the provider (as loaded),
 LLDB's own frames (SBThread, `bt`) are those LLDB finds on the twin that
 kept its symbols and tables (same code, same addresses: LLDB disables
 ASLR). Where LLDB alone is right (ordinary programs, JIT code that keeps a
@@ -22,6 +22,7 @@ STRIP_ALL = [["objcopy", "--strip-all", "--remove-section", ".eh_frame", "--remo
               "{out}"]]
 SFRAME_ONLY = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
 REGISTERS = "[frame.GetRegisters().GetSize(), frame.GetPC()]"
+LLDB_ALONE = ["unwind provider off"]       # before the launch: no target stops with the provider
 
 
 def _twins(flags_name):
@@ -37,7 +38,7 @@ def _stopped_twins(flags_name, args, actions):
     """(the pcs of LLDB's frames on the twin with tables, the results of `actions` on the
     stripped twin), both stopped at stop_here's first instruction."""
     twin, bare, stop_here = _twins(flags_name)
-    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=args)
+    truth, _ = run_lldb(twin, [("frames", "frames", None)], args=args, setup=LLDB_ALONE)
     results, _ = run_lldb(bare, actions, args=args, breakpoint=None,
                           setup=["breakpoint set -a 0x%x -s %s" % (stop_here, bare.name)])
     return pcs(truth["frames"]), results
@@ -57,9 +58,14 @@ def test_provider_supplies_the_frames_lldb_cannot_find():
     if version() < PROVIDER_VERSION:
         return _needs_lldb_22()
     expected, results = _stopped_twins("O2-nofp", ["plain"], [
-        ("alone", "frames", None),
-        ("on", "json", "unwind provider on --json"),
+        ("loaded", "json", "unwind provider --json"),
         ("with", "frames", None),
+        ("ours_with", "json", "unwind backtrace --json"),
+        ("bare_off", "cmd", "unwind provider off"),
+        ("alone", "frames", None),
+        ("ours_alone", "json", "unwind backtrace --json"),
+        ("on", "json", "unwind provider on --json"),
+        ("again", "frames", None),
         ("explain", "json", "unwind explain all --json"),
         ("compare", "json", "unwind compare --json"),
         ("select", "cmd", "frame select 3"),
@@ -72,10 +78,16 @@ def test_provider_supplies_the_frames_lldb_cannot_find():
     ])      # expected: stop_here level3 level2 level1 main, 2 in libc, _start
     alone = pcs(results["alone"])
     assert alone == expected[:1], (alone, expected)
-    assert results["on"] == {"provider": "on", "lldb_version": results["on"]["lldb_version"]}
-    assert results["on"]["lldb_version"].startswith("%d." % PROVIDER_VERSION)
-    # With the provider, LLDB's own frames are the twin's, frame by frame; LLDB's frame #0 is kept.
-    assert pcs(results["with"]) == expected, (results["with"], truth["frames"])
+    # As loaded, the provider is on: LLDB's own frames are the twin's, frame by frame (every one
+    # found by instruction analysis or tables: no guess); LLDB's frame #0 is kept.
+    assert results["loaded"] == {"provider": "on", "lldb_version": results["loaded"]["lldb_version"]}
+    assert results["loaded"]["lldb_version"].startswith("%d." % PROVIDER_VERSION)
+    assert results["on"] == results["loaded"]
+    assert pcs(results["with"]) == expected, (results["with"], expected)
+    assert results["again"] == results["with"]
+    # `unwind backtrace` is the same with and without the provider.
+    assert results["ours_with"] == results["ours_alone"]
+    assert {f["method"] for f in results["ours_alone"]["frames"][1:]} <= {"cfi", "analysis"}, results["ours_alone"]
     assert results["with"][0] == results["alone"][0]
     supplied = list(range(1, len(expected)))
     assert results["explain"]["supplied"] == supplied, results["explain"]
@@ -103,11 +115,11 @@ def test_provider_keeps_lldbs_frames_where_lldb_disagrees():
     if version() < PROVIDER_VERSION:
         return _needs_lldb_22()
     expected, results = _stopped_twins("O0", ["plain"], [
-        ("alone", "frames", None),
-        ("on", "cmd", "unwind provider on"),
         ("with", "frames", None),
         ("explain", "json", "unwind explain all --json"),
         ("ours", "json", "unwind backtrace --json"),
+        ("off", "cmd", "unwind provider off"),
+        ("alone", "frames", None),
     ])
     alone = pcs(results["alone"])
     assert expected[1] not in alone and alone[:1] == expected[:1] and alone[1] == expected[2], (alone, expected)
@@ -132,11 +144,11 @@ def test_provider_keeps_lldbs_frames_where_lldb_is_right(case):
         return _needs_lldb_22()
     make, args = CASES[case]
     results, transcript = run_lldb(make(), [
-        ("alone", "frames", None),
-        ("on", "cmd", "unwind provider on"),
         ("with", "frames", None),
         ("explain", "json", "unwind explain all --json"),
         ("bt", "cmd", "bt"),
+        ("off", "cmd", "unwind provider off"),
+        ("alone", "frames", None),
     ], args=args)
     assert len(results["alone"]) >= 4, results["alone"]
     assert results["with"] == results["alone"]
@@ -160,7 +172,6 @@ def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return()
     if version() < PROVIDER_VERSION:
         return _needs_lldb_22()
     expected, results = _stopped_twins("O2-nofp", ["recurse", "6"], [
-        ("on", "cmd", "unwind provider on"),
         ("with", "frames", None),
         ("cfas", "py", "[thread.GetFrameAtIndex(i).GetCFA() for i in range(5)]"),
         ("select", "cmd", "frame select 3"),
@@ -176,3 +187,32 @@ def test_finish_from_a_supplied_frame_in_a_recursion_stops_at_the_first_return()
     # return to frame #3's pc, when frame #1 returns into frame #2.
     assert results["finish"]["ok"], results["finish"]
     assert pcs(results["after"]) == expected[2:], (pcs(results["after"]), expected)
+
+
+def test_guesses_reach_lldbs_bt_only_with_guesses_on():
+    """With the analysis off, the plugin's walk of the stripped -O2 program is stack scanning:
+    guesses, which LLDB's bt gets only with `unwind settings guesses on`; `unwind backtrace`
+    shows them either way. A setting changed at a stop reaches `bt` at once."""
+    if version() < PROVIDER_VERSION:
+        return _needs_lldb_22()
+    expected, results = _stopped_twins("O2-nofp", ["plain"], [
+        ("sources", "cmd", "unwind settings sources cfi,scan"),
+        ("default", "json", "unwind settings --json"),
+        ("off", "frames", None),
+        ("ours_off", "json", "unwind backtrace --json"),
+        ("guesses", "cmd", "unwind settings guesses on"),
+        ("on", "frames", None),
+        ("ours_on", "json", "unwind backtrace --json"),
+        ("explain", "json", "unwind explain all --json"),
+        ("back", "cmd", "unwind settings guesses off"),
+        ("off_again", "frames", None),
+    ])
+    assert results["default"]["claim_guesses"] is False, results["default"]
+    assert pcs(results["off"]) == expected[:1], (results["off"], expected)
+    assert results["ours_off"] == results["ours_on"]
+    ours = results["ours_on"]["frames"]
+    assert ours[1]["method"] == "scan", ours
+    assert results["guesses"]["output"].strip() == "guesses (boolean) = on", results["guesses"]
+    assert pcs(results["on"]) == [f["pc"] for f in ours], (results["on"], ours)
+    assert results["explain"]["supplied"] == list(range(1, len(ours))), results["explain"]
+    assert pcs(results["off_again"]) == expected[:1], results["off_again"]

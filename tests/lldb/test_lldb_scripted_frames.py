@@ -48,7 +48,7 @@ def test_a_dict_frame_has_no_frame_base():
         ("variables", "cmd", "frame variable"),
         ("select3", "cmd", "frame select 3"),
         ("variables3", "cmd", "frame variable"),
-    ], args=["recurse", "3"])
+    ], args=["recurse", "3"], setup=["unwind provider off"])     # the probe alone (see test_two_providers_...)
     alone, given = results["alone"], results["with"]
     assert [f["pc"] for f in given] == [f["pc"] for f in alone], (given, alone)
     assert given[2]["cfa"] < 0x10000 < alone[2]["cfa"], (given[2], alone[2])     # no CFA
@@ -84,3 +84,24 @@ def test_reading_a_scripted_frames_registers_kills_lldb_22_1(monkeypatch, tmp_pa
     # once LLDB is fixed it prints them and this fails: supply ScriptedFrames with registers then.
     reads = [out for cmd, out in outputs if cmd == "register read rip rsp"]
     assert status == -signal.SIGSEGV or (len(reads) == 2 and reads[1] != own), (status, transcript[-3000:])
+
+
+def test_two_providers_on_one_target_abort_lldb_22_1():
+    """A limit of the provider being on as loaded: a second frame provider on the same target
+    (here the probe, registered after the plugin's) aborts LLDB 22.1.8 at `bt` ("Resource
+    deadlock avoided": each provider reads its input frames, which the other one gives, under
+    the lock LLDB holds while it asks). docs/commands.md says to run `unwind provider off`
+    first. Once LLDB chains providers, `bt` works and this fails."""
+    if version() < PROVIDER_VERSION:
+        return _no_provider_api()
+    status, transcript = run_batch(build("chain.c", ["-O0"]), [
+        "command script import %s" % PROBE,
+        "breakpoint set -n stop_here",
+        "process launch -- plain",
+        "unwind provider",
+        REGISTER,
+        "bt",
+    ])
+    assert "provider: on" in transcript, transcript[-3000:]
+    assert status == 128 + signal.SIGABRT or status == -signal.SIGABRT, (status, transcript[-3000:])
+    assert "Resource deadlock avoided" in transcript, transcript[-3000:]

@@ -146,7 +146,7 @@ def test_settings_parse_format_and_bounds():
     fallback = find_setting("fallback", SETTINGS)
     assert fallback.type is SettingType.BOOLEAN and fallback.show(False, DEFAULT_SOURCES).count("does not use") == 1
     assert fallback.name == "guesses" and "fallback" in fallback.aliases     # the old name still finds it
-    assert [s.name for s in settings_for("lldb", DEFAULT_SOURCES)] == ["sources", "max-frames", "scan-words"]
+    assert [s.name for s in settings_for("lldb", DEFAULT_SOURCES)] == ["sources", "max-frames", "scan-words", "guesses"]
     assert [s.name for s in settings_for("gdb", ("cfi",))] == ["sources", "max-frames", "claim",
                                                               "trap-handler-names"]   # no fallback built
     traps = find_setting("trap-handler-names", SETTINGS)
@@ -155,7 +155,7 @@ def test_settings_parse_format_and_bounds():
     assert traps.parse("", DEFAULT_SOURCES) == () and traps.format(("a", "b")) == "a,b"
     assert traps.show((), DEFAULT_SOURCES) == "Functions looked up as trap handlers: none."
     assert "lldb" not in traps.debuggers       # LLDB has its own target.trap-handler-names
-    with pytest.raises(ValueError, match="^unknown setting 'stack-words'; the settings are: sources, max-frames, scan-words$"):
+    with pytest.raises(ValueError, match="^unknown setting 'stack-words'; the settings are: sources, max-frames, scan-words, guesses$"):
         find_setting("stack-words", settings_for("lldb", DEFAULT_SOURCES))
     with pytest.raises(ValueError, match="source cfi named twice"):
         parse_sources("cfi,cfi", DEFAULT_SOURCES)
