@@ -58,10 +58,26 @@ def supplied_key(thread) -> tuple:
     return thread.GetThreadID(), process.GetStopID()
 
 
+def other_providers(sbtarget) -> List[str]:
+    """The names of the frame providers on sbtarget that are not this plugin's
+    (`target frame-provider list`): LLDB 22.1.8 aborts a `bt` with two providers."""
+    interpreter = sbtarget.GetDebugger().GetCommandInterpreter()
+    listed = lldb.SBCommandReturnObject()
+    interpreter.HandleCommand("target frame-provider list", lldb.SBExecutionContext(sbtarget), listed)
+    names = [line.split(":", 1)[1].strip() for line in (listed.GetOutput() or "").splitlines()
+             if line.strip().startswith("Name:")]
+    return [name for name in names if name != CLASS_NAME]
+
+
 def switch(state, sbtarget, on: bool) -> None:
-    """Register (on) or remove (off) the provider on sbtarget; ValueError if LLDB refuses."""
+    """Register (on) or remove (off) the provider on sbtarget; ValueError if LLDB refuses or
+    another frame provider is registered there (LLDB 22.1.8 aborts a `bt` with two)."""
     known = state.providers.get(sbtarget.GetGloballyUniqueID())
     if on and known is None:
+        others = other_providers(sbtarget)
+        if others:
+            raise ValueError("another frame provider is registered on this target (%s), and LLDB 22.1.8 "
+                             "aborts a backtrace with two: the plugin's is not registered" % ", ".join(others))
         error = lldb.SBError()
         ident = sbtarget.RegisterScriptedFrameProvider(CLASS_NAME, lldb.SBStructuredData(), error)
         if not error.Success() or not ident:
@@ -84,7 +100,8 @@ def refresh(state, sbtarget) -> None:
 
 def ensure(state, sbtarget) -> None:
     """The provider on sbtarget, unless `unwind provider off` turned it off for the debugger."""
-    if state.provider_wanted and sbtarget.IsValid() and sbtarget.GetGloballyUniqueID() not in state.providers:
+    if (state.provider_wanted and sbtarget.IsValid() and sbtarget.GetGloballyUniqueID() not in state.providers
+            and not other_providers(sbtarget)):
         switch(state, sbtarget, True)
 
 

@@ -105,3 +105,28 @@ def test_two_providers_on_one_target_abort_lldb_22_1():
     assert "provider: on" in transcript, transcript[-3000:]
     assert status == 128 + signal.SIGABRT or status == -signal.SIGABRT, (status, transcript[-3000:])
     assert "Resource deadlock avoided" in transcript, transcript[-3000:]
+
+
+def test_a_provider_registered_first_keeps_the_target():
+    """The other order: a frame provider registered before the plugin is imported keeps the
+    target to itself. The plugin does not register its own there (LLDB 22.1.8 aborts a `bt`
+    with two), `bt` works, and `unwind provider on` says why it refuses."""
+    if version() < PROVIDER_VERSION:
+        return _no_provider_api()
+    status, transcript = run_batch(build("chain.c", ["-O0"]), [
+        "command script import %s" % PROBE,
+        REGISTER,
+        "command script import %s" % (ROOT / "lldb_commands"),
+        "breakpoint set -n stop_here",
+        "process launch -- plain",
+        "bt 3",
+        "target frame-provider list",
+        "unwind provider on",
+    ], import_plugin=False)
+    assert status == 1, (status, transcript[-3000:])        # the refused `unwind provider on`; no abort
+    assert "Resource deadlock avoided" not in transcript, transcript[-3000:]
+    outputs = dict(batch_outputs(transcript))
+    assert "stop_here" in outputs["bt 3"], transcript[-3000:]
+    assert "another frame provider is registered on this target (scripted_frame_probe.Probe)" \
+        in outputs["unwind provider on"], transcript[-3000:]
+    assert "UnwindFrameProvider" not in outputs["target frame-provider list"], transcript[-3000:]
