@@ -58,6 +58,8 @@ def build_parser():
     v.add_argument("--address", type=parse_address, metavar="A", help="only the function holding A")
     v.add_argument("--json", action="store_true", help="print JSON instead of text")
     v.add_argument("--baseline", metavar="JSON", help="report only disagreements not in this earlier --json output")
+    v.add_argument("--jobs", type=int, metavar="N",
+                   help="check the functions over N processes (default: one per CPU; 1 with --function/--address)")
     v.set_defaults(handler=cmd_validate)
     for name, rc in (("gdbinit", "~/.gdbinit"), ("lldbinit", "~/.lldbinit")):
         init = sub.add_parser(name, help="print the line that loads the plugin from %s" % rc,
@@ -78,8 +80,8 @@ def parse_source_list(text):
 
 
 def cmd_validate(args):
-    from plugin.validate import offline
-    return offline.run(args)
+    from plugin.validate import command
+    return command.run(args)
 
 
 def cmd_tables(args):

@@ -247,6 +247,14 @@ class FunctionReport:
     sources: Dict[str, SourceSummary] = field(default_factory=dict)
     disagreements: List[Disagreement] = field(default_factory=list)
     detail: list = field(default_factory=list)   # per instruction, when asked for
+    continuation: bool = False   # entered by jumps from another function's frame (a .cold part)
+
+    def to_json(self) -> dict:
+        """The streamed `--json` record of this function (without the per-instruction detail)."""
+        return {"start": self.start, "end": self.end, "name": self.name, "instructions": self.instructions,
+                "analysed": self.analysed, "unknown": len(self.unknown),
+                "sources": {k: v.to_json() for k, v in self.sources.items()},
+                "disagreements": [d.to_json() for d in self.disagreements]}
 
 
 def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, object], facts, arch,
