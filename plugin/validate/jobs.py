@@ -5,10 +5,12 @@ set up (plugin.validate.offline), so each starts with the same view of the
 file. The functions, in address order, are cut into chunks handed out in
 order; a worker analyses and checks each function of its chunk whose
 analysis is final (CodeAnalysis.is_final) and says which of them jump into
-a part a table says is entered by a jump (a .cold part). This process then
-analyses those parents again, follows their jumps into the parts
-(analyse_continuations) and checks the parts last, as one process does: the
-same functions are reported in the same order.
+a part a table says is entered by a jump (a .cold part). Then each part,
+with every function that jumps into it, is one task of a second round: a
+worker analyses those parents (again, unless it did in the first round),
+follows their jumps into the part (analyse_continuations) and checks it.
+The parts are reported last, in address order, as one process does: the
+same functions in the same order.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import List, Tuple
 
 CHUNKS_PER_JOB = 8          # chunks per process: enough to even out big and small functions
 SMALLEST_CHUNK = 32         # functions
+ROUNDS = 3                  # of parts reached from parts, as CodeAnalysis.analyse_continuations
 
 _work = None                # (analysis, check, wanted starts): set in this process before the fork
 
@@ -41,19 +44,67 @@ def chunks(functions: List[Tuple[int, int]], jobs: int) -> List[List[Tuple[int, 
 
 
 def _run_chunk(chunk):
+    """Round 1: analyse a chunk, check its final functions; say which jump into parts (.cold)."""
     analysis, check, wanted = _work
-    checked, parents = [], []
+    checked, edges = [], []
     entered_by_jumps = analysis.entry_states
     for start, end in chunk:
         result = analysis.function(start, end)
-        if any(target in entered_by_jumps for target, _ in result.exits):
-            parents.append((start, end))
+        targets = sorted(set(target for target, _ in result.exits if target in entered_by_jumps))
+        if targets:
+            edges.append((start, end, targets))
         if not analysis.is_final(start):
             continue
         if start in wanted:
             checked.append(check(start, end))
         analysis.forget_states(start)
-    return checked, parents
+    return checked, edges
+
+
+def _run_group(group):
+    """Round 2: the parts (.cold) of a group, with the frames of every jump that reaches them;
+    and the jumps from these parts into parts outside the group (a part entered from a part)."""
+    analysis, check, wanted = _work
+    parents, parts = group
+    for start, end in parents + parts:
+        analysis.function(start, end)
+    analysis.analyse_continuations()
+    inside = set(start for start, _ in parents + parts)
+    edges = []
+    for start, end in parts:
+        targets = set(t for t, _ in analysis.function(start, end).exits if t in analysis.entry_states)
+        if targets - inside:
+            edges.append((start, end, sorted(targets)))
+    checked = [(start, check(start, end)) for start, end in parts if start in wanted]
+    for start, _ in parents:        # the parts keep theirs: a later group may reach them again
+        analysis.forget_states(start)
+    return checked, edges
+
+
+def groups(ordered, edges, is_final):
+    """[(parents, parts)]: the parts a table says are entered by a jump, each with every function
+    that jumps into it, joined where they share one (union-find over the jumps)."""
+    ends = dict(ordered)
+    leader = {}
+
+    def find(node):
+        while leader.setdefault(node, node) != node:
+            leader[node] = leader[leader[node]]
+            node = leader[node]
+        return node
+    for start, _, targets in edges:
+        for target in targets:
+            leader[find(start)] = find(target)
+    members = {}
+    for start, _ in ordered:
+        if not is_final(start) or start in leader:
+            members.setdefault(find(start), []).append(start)
+    out = []
+    for group in members.values():
+        parts = [(s, ends[s]) for s in group if not is_final(s)]
+        if parts:
+            out.append(([(s, ends[s]) for s in group if is_final(s)], parts))
+    return out
 
 
 def check_all(analysis, functions, chosen, check, add, jobs: int) -> None:
@@ -66,21 +117,27 @@ def check_all(analysis, functions, chosen, check, add, jobs: int) -> None:
         return
     _work = (analysis, check, set(start for start, _ in chosen))
     sys.stdout.flush()              # a forked child must not write this process's buffered output again
-    parents = []
+    edges, parts = [], {}
     try:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
             for checked, found in pool.imap(_run_chunk, chunks(ordered, jobs)):
                 for function, problems in checked:
                     add(function, problems)
-                parents.extend(found)
+                edges.extend(found)
+            pending = groups(ordered, edges, analysis.is_final)
+            for _ in range(ROUNDS):
+                found = []
+                for checked, more in pool.imap_unordered(_run_group, pending):
+                    parts.update(checked)
+                    found.extend(more)
+                if not found:
+                    break
+                edges.extend(found)         # parts reached from parts: their groups joined, done again
+                touched = set(start for start, _, _ in found) | set(t for _, _, ts in found for t in ts)
+                pending = [g for g in groups(ordered, edges, analysis.is_final)
+                           if any(start in touched for start, _ in g[0] + g[1])]
     finally:
         _work = None
-    for start, end in parents:
-        analysis.function(start, end)
-    for start, end in ordered:
-        if not analysis.is_final(start):
-            analysis.function(start, end)
-    analysis.analyse_continuations()
-    for start, end in chosen:
-        if not analysis.is_final(start):
-            add(*check(start, end))
+    for start, _ in chosen:
+        if start in parts:
+            add(*parts[start])
