@@ -19,6 +19,8 @@ import os
 import sys
 from typing import List, Tuple
 
+from plugin.validate.offline import settle
+
 CHUNKS_PER_JOB = 8          # chunks per process: enough to even out big and small functions
 SMALLEST_CHUNK = 32         # functions
 ROUNDS = 3                  # of parts reached from parts, as CodeAnalysis.analyse_continuations
@@ -68,7 +70,7 @@ def _run_group(group):
     parents, parts = group
     for start, end in parents + parts:
         analysis.function(start, end)
-    analysis.analyse_continuations()
+    settle(analysis)
     inside = set(start for start, _ in parents + parts)
     edges = []
     for start, end in parts:
@@ -112,8 +114,8 @@ def check_all(analysis, functions, chosen, check, add, jobs: int) -> None:
     global _work
     ordered = sorted(functions.items())
     if not can_fork() or len(ordered) <= SMALLEST_CHUNK:
-        from plugin.validate.offline import check_all as one_process
-        one_process(analysis, functions, chosen, check, add)
+        from plugin.validate.offline import check_all
+        check_all(analysis, functions, chosen, check, add)
         return
     _work = (analysis, check, set(start for start, _ in chosen))
     sys.stdout.flush()              # a forked child must not write this process's buffered output again

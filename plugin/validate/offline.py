@@ -161,10 +161,20 @@ def check_all(analysis, functions, chosen, check, add) -> None:
             add(*check(start, end))
             done.add(start)
         analysis.forget_states(start)
-    analysis.analyse_continuations()
+    settle(analysis)
     for start, end in chosen:
         if start not in done:
             add(*check(start, end))
+
+
+SETTLE_CALLS = 4    # analyse_continuations() follows parts reached from parts 3 rounds a call
+
+
+def settle(analysis) -> None:
+    """Follow jumps into parts (.cold) until their frames settle: one call of analyse_continuations
+    stops after 3 rounds, which chains of parts in glibc (libio's cleanup parts) outrun."""
+    for _ in range(SETTLE_CALLS):
+        analysis.analyse_continuations()
 
 
 class Checker:
