@@ -63,12 +63,13 @@ def _run_chunk(chunk):
     return checked, edges
 
 
-def _run_group(group):
-    """Round 2: the parts (.cold) of a group, with the frames of every jump that reaches them;
-    and the jumps from these parts into parts outside the group (a part entered from a part)."""
+def _run_groups(batch):
+    """Round 2: the parts (.cold) of a batch of groups, with the frames of every jump that reaches
+    them; and the jumps from these parts into parts outside the batch (a part entered from a part)."""
     analysis, check, wanted = _work
-    parents, parts = group
-    for start, end in parents + parts:
+    parents = [p for group_parents, _ in batch for p in group_parents]
+    parts = sorted(p for _, group_parts in batch for p in group_parts)
+    for start, end in sorted(parents + parts):
         analysis.function(start, end)
     settle(analysis)
     inside = set(start for start, _ in parents + parts)
@@ -78,9 +79,16 @@ def _run_group(group):
         if targets - inside:
             edges.append((start, end, sorted(targets)))
     checked = [(start, check(start, end)) for start, end in parts if start in wanted]
-    for start, _ in parents:        # the parts keep theirs: a later group may reach them again
+    for start, _ in parents:        # the parts keep theirs: a later batch may reach them again
         analysis.forget_states(start)
     return checked, edges
+
+
+def batches(groups_found, jobs: int) -> list:
+    """The groups of round 2 packed into about CHUNKS_PER_JOB tasks a process: each task settles
+    its parts' frames once (analyse_continuations reads every result a process holds)."""
+    size = max(1, -(-len(groups_found) // (jobs * CHUNKS_PER_JOB)))
+    return [groups_found[i:i + size] for i in range(0, len(groups_found), size)]
 
 
 def groups(ordered, edges, is_final):
@@ -129,7 +137,7 @@ def check_all(analysis, functions, chosen, check, add, jobs: int) -> None:
             pending = groups(ordered, edges, analysis.is_final)
             for _ in range(ROUNDS):
                 found = []
-                for checked, more in pool.imap_unordered(_run_group, pending):
+                for checked, more in pool.imap_unordered(_run_groups, batches(pending, jobs)):
                     parts.update(checked)
                     found.extend(more)
                 if not found:
