@@ -77,6 +77,7 @@ class Plan:
     sframe: object
     functions: Dict[int, int]
     symbol: Optional[Callable]
+    exidx: dict = field(default_factory=dict)
     keep_detail: bool = False
 
 
@@ -91,6 +92,10 @@ def _plan(target, module, problems: List[str], keep_detail: bool) -> Plan:
     compact = sources.compact_entries(module, target, problems)
     for start, (end, _) in compact.items():
         functions.setdefault(start, end)
+    symbol = getattr(target, "symbol", None)
+    exidx = sources.exidx_entries(module, target, symbol, problems)
+    for start, (end, _) in exidx.items():
+        functions.setdefault(start, end)
     starts = sorted(functions)
     with guard(problems, ".sframe"):     # a bad FDE: the functions only SFrame covers are not checked
         for sfde in sframe_section.fdes if sframe_section is not None else ():
@@ -98,8 +103,7 @@ def _plan(target, module, problems: List[str], keep_detail: bool) -> Plan:
             inside_cfi = i >= 0 and sfde.start < functions[starts[i]]
             if sfde.end > sfde.start and not inside_cfi:
                 functions[sfde.start] = sfde.end    # only SFrame covers it: analysed on its own
-    return Plan(module.arch, fdes, compact, sframe_section, functions,
-                getattr(target, "symbol", None), keep_detail)
+    return Plan(module.arch, fdes, compact, sframe_section, functions, symbol, exidx, keep_detail)
 
 
 def validate_module(target, module, select=None, keep_detail=False, jobs: int = 1,
@@ -201,6 +205,8 @@ class Checker:
         if start in plan.compact:
             tables["compact"] = sources.compact_rows(start, plan.compact[start][1], analysis, plan.arch,
                                                      problems)
+        if start in plan.exidx:
+            tables["exidx"] = sources.exidx_rows(start, plan.exidx[start][1], analysis, plan.arch)
         name = sources.function_name(plan.symbol, start)
         try:
             function = checks.check_function(analysis, start, end, name, tables, analysis.facts, plan.arch,

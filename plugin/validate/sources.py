@@ -22,6 +22,7 @@ from plugin.strategies.compact import CompactTables
 from plugin.validate.live import EXACT_ONLY_AT
 
 PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got", ".iplt")
+EXIDX_EXACT_AT = (Flow.CALL,)   # EHABI opcodes describe a function's body where it calls
 
 
 class RowCursor:
@@ -158,6 +159,50 @@ def compact_rows(start, found, analysis, arch, problems: List[str]):
                 problems.append("compact entry at 0x%x: %s" % (entry.function_start, exc))
                 cache["row"] = None
         return cache["row"]
+    return at
+
+
+def exidx_entries(module, target, symbol, problems: List[str]) -> dict:
+    """{start: (end, Plan)} of an Arm module's .ARM.exidx entries whose opcodes can be run
+    (not EXIDX_CANTUNWIND, a known personality, no refusal)."""
+    if module.arch.name != "arm":
+        return {}
+    from plugin.formats import exidx
+    from plugin.strategies.exidx import ExidxTables
+    tables = ExidxTables.of(module, target)
+    table = tables.table()
+    problems.extend(tables.problems)
+    out = {}
+    if table is None:
+        return out
+    lookup = symbol or (lambda address: None)
+    try:
+        for entry in table.entries():
+            if entry.kind == exidx.EntryKind.CANTUNWIND:
+                continue
+            try:
+                _, steps = tables.planned(entry, lookup)
+            except DecodeError as exc:
+                problems.append("%s entry %d: %s" % (exidx.INDEX_SECTION, entry.index, exc))
+                continue
+            if steps is not None and not steps.refused:
+                out[entry.function & ~1] = (tables.end_of(entry), steps)
+    except DecodeError as exc:
+        problems.append("%s: %s" % (exidx.INDEX_SECTION, exc))
+    return out
+
+
+def exidx_rows(start, steps, analysis, arch):
+    """EHABI opcodes describe the body at call sites: the opcodes' row at calls, the entry rule
+    (CFA = sp, return address in lr) at the function's first instruction; elsewhere no claim."""
+    from plugin.strategies.exidx_plan import at_entry
+    entry_row = at_entry(None, arch, start).row
+
+    def at(pc):
+        if pc == start:
+            return entry_row
+        insn = analysis.decode_at(pc)
+        return steps.row if insn is not None and insn.flow in EXIDX_EXACT_AT else None
     return at
 
 
