@@ -5,12 +5,14 @@ Opens FILE as the loader would lay it out, checks each module
 JSON document whose "functions" list is written one record per line as
 each function is checked (so a big library shows progress and nothing is
 held back), followed by the per-module summary ("modules"). The exit status
-is 0 clean, 1 wrong rows found, 2 bad file or arguments.
+is 0 clean, 1 wrong rows found, 2 bad file or arguments. While stderr is a
+terminal, a progress line there counts the functions checked.
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 from plugin.errors import guard
 from plugin.validate import baseline, offline
@@ -66,6 +68,35 @@ class JsonStream:
     def close(self, summary: dict) -> None:
         rest = json.dumps(summary, indent=1)
         self.out.write("\n],%s\n" % rest[1:])
+
+
+class Progress:
+    """A line on stderr, rewritten at most PERIOD seconds apart, while a terminal watches."""
+    PERIOD = 0.5
+
+    def __init__(self, err, then=None):
+        self.err = err
+        self.then = then                # the next on_function (the JSON stream), or None
+        self.shown = 0.0
+        self.width = 0
+
+    def function(self, report: ModuleReport, function) -> None:
+        if self.then is not None:
+            self.then(report, function)
+        now = time.monotonic()
+        if now - self.shown >= self.PERIOD:
+            self.shown = now
+            line = "validate %s: %d functions, %d instructions checked, %d wrong" % (
+                report.module, report.functions, report.instructions,
+                sum(s.wrong for s in report.sources.values()))
+            self.err.write("\r%-*s" % (self.width, line))
+            self.err.flush()
+            self.width = len(line)
+
+    def close(self) -> None:
+        if self.width:
+            self.err.write("\r%s\r" % (" " * self.width))
+            self.err.flush()
 
 
 def _selector(target, args):
@@ -131,8 +162,13 @@ def run(args) -> int:
     if jobs is None:
         jobs = 1 if detail else parallel.default_jobs()     # one function: not worth a process
     stream = JsonStream(sys.stdout, known) if args.json else None
-    reports = [offline.validated(target, module, select, detail, jobs, stream and stream.function)
-               for module in chosen]
+    on_function = stream and stream.function
+    progress = Progress(sys.stderr, on_function) if sys.stderr.isatty() and not detail else None
+    if progress is not None:
+        on_function = progress.function
+    reports = [offline.validated(target, module, select, detail, jobs, on_function) for module in chosen]
+    if progress is not None:
+        progress.close()
     damaged = list(getattr(target, "problems", ()))    # the file's own (e.g. relocations not applied)
     reports[0].problems.extend(damaged)
     dropped = sum(baseline.keep_new(r, known) for r in reports) if known is not None else 0

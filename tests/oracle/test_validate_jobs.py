@@ -73,3 +73,32 @@ def test_json_streams_one_line_per_function(planted):
 def test_bad_jobs_is_an_argument_error(planted):
     done = run_validate(planted, "--jobs", "0")
     assert done.returncode == 2 and "--jobs" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_progress_line_only_on_a_terminal(planted):
+    """stderr a terminal: a progress line, cleared at the end; a pipe: nothing (run_validate)."""
+    import os
+    import pty
+    import sys
+
+    from support import ROOT
+    master, slave = pty.openpty()
+    done = subprocess.Popen([sys.executable, "-m", "plugin", "validate", str(planted), "--jobs", "1"],
+                            stdout=subprocess.PIPE, stderr=slave, cwd=ROOT)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:         # the other end closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out = done.communicate(timeout=300)[0].decode()
+    os.close(master)
+    assert done.returncode == 1 and "DISAGREE" in out
+    line = seen.decode()
+    assert line.startswith("\rvalidate %s: " % planted.name) and "instructions checked" in line
+    assert line.endswith("\r") and line.rstrip("\r").endswith(" ")       # blanked when done
+    assert run_validate(planted, "--jobs", "1").stderr == ""
