@@ -58,6 +58,8 @@ def build_parser():
     v.add_argument("--address", type=parse_address, metavar="A", help="only the function holding A")
     v.add_argument("--json", action="store_true", help="print JSON instead of text")
     v.add_argument("--baseline", metavar="JSON", help="report only disagreements not in this earlier --json output")
+    v.add_argument("--jobs", type=int, metavar="N",
+                   help="check the functions over N processes (default: one per CPU; 1 with --function/--address)")
     v.set_defaults(handler=cmd_validate)
     k = sub.add_parser("kallsyms", help="write a symbol file for GDB from a copy of /proc/kallsyms",
                        description="Write an ELF symbol file from a copy of the Linux kernel's /proc/kallsyms "
@@ -98,8 +100,8 @@ def cmd_validate(args):
     if _is_pe(args.file):
         from plugin.validate import pe as pe_validate
         return pe_validate.run(args)
-    from plugin.validate import offline
-    return offline.run(args)
+    from plugin.validate import command
+    return command.run(args)
 
 
 def cmd_tables(args):

@@ -27,6 +27,11 @@ def load(path: str) -> Set[Tuple]:
         raise ValueError("baseline %s is not the output of validate --json" % path)
 
 
+def is_known(module: str, disagreement: dict, known: Set[Tuple]) -> bool:
+    """Is this disagreement (as --json writes it) one the earlier run had?"""
+    return _key(module, disagreement) in known
+
+
 def keep_new(report, known: Set[Tuple]) -> int:
     """Drop the report's known disagreements; the number dropped."""
     name = report.module

@@ -128,6 +128,8 @@ def _judge_register(number, rule, state, facts, arch, slots_of):
     wanted = arows.caller(number)
     held = state.regs.get(number) == wanted
     slots = slots_of.get(wanted, ())
+    # where the caller's value is known to be: its own register, a slot, or a copy in another register
+    known = held or bool(slots) or any(value == wanted for value in state.regs.values())
     kind = RuleKind.SAME if rule is None else rule.kind
     if kind == RuleKind.SAME:
         if number == facts.RA and facts.RA_REGISTER is None:
@@ -149,7 +151,7 @@ def _judge_register(number, rule, state, facts, arch, slots_of):
             return Verdict.RIGHT, ""
         if content is None:
             aligned = where[1] != CFA or any(key[0] != CFA for key in state.mem)
-            if where[2] < 0 and not aligned and (held or slots):
+            if where[2] < 0 and not aligned and known:
                 return Verdict.WRONG, "this function never stored anything at that slot"
             return Verdict.UNKNOWN, "slot not written by this function"
         if content[0] == Kind.UNKNOWN:
@@ -159,7 +161,7 @@ def _judge_register(number, rule, state, facts, arch, slots_of):
         current = state.reg(rule.register)
         if current == wanted:
             return Verdict.RIGHT, ""
-        if current[0] != Kind.UNKNOWN and (held or slots):
+        if current[0] != Kind.UNKNOWN and known:
             return Verdict.WRONG, "%s holds %s" % (arch.name_of(rule.register), _value_text(current, arch))
         return Verdict.UNKNOWN, "not tracked"
     if kind == RuleKind.UNDEFINED:
@@ -247,6 +249,14 @@ class FunctionReport:
     sources: Dict[str, SourceSummary] = field(default_factory=dict)
     disagreements: List[Disagreement] = field(default_factory=list)
     detail: list = field(default_factory=list)   # per instruction, when asked for
+    continuation: bool = False   # entered by jumps from another function's frame (a .cold part)
+
+    def to_json(self) -> dict:
+        """The streamed `--json` record of this function (without the per-instruction detail)."""
+        return {"start": self.start, "end": self.end, "name": self.name, "instructions": self.instructions,
+                "analysed": self.analysed, "unknown": len(self.unknown),
+                "sources": {k: v.to_json() for k, v in self.sources.items()},
+                "disagreements": [d.to_json() for d in self.disagreements]}
 
 
 def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, object], facts, arch,

@@ -24,7 +24,8 @@ from plugin.formats import pdata_x64 as x64
 from plugin.modules import discover
 from plugin.strategies.pdata import PdataTables, static_row
 from plugin.validate import code as checks
-from plugin.validate.offline import ModuleReport, text
+from plugin.validate.command import text
+from plugin.validate.offline import ModuleReport
 
 SOURCE = "pdata"
 # Non-volatile under the Windows x64 ABI but not under the System V one the analysis'

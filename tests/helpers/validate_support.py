@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from support import BUILD, FIXTURES, ROOT, build, need_tool
 
 PLANTED = "validate_planted.S"
@@ -41,6 +43,20 @@ def instructions(path, objdump_name="objdump"):
         if colon and rest.strip() and head.strip() and all(c in "0123456789abcdef" for c in head.strip()):
             found.append(int(head.strip(), 16))
     return found
+
+
+def planted_and_twin(source, flags):
+    """Module-scoped fixtures (planted, twin): tests/fixtures/SOURCE built with FLAGS, and with -DCORRECT."""
+    stem = source.rsplit(".", 1)[0]
+
+    @pytest.fixture(scope="module")
+    def planted():
+        return build(source, flags)
+
+    @pytest.fixture(scope="module")
+    def twin():
+        return build(source, list(flags) + ["-DCORRECT"], name=stem + "_correct")
+    return planted, twin
 
 
 def planted_ranges(path, numbers, prefix=""):
@@ -78,10 +94,17 @@ def live_program(correct, aarch64=False):
 def wrong_by_source(report):
     """source -> sorted wrong addresses, from a live report's JSON."""
     return {source: sorted(tally["wrong"]) for source, tally in report["sources"].items()}
+
+
+def run_validate(*argv):
+    """`python -m plugin validate ARGV...`, finished (CompletedProcess, text)."""
+    return subprocess.run([sys.executable, "-m", "plugin", "validate", *map(str, argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
 def validate(path, *extra):
     """The first module's report of `python -m plugin validate PATH --json`."""
-    out = subprocess.run([sys.executable, "-m", "plugin", "validate", str(path), "--json", *extra],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = run_validate(path, "--json", *extra)
     assert out.returncode in (0, 1), out.stderr
     assert out.returncode == (1 if '"source"' in out.stdout else 0)
     return json.loads(out.stdout)["modules"][0]

@@ -11,22 +11,10 @@ report exactly the instructions between each pair, and nothing in the twin.
 
 import subprocess
 
-import pytest
-
 from support import ROOT, build, need_tool, oracle_dir
-from validate_support import PLANTED, planted_ranges, validate, wrong
+from validate_support import PLANTED, planted_and_twin, planted_ranges, validate, wrong
 
-SO = ["-shared", "-nostdlib", "-Wa,--gsframe"]
-
-
-@pytest.fixture(scope="module")
-def planted():
-    return build(PLANTED, SO)
-
-
-@pytest.fixture(scope="module")
-def twin():
-    return build(PLANTED, SO + ["-DCORRECT"], name="validate_planted_correct")
+planted, twin = planted_and_twin(PLANTED, ["-shared", "-nostdlib", "-Wa,--gsframe"])
 
 
 def test_every_planted_cfi_error_is_found_at_its_exact_instructions(planted):

@@ -8,23 +8,11 @@ instruction list: every planted instruction is wrong, nothing else, and the
 twin is clean.
 """
 
-import pytest
+import json
 
-from support import build
-from validate_support import planted_ranges, validate, wrong
+from validate_support import planted_and_twin, planted_ranges, run_validate, validate, wrong
 
-SOURCE = "validate_planted_more.S"
-SO = ["-shared", "-nostdlib"]
-
-
-@pytest.fixture(scope="module")
-def planted():
-    return build(SOURCE, SO)
-
-
-@pytest.fixture(scope="module")
-def twin():
-    return build(SOURCE, SO + ["-DCORRECT"], name="validate_planted_more_correct")
+planted, twin = planted_and_twin("validate_planted_more.S", ["-shared", "-nostdlib"])
 
 
 def test_every_planted_error_is_found_at_its_exact_instructions(planted):
@@ -51,29 +39,20 @@ def test_the_correct_twin_is_clean(twin):
     assert report["sources"]["cfi"]["right"] >= 30
 
 
-def _run(*argv):
-    import subprocess
-    import sys
-    from support import ROOT
-    return subprocess.run([sys.executable, "-m", "plugin", "validate", *map(str, argv)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-
-
 def test_baseline_reports_only_what_is_new(planted, twin, tmp_path):
-    import json
     old, clean = tmp_path / "old.json", tmp_path / "clean.json"
-    first = _run(planted, "--json")
+    first = run_validate(planted, "--json")
     assert first.returncode == 1
     old.write_text(first.stdout)
-    clean.write_text(_run(twin, "--json").stdout)
-    same = _run(planted, "--json", "--baseline", old)
+    clean.write_text(run_validate(twin, "--json").stdout)
+    same = run_validate(planted, "--json", "--baseline", old)
     assert same.returncode == 0
     out = json.loads(same.stdout)
     assert out["modules"][0]["disagreements"] == [] and out["baseline"]["known_not_shown"] == 7
-    new = _run(planted, "--json", "--baseline", clean)
+    new = run_validate(planted, "--json", "--baseline", clean)
     assert new.returncode == 1
     assert sorted(d["address"] for d in json.loads(new.stdout)["modules"][0]["disagreements"]) == \
         planted_ranges(planted, (5, 6, 7, 8))
-    bad = _run(planted, "--baseline", planted)
+    bad = run_validate(planted, "--baseline", planted)
     assert bad.returncode == 2 and "not the output of validate --json" in bad.stderr
     assert "Traceback" not in bad.stderr
