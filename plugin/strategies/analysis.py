@@ -79,9 +79,12 @@ def step(frame, ctx) -> Outcome:
             return outcome
         reasons.append(why)
     if not reasons:
-        return Outcome.not_applicable(SOURCE, "the start of the function at 0x%x is unknown: no symbol, no "
-                                              "neighbouring table entry, no direct call on the stack "
-                                              "reaches it, no prologue before it" % pc, FailureKind.NO_ENTRY)
+        unknown_start = ("the start of the function at 0x%x is unknown: no symbol, no neighbouring table "
+                         "entry, no direct call on the stack reaches it, no prologue before it" % pc)
+        if arch.name not in ("i386", "x86_64"):
+            return Outcome.not_applicable(SOURCE, unknown_start, FailureKind.NO_ENTRY)
+        from plugin.strategies.analysis_forward import forward_step
+        return forward_step(frame, ctx, unknown_start)
     return Outcome.failed(SOURCE, "; ".join(reasons), FailureKind.UNDECIDED)
 
 
