@@ -81,11 +81,17 @@ def step(frame, ctx) -> Outcome:
     if not reasons:
         unknown_start = ("the start of the function at 0x%x is unknown: no symbol, no neighbouring table "
                          "entry, no direct call on the stack reaches it, no prologue before it" % pc)
-        if arch.name not in ("i386", "x86_64"):
-            return Outcome.not_applicable(SOURCE, unknown_start, FailureKind.NO_ENTRY)
+    else:
+        unknown_start = "no start found decides the frame (%s)" % "; ".join(reasons)
+    if arch.name in ("i386", "x86_64"):
         from plugin.strategies.analysis_forward import forward_step
-        return forward_step(frame, ctx, unknown_start)
-    return Outcome.failed(SOURCE, "; ".join(reasons), FailureKind.UNDECIDED)
+        outcome, why = forward_step(frame, ctx, unknown_start)
+        if outcome is not None:
+            return outcome
+        unknown_start += "; read forward from 0x%x instead: %s" % (frame.pc, why)
+    if not reasons:
+        return Outcome.not_applicable(SOURCE, unknown_start, FailureKind.NO_ENTRY)
+    return Outcome.failed(SOURCE, unknown_start, FailureKind.UNDECIDED)
 
 
 def _end(ctx, start, pc) -> int:

@@ -8,6 +8,8 @@ and each restored register, and says the start was unknown.
 """
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
 from plugin import analysis as code_analysis
 from plugin.analysis import forward
 from plugin.model.evidence import StepEvidence
@@ -32,7 +34,8 @@ def known_offsets(frame, facts) -> dict:
     return out
 
 
-def forward_step(frame, ctx, unknown_start: str) -> Outcome:
+def forward_step(frame, ctx, unknown_start: str) -> Tuple[Optional[Outcome], str]:
+    """(the Outcome, "") when the code read forward from the frame's pc decides, else (None, why not)."""
     from plugin.strategies.analysis import _return_address_problem
     arch = ctx.arch
     facts = code_analysis.FACTS[arch.name]
@@ -40,15 +43,14 @@ def forward_step(frame, ctx, unknown_start: str) -> Outcome:
     known = known_offsets(frame, facts)
     found = forward.analyse(facts, frame.pc, known, code.decode_at, code._is_noreturn, code._callee)
     if found.row is None:
-        return Outcome.failed(SOURCE, "%s; read forward from 0x%x instead: %s" % (unknown_start, frame.pc, found.why),
-                              FailureKind.UNDECIDED)
+        return None, found.why
     outcome = step_with_row(found.row, frame, ctx, _evidence(frame, ctx, found, known, facts, unknown_start))
     if outcome.status != AttemptStatus.RECOVERED:
-        return outcome
+        return outcome, ""
     problem = _return_address_problem(outcome, ctx)
     if problem:
-        return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence)
-    return outcome
+        return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence), ""
+    return outcome, ""
 
 
 def _evidence(frame, ctx, found, known, facts, unknown_start) -> StepEvidence:
@@ -57,7 +59,9 @@ def _evidence(frame, ctx, found, known, facts, unknown_start) -> StepEvidence:
     evidence = StepEvidence(source=SOURCE, found_by="instruction analysis forward from the pc",
                             lookup_pc=frame.pc, module=module.name if module else None,
                             section="code", section_address=frame.pc,
-                            entry={"start": None, "instructions": found.instructions,
+                            # no start is known: the frame's pc stands in for it (GDB's frame id);
+                            # "forward" is no StartBy found from the pc alone, so no plan replays the row
+                            entry={"start": frame.pc, "start_by": "forward", "instructions": found.instructions,
                                    "returns": [insn.address for insn in found.returns]})
     evidence.notes.append("%s: the code was read forward from 0x%x, every path to its return (%d instructions)"
                           % (unknown_start, frame.pc, found.instructions))
