@@ -32,8 +32,9 @@ from plugin.analysis.state import Kind, State, caller, plus, stack
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 PC = "pc"                      # the base of stack values relative to the stack pointer at pc
-MAX_INSTRUCTIONS = 4096        # instructions executed over all paths before the analysis gives up
-WORDS_TRACKED = 256            # words above the pc's stack pointer whose initial content is tracked
+MAX_INSTRUCTIONS = 2048        # instructions executed over all paths before the analysis gives up
+WORDS_TRACKED = 128            # words above the pc's stack pointer whose initial content is tracked
+MAX_WRITTEN = 128              # stack words written below them before the analysis gives up
 MAX_KNOWN_OFFSET = 1 << 16     # a register at most this far above sp is taken as a stack address
 
 
@@ -101,6 +102,9 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
             out.why = "0x%x `%s` sets the stack pointer to a value not known from the pc's" % (
                 address, insn.text)
             return out
+        if len(after.mem) > WORDS_TRACKED + MAX_WRITTEN:
+            out.why = "the paths from 0x%x write more than %d stack words" % (pc, MAX_WRITTEN)
+            return out
         path = path + (insn,)
         flow = insn.flow
         if flow == Flow.RET:
@@ -109,6 +113,8 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
                 out.why = why
                 return out
             endings.setdefault(ending, (insn, path))
+            if insn not in out.returns:
+                out.returns.append(insn)
         elif flow == Flow.NEXT:
             work.append((insn.end, after, path))
         elif flow == Flow.JUMP:
@@ -129,9 +135,9 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
     if len(endings) > 1:
         first, second = list(endings.values())[:2]
         out.why = "the returns at 0x%x and 0x%x leave different frames" % (first[0].address, second[0].address)
+        out.returns = []
         return out
     ending, (_, path) = next(iter(endings.items()))
-    out.returns = [insn for insn, _ in endings.values()]
     out.row = _row(facts, pc, ending)
     out.setters = _setters(facts, known, path, out.row)
     return out
