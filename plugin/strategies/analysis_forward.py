@@ -46,7 +46,7 @@ def forward_step(frame, ctx, unknown_start: str) -> Tuple[Optional[Outcome], str
         return None, found.why
     outcome = step_with_row(found.row, frame, ctx, _evidence(frame, ctx, found, known, facts, unknown_start))
     if outcome.status != AttemptStatus.RECOVERED:
-        return outcome, ""
+        return None, "the row of the paths does not apply: %s" % outcome.reason
     problem = _return_address_problem(outcome, ctx)
     if problem:
         return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence), ""
