@@ -138,7 +138,7 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
         out.returns = []
         return out
     ending, (_, path) = next(iter(endings.items()))
-    out.row = _row(facts, pc, ending)
+    out.row = _row(facts, pc, ending, start_state(facts, known))
     out.setters = _setters(facts, known, path, out.row)
     return out
 
@@ -174,13 +174,15 @@ def _ending(facts, state: State, insn: Insn):
     return Ending(sp[2], insn.popped, tuple(registers)), ""
 
 
-def _row(facts, pc: int, ending: Ending) -> Row:
+def _row(facts, pc: int, ending: Ending, first: State) -> Row:
     word = facts.POINTER_SIZE
     cfa = ending.sp + word
     registers = {facts.RA: Rule(RuleKind.OFFSET, offset=-word)}
     values = dict(ending.registers)
     for number in facts.CALLEE_SAVED:
         value = values.get(number)
+        if value == first.reg(number):
+            continue                          # unchanged since pc: same (a stack address kept, too)
         if value is None:
             registers[number] = Rule(RuleKind.UNDEFINED)
         elif value[0] == Kind.INITIAL:

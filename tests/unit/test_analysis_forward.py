@@ -85,6 +85,10 @@ def test_leave_needs_the_frame_pointer_known_at_pc():
     assert found.row.cfa.offset == 24
     assert rules(found)[5] == (RuleKind.OFFSET, -8)
     assert found.setters[5].text == "leave"
+    kept = run(i386, ["5b", "c3"], ["pop ebx", "ret"], known={5: 16, 6: 32})
+    assert 5 not in rules(kept) and 6 not in rules(kept)     # unchanged stack addresses: same
+    moved = run(i386, ["89ee", "c3"], ["mov esi, ebp", "ret"], known={5: 16})
+    assert rules(moved)[6] == (RuleKind.VAL_OFFSET, 16 - 4)  # esi = the pc's ebp = esp + 16 = CFA + 12
 
 
 def test_ret_n():
