@@ -5,7 +5,8 @@ it), the instructions from the pc on still tell how the frame is torn down.
 Every path is followed forward from the pc: both sides of a conditional
 branch, direct jumps (a tail call's target returns to the same caller),
 calls treated as returning with the ABI's effect (callee-saved registers
-kept, the rest clobbered), each (address, state) visited once, within a
+kept, the rest clobbered) unless known not to return or followed by alignment
+padding (then the path ends there), each (address, state) visited once, within a
 bound on instructions. The state is relative to the pc: the stack pointer is
 PC+0, each callee-saved register holds "its value at pc" (caller(r)), each
 stack word above the pc's stack pointer holds "the word there at pc"
@@ -122,7 +123,9 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
         elif flow == Flow.BRANCH:
             work += [(insn.target, after, path), (insn.end, after, path)]
         elif flow == Flow.CALL:
-            if not noreturn(insn):
+            following = decode_at(insn.end)
+            # a call followed by alignment padding does not return: what follows is another function
+            if not noreturn(insn) and following is not None and not facts.is_padding(following.text):
                 work.append((insn.end, _after_call(facts, after, callee(insn)), path))
         elif flow == Flow.STOP:
             pass

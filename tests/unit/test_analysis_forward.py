@@ -104,6 +104,11 @@ def test_call_returns_with_callee_saved_kept():
     found = run(i386, ["e810000000", "83c404", "c3"], ["call 0x1015", "add esp, 4", "ret"])
     assert found.row is not None, found.why
     assert found.row.cfa.offset == 8
+    # the call is followed by padding: its path ends; falling through to the `ret` would disagree
+    padded = run(i386, ["85c0", "7407", "e811000000", "90", "c3", "5b", "c3"],
+                 ["test eax, eax", "je 0x100b", "call 0x101a", "nop", "ret", "pop ebx", "ret"])
+    assert padded.row is not None, padded.why
+    assert padded.row.cfa.offset == 8 and [insn.address for insn in padded.returns] == [0x100c]
     never = run(i386, ["e810000000", "ffe0"], ["call 0x1015", "jmp eax"], noreturn=lambda insn: insn.flow == Flow.CALL)
     assert never.row is None and "no path" in never.why
 
