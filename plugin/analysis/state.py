@@ -34,6 +34,7 @@ class Kind(str, Enum):
     TARGET = "target"      # table entry + table base: a jump target
     OTHER = "other"
     UNKNOWN = "unknown"
+    INITIAL = "initial"    # the word a stack slot held at the pc a forward analysis starts from
 
 
 CFA = "cfa"                # the base of stack values relative to the canonical frame address

@@ -72,17 +72,29 @@ def step(frame, ctx) -> Outcome:
     if thumb is None:
         return Outcome.not_applicable(SOURCE, "the instruction set at 0x%x is unknown: no CPSR for the frame"
                                       % pc, FailureKind.NOT_SUPPORTED)
-    reasons = []
+    reasons, covered = [], False
     for start in function_start.starts(frame, ctx, pc, thumb):
         outcome, why = _from_start(frame, ctx, start, thumb)
         if outcome is not None:
             return outcome
         reasons.append(why)
+        covered = covered or not _misses_pc(why)
     if not reasons:
-        return Outcome.not_applicable(SOURCE, "the start of the function at 0x%x is unknown: no symbol, no "
-                                              "neighbouring table entry, no direct call on the stack "
-                                              "reaches it, no prologue before it" % pc, FailureKind.NO_ENTRY)
-    return Outcome.failed(SOURCE, "; ".join(reasons), FailureKind.UNDECIDED)
+        unknown_start = ("the start of the function at 0x%x is unknown: no symbol, no neighbouring table "
+                         "entry, no direct call on the stack reaches it, no prologue before it" % pc)
+    else:
+        unknown_start = "; ".join(reasons)
+    if arch.name in ("i386", "x86_64") and not covered:
+        # No start found reaches the pc (or none was found): its start is unknown, the code after it is not
+        from plugin.strategies.analysis_forward import forward_step
+        outcome, why = forward_step(frame, ctx, unknown_start if not reasons else
+                                    "no start found reaches 0x%x (%s)" % (pc, unknown_start))
+        if outcome is not None:
+            return outcome
+        unknown_start += "; read forward from 0x%x instead: %s" % (frame.pc, why)
+    if not reasons:
+        return Outcome.not_applicable(SOURCE, unknown_start, FailureKind.NO_ENTRY)
+    return Outcome.failed(SOURCE, unknown_start, FailureKind.UNDECIDED)
 
 
 def _end(ctx, start, pc) -> int:
@@ -110,11 +122,12 @@ def _from_start(frame, ctx, start: Start, thumb=False):
     where = "from 0x%x (%s)" % (start.address, start.by.value)
     address = frame.pc if frame.exact_pc else _call_before(result, frame.pc)
     if address is None:
-        return None, "%s: no call instruction of the function ends at 0x%x" % (where, frame.pc)
+        return None, _Missed("%s: no call instruction of the function ends at 0x%x" % (where, frame.pc))
     state = result.states.get(address)
     if state is None:
-        why = result.gave_up.get(address, "0x%x is not reached from the start" % address)
-        return None, "%s: %s" % (where, why)
+        if address not in result.gave_up:
+            return None, _Missed("%s: 0x%x is not reached from the start" % (where, address))
+        return None, "%s: %s" % (where, result.gave_up[address])
     if not frame.exact_pc and facts.RA_REGISTER is not None:
         # The call itself wrote the link register: the caller's value is only where it was saved.
         state = state.copy()
@@ -133,6 +146,15 @@ def _from_start(frame, ctx, start: Start, thumb=False):
     if problem:
         return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence), ""
     return outcome, ""
+
+
+class _Missed(str):
+    """Why a start does not decide, when its analysis does not reach the pc at all: the start is
+    another function's, so the pc's own start stays unknown."""
+
+
+def _misses_pc(why) -> bool:
+    return isinstance(why, _Missed)
 
 
 def _exidx_lsda(ctx, start) -> Optional[int]:

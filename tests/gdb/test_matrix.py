@@ -34,10 +34,6 @@ ROWS = matrix.rows()
 _RESULTS = {}
 # Columns short of the truth, and why; the test asserts exactly these counts, so a change shows.
 KNOWN_GAPS = {
-    # on_alarm, tail-called by the handler, has no symbol, no table and no call reaching it: the
-    # plugin finds its caller (the vDSO's __kernel_sigreturn at [esp+4]) only by a scan, a guess GDB
-    # does not take with default settings, and GDB's own i386 unwinder follows the stale ebp
-    ("i386 signal -O2, no symbols", "gdb_default"): 2,
 }
 
 
