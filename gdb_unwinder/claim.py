@@ -44,6 +44,7 @@ import gdb
 
 from plugin.heuristic import modelled_answer
 from plugin.settings import SourceKind, gdb_sections, is_fallback, kind_of
+from plugin.strategies.analysis_forward import FORWARD
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.exidx import ExidxTables
 
@@ -92,7 +93,11 @@ def why_claimed(claim, callee, frame, ctx, coverage) -> str:
     lookup = evidence.lookup_pc
     where = "%s of %s" % (evidence.section, evidence.module or "code outside every module")
     kind = kind_of(frame.method)
-    if kind == SourceKind.PROOF:
+    if kind == SourceKind.PROOF and evidence.entry.get("start_by") == FORWARD:
+        proof = "the proof is the code of %s read forward from the pc 0x%x on every path to its returns " \
+                "(its start unknown), each rule set by the instruction named above" % (
+                    evidence.entry.get("function") or "the function", lookup)
+    elif kind == SourceKind.PROOF:
         proof = "the proof is the code of %s read on every path from its start 0x%x (%s), each rule set by " \
                 "the instruction named above" % (evidence.entry.get("function") or "the function",
                                                   evidence.entry.get("start", lookup),

@@ -21,6 +21,9 @@ from plugin.strategies.row_step import step_with_row
 SOURCE = "analysis"
 
 
+# the entry's start_by when the code was read forward from the pc (the start unknown)
+FORWARD = "forward"
+
 def known_offsets(frame, facts) -> dict:
     """Callee-saved registers whose value (in this frame) is a stack address at or above sp: offset from sp."""
     sp = frame.registers.get(facts.SP)
@@ -61,7 +64,7 @@ def _evidence(frame, ctx, found, known, facts, unknown_start) -> StepEvidence:
                             section="code", section_address=frame.pc,
                             # no start is known: the frame's pc stands in for it (GDB's frame id);
                             # "forward" is no StartBy found from the pc alone, so no plan replays the row
-                            entry={"start": frame.pc, "start_by": "forward", "instructions": found.instructions,
+                            entry={"start": frame.pc, "start_by": FORWARD, "instructions": found.instructions,
                                    "returns": [insn.address for insn in found.returns]})
     evidence.notes.append("%s: the code was read forward from 0x%x, every path to its return (%d instructions)"
                           % (unknown_start, frame.pc, found.instructions))
