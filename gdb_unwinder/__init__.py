@@ -17,11 +17,12 @@ def install():
     if getattr(gdb, "_unwind_plugin_state", None) is not None:
         return gdb._unwind_plugin_state
     state = GdbState()
-    state.unwinder = PluginUnwinder(state)
+    unwinder = PluginUnwinder(state)       # GDB's list holds it; the state only a weak reference
+    state.unwinder = unwinder
     # registered first, so GDB asks it after the plugin's unwinder (each goes to the list's front)
     state.kernel_frames = KernelFrames(state)
     gdb.unwinder.register_unwinder(None, state.kernel_frames, replace=True)
-    gdb.unwinder.register_unwinder(None, state.unwinder, replace=True)
+    gdb.unwinder.register_unwinder(None, unwinder, replace=True)
     state.connect_events()
     register(state)
     gdb._unwind_plugin_state = state
