@@ -18,7 +18,7 @@ def open_file(path, arch=None):
     if arch is not None:
         raise ValueError("--arch selects a slice of a universal Mach-O file; this is not a Mach-O file")
     if head != ELF_MAGIC:
-        raise ValueError("not an ELF or Mach-O file: it starts with %s (%s)"
+        raise ValueError("neither an ELF, Mach-O nor PE file: it starts with %s (%s)"
                          % (" ".join("%02x" % b for b in head), _known_format(head)))
     return FileTarget(path)
 

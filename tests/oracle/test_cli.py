@@ -60,8 +60,8 @@ def test_address_filter_gives_the_covering_entry_and_row():
     ([], "no command given"),
     (["tables"], "the following arguments are required: FILE"),
     (["tables", "/nonexistent/file"], "cannot open /nonexistent/file"),
-    (["tables", __file__], "not an ELF or Mach-O file: it starts with 22 22 22 60 (an unknown format)"),
-    (["validate", __file__], "not an ELF or Mach-O file"),
+    (["tables", __file__], "neither an ELF, Mach-O nor PE file: it starts with 22 22 22 60 (an unknown format)"),
+    (["validate", __file__], "neither an ELF, Mach-O nor PE file"),
     (["tables", "/bin/true", "--address", "zzz"], "not an address"),
     (["frobnicate"], "invalid choice"),
 ])
