@@ -32,7 +32,9 @@ class Machine(enum.IntEnum):
 
 PE32_MAGIC = 0x10B
 PE32PLUS_MAGIC = 0x20B
+EXPORT_DIRECTORY = 0
 EXCEPTION_DIRECTORY = 3
+MAX_EXPORT_NAMES = 1 << 16
 SCN_MEM_EXECUTE = 0x20000000
 _COFF_SIZE = 20
 _SECTION_SIZE = 40
@@ -65,6 +67,8 @@ class PEHeaders:
     sections: Tuple[Section, ...]
     symbol_table: int = 0    # file offset of the COFF symbol table (lld-link /debug:symtab), 0: none
     symbol_count: int = 0
+    export_rva: int = 0      # 0 when the image exports nothing
+    export_size: int = 0
 
 
 def _read(read: Read, address: int, size: int, what: str) -> bytes:
@@ -112,9 +116,8 @@ def read_headers(read: Read, base: int = 0) -> PEHeaders:
     image_base = struct.unpack_from("<Q", opt, 24)[0]
     size_of_image = struct.unpack_from("<I", opt, 56)[0]
     ndirs = struct.unpack_from("<I", opt, 108)[0]
-    exc_rva = exc_size = 0
-    if ndirs > EXCEPTION_DIRECTORY and 112 + 8 * (EXCEPTION_DIRECTORY + 1) <= opt_size:
-        exc_rva, exc_size = struct.unpack_from("<II", opt, 112 + 8 * EXCEPTION_DIRECTORY)
+    exc_rva, exc_size = _directory(opt, opt_size, ndirs, EXCEPTION_DIRECTORY)
+    exp_rva, exp_size = _directory(opt, opt_size, ndirs, EXPORT_DIRECTORY)
     table = _read(read, opt_at + opt_size, nsections * _SECTION_SIZE, "section table")
     sections = []
     for n in range(nsections):
@@ -122,7 +125,57 @@ def read_headers(read: Read, base: int = 0) -> PEHeaders:
         flags = struct.unpack_from("<I", table, n * _SECTION_SIZE + 36)[0]
         sections.append(Section(name.rstrip(b"\0").decode("latin-1"), vaddr, vsize, roff, rsize, flags))
     return PEHeaders(Machine(machine), image_base, size_of_image, exc_rva, exc_size,
-                     tuple(sections), symtab, nsyms)
+                     tuple(sections), symtab, nsyms, exp_rva, exp_size)
+
+
+def _directory(opt: bytes, opt_size: int, ndirs: int, index: int) -> Tuple[int, int]:
+    """(RVA, size) of data directory `index` of a PE32+ optional header, (0, 0) when absent."""
+    if ndirs > index and 112 + 8 * (index + 1) <= opt_size:
+        return struct.unpack_from("<II", opt, 112 + 8 * index)
+    return 0, 0
+
+
+def exports(read: Read, headers: PEHeaders) -> List[Tuple[int, str]]:
+    """(RVA, name) of each function the export directory names (forwarders left out); `read`
+    reads by RVA. DecodeError if the directory cannot be read or is out of bounds."""
+    if not headers.export_rva or headers.export_size < 40:
+        return []
+    directory = _read(read, headers.export_rva, 40, "export directory")
+    functions, names, eat, name_rvas, ordinals = struct.unpack_from("<IIIII", directory, 20)
+    if names > MAX_EXPORT_NAMES or functions > MAX_EXPORT_NAMES:
+        raise DecodeError("PE", None, "%d exported names (the limit is %d)" % (names, MAX_EXPORT_NAMES))
+    if not names:
+        return []
+    addresses = struct.unpack("<%dI" % functions, _read(read, eat, 4 * functions, "export address table"))
+    pointers = struct.unpack("<%dI" % names, _read(read, name_rvas, 4 * names, "export name table"))
+    indices = struct.unpack("<%dH" % names, _read(read, ordinals, 2 * names, "export ordinal table"))
+    found = []
+    for pointer, index in zip(pointers, indices):
+        if index >= functions:
+            continue
+        rva = addresses[index]
+        if headers.export_rva <= rva < headers.export_rva + headers.export_size:
+            continue        # a forwarder ("DLL.name"), not code in this image
+        found.append((rva, _export_name(read, pointer)))
+    return found
+
+
+def _export_name(read: Read, rva: int) -> str:
+    """A NUL-terminated export name (at most 256 bytes)."""
+    raw = _read_some(read, rva, 256)
+    return raw.split(b"\0", 1)[0].decode("latin-1")
+
+
+def _read_some(read: Read, address: int, size: int) -> bytes:
+    """Up to size bytes at address: fewer where the readable memory ends (a name near a page end)."""
+    for length in (size, 64, 16):
+        try:
+            data = read(address, length)
+        except (OSError, ValueError, IndexError):
+            continue
+        if data:
+            return bytes(data)
+    raise DecodeError("PE", None, "cannot read the export name at 0x%x" % address)
 
 
 _SYMBOL_SIZE = 18

@@ -19,7 +19,8 @@ damage is a DecodeError, as for every other table).
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Set
+import bisect
+from typing import Iterable, List, Optional, Set, Tuple
 
 from plugin import arch as arches
 from plugin.errors import DecodeError, MemoryReadError
@@ -102,3 +103,42 @@ def scan_mappings(target: Target, mappings: Iterable[Mapping], known: Set[int] =
         if looks_like_pe(target, m.start):
             refs.append(ModuleRef(image_name(m), m.start, m.name if m.name.startswith("/") else None))
     return refs
+
+
+def function_at(target: Target, module: Module, address: int) -> Optional[Tuple[str, int]]:
+    """(name, start) of the exported function holding address in a PE module, or None: the
+    .pdata entry holding the address must begin exactly at an export (an unexported function,
+    or a chained fragment, stays unnamed rather than taking a neighbour's name)."""
+    named = module.cache.get(_NAMES)
+    if named is None:
+        named = module.cache[_NAMES] = _names(target, module)
+    starts, names = named
+    rva = address - module.header_address
+    i = bisect.bisect_right(starts, rva) - 1
+    if i < 0 or names[i] is None:
+        return None
+    return names[i], module.header_address + starts[i]
+
+
+_NAMES = "pe names"         # module.cache key: (sorted .pdata entry starts, export name or None each)
+
+
+def _names(target: Target, module: Module) -> Tuple[List[int], List[Optional[str]]]:
+    base = module.header_address
+    try:
+        headers = read_headers(target, base)
+        by_rva = dict(pe.exports(lambda rva, size: target.read_memory(base + rva, size), headers))
+        layout = "<III" if headers.machine == pe.Machine.AMD64 else "<II"
+        entries = pe.exception_entries(lambda rva, size: target.read_memory(base + rva, size),
+                                       headers.exception_rva, headers.exception_size, layout) \
+            if headers.exception_rva else []
+    except (DecodeError, MemoryReadError):
+        return [], []
+    points = {}                 # rva -> the name that holds from there (None: unnamed)
+    for entry in entries:
+        if len(entry) == 3:     # x64 entries say where a function ends: past it, no name holds
+            points.setdefault(entry[1], None)
+    for entry in entries:
+        points[entry[0]] = by_rva.get(entry[0])
+    starts = sorted(points)
+    return starts, [points[start] for start in starts]

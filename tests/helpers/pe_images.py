@@ -169,6 +169,8 @@ def check_live_walk(walk: list, path: str) -> None:
     whose callee is a PE function were recovered by pdata."""
     assert len(walk) >= len(CHAIN), walk
     symbols = nm_symbols(path)
+    exported = exports(path)
+    assert exported, path       # pe_entry is __declspec(dllexport)
     ranges = {(fn["StartAddress"], fn["EndAddress"]) for fn in readobj_x64(path)}
     calls = objdump_calls(path)
     for level, name in enumerate(CHAIN):
@@ -179,7 +181,16 @@ def check_live_walk(walk: list, path: str) -> None:
             callee = CHAIN[level - 1]
             target = calls.get(frame["pc"])
             assert target == ("*" if callee == "callback" else symbols[callee]), (level, hex(frame["pc"]), target)
+            # named from the export directory in memory where the function is exported, else unnamed
+            assert frame["function"] == (name if name in exported else None), (level, frame, exported)
         else:
             assert frame["function"] == name, (level, frame)
     for level in range(3, 7):
         assert walk[level]["method"] == "pdata", walk[level]
+
+
+def exports(path: str) -> set:
+    """The names `llvm-readobj-16 --coff-exports` lists for an image."""
+    out = subprocess.run(["llvm-readobj-16", "--coff-exports", path], check=True, capture_output=True,
+                         text=True).stdout
+    return set(re.findall(r"^\s*Name: (\S+)$", out, re.M))
