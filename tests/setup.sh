@@ -82,6 +82,12 @@ if [ "${1:-all}" != demo ]; then
     bash tests/setup_kernel.sh
 fi
 
+# Debian 12's arm64 kernel and qemu-system-aarch64: Linux writes the core of the matrix's
+# aarch64 core row (tests/helpers/matrix_core.py; private apt configuration, see the script).
+if [ "${1:-all}" != demo ]; then
+    bash tests/setup_arm64_kernel.sh
+fi
+
 # A virtual environment per supported Python for tests/pythons/ (3.9 to 3.13, from pyenv).
 if [ "${1:-all}" != demo ]; then
     bash tests/setup_pythons.sh

@@ -1,7 +1,8 @@
 """The frames-added matrix (tests/helpers/matrix.py), row by row.
 
 Each row runs the program without tables (and some without symbols; one is
-Debian's own /usr/bin/sleep; one opens a core of it without the executable) under
+Debian's own /usr/bin/sleep; two open a core of the plain build without the executable,
+x86_64 and aarch64: the latter a core Linux wrote under qemu-system-aarch64) under
 GDB (natively, or the aarch64 and arm32 builds under qemu-user with gdb-multiarch)
 and under LLDB (natively, or LLDB 22/19 attached to qemu-user's gdbstub);
 the truth is GDB's own backtrace of the twin that keeps its tables.

@@ -96,6 +96,8 @@ def rows() -> List[Row]:
     out.append(Row("x86_64", "jit.c", "O2", "", tables_removed=False))
     # `gdb -c core` without the executable: GDB has no objfile for it nor for libc.
     out.append(Row("x86_64", "matrix.c", "O2", "plain", tables_removed=False, anchor="_start", core=True))
+    # The same on aarch64: a core Linux wrote (Debian's arm64 kernel under qemu-system-aarch64).
+    out.append(Row("aarch64", "matrix.c", "O2", "plain", tables_removed=False, anchor="_start", core=True))
     # A real program nobody here wrote: Debian's sleep (stripped of symbols as shipped).
     out.append(Row("x86_64", "/usr/bin/sleep", "O2", "100", anchor="__libc_start_call_main"))
     return out
@@ -171,7 +173,11 @@ QEMU_SETUP = ["handle SIGALRM nostop noprint pass"]
 
 
 def core_of(row, binary) -> Path:
-    """A core of the program stopped where the row stops it (`gcore`), made once per build."""
+    """A core of the program stopped where the row stops it (`gcore`; aarch64: dumped by Linux under
+    qemu-system-aarch64, tests/helpers/matrix_core.py), made once per build."""
+    if row.arch == "aarch64":
+        from matrix_core import kernel_core
+        return kernel_core(binary, row.mode)
     out = BUILD / ("%s.core" % binary.name)
     if not out.exists() or out.stat().st_mtime < binary.stat().st_mtime:
         made = _gdb(replace(row, core=False), binary, [("gcore", "cmd", "gcore %s" % out)])
@@ -184,7 +190,9 @@ def _gdb(row, binary, actions):
     args = [row.mode] if row.mode else []
     breakpoint = _breakpoint(row)
     if row.core:
-        return run_gdb(binary, actions, core=core_of(row, binary), breakpoint=None, setup=NATIVE)[0]
+        gdb = "gdb" if row.arch in NATIVE_FLAGS else "gdb-multiarch"
+        return run_gdb(binary, actions, core=core_of(row, binary), breakpoint=None, setup=NATIVE,
+                       gdb_program=gdb)[0]
     if row.arch in NATIVE_FLAGS:
         setup = NATIVE + (["set breakpoint pending on"] if row.program.startswith("/") else [])
         return run_gdb(binary, actions, args=args, breakpoint=breakpoint, setup=setup)[0]
