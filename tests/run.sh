@@ -7,4 +7,4 @@ if [ -n "${CI:-}" ] && [ ! -f "${UNWIND_ORACLES:-../shared/oracles}/MANIFEST.md"
     echo "CI: the oracle corpus (../shared/oracles) is missing; refusing to skip its tests" >&2
     exit 1
 fi
-exec .venv/bin/python -m pytest -q -n 2 "$@" tests
+exec .venv/bin/python -m pytest -q -n 2 --durations=30 "$@" tests
