@@ -1,4 +1,5 @@
 """GDB side of the unwind plugin: Target over gdb, the frame unwinder, the commands."""
+from __future__ import annotations
 
 
 def install():

@@ -6,6 +6,7 @@ plugin/commands/options.py; it gathers registers and LLDB's own frames, lets plu
 text as GDB's commands), and prints one of the two. Every failure becomes
 one LLDB error line via result.SetError: a user never sees a traceback.
 """
+from __future__ import annotations
 
 import contextlib
 import dataclasses
