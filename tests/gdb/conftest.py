@@ -18,6 +18,8 @@ import os
 
 import pytest
 
+from support import every
+
 import gdbversions
 
 FULL_VERSION = gdbversions.FULL_VERSION
@@ -152,7 +154,7 @@ def pytest_collection_modifyitems(config, items):
         reason = _lacking(item)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
-    if os.environ.get("UNWIND_GDB_EVERY"):
+    if every("UNWIND_GDB_EVERY"):
         return
     kept = [item for item in items if _in_subset(item)]
     dropped = [item for item in items if not _in_subset(item)]

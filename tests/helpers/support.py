@@ -14,6 +14,16 @@ HELPERS = ROOT / "tests" / "helpers"
 BUILD = ROOT / "tests" / ".build"
 
 
+# One variable runs every slow matrix whole (every GDB test on GDB 10/13/16, every LLDB test
+# on LLDB 16/19/22, GDB's testsuite on all its files); each also has its own variable.
+EVERYTHING = "UNWIND_EVERYTHING"
+
+
+def every(variable: str) -> bool:
+    """Does the slow matrix `variable` names run whole (its own variable, or UNWIND_EVERYTHING)?"""
+    return bool(os.environ.get(EVERYTHING) or os.environ.get(variable))
+
+
 def oracle_dir():
     """../shared/oracles beside the checkout (UNWIND_ORACLES overrides).
 

@@ -18,6 +18,8 @@ import os
 
 import pytest
 
+from support import every
+
 import lldbrun
 
 FULL_VERSION = 16
@@ -72,7 +74,7 @@ def _in_subset(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("UNWIND_LLDB_EVERY"):
+    if every("UNWIND_LLDB_EVERY"):
         return
     kept = [item for item in items if _in_subset(item)]
     dropped = [item for item in items if not _in_subset(item)]
