@@ -14,7 +14,7 @@ HELPERS = ROOT / "tests" / "helpers"
 BUILD = ROOT / "tests" / ".build"
 
 
-# One variable runs every slow matrix whole (every GDB test on GDB 10/13/16, every LLDB test
+# One variable runs every slow matrix whole (every GDB test on GDB 10/13/16, the unit tests on every Python, every LLDB test
 # on LLDB 16/19/22, GDB's testsuite on all its files); each also has its own variable.
 EVERYTHING = "UNWIND_EVERYTHING"
 
