@@ -34,7 +34,10 @@ SUBSET = {
     "test_claim_all_frames_registers_and_values_match": {"recurse-O2-nofp", "realign-O2"},
     "test_claim_all_gives_every_register_gdb_gives": {"plain-O2-nofp", "alloca-O0"},
     "test_set_var_in_callers_is_unchanged": {"O2-nofp"},
-    "test_corrupted_stack_ends_with_its_reason": {"zero-ra", "unmapped-fp", "deep"},
+    "test_corrupted_stack_ends_with_its_reason": {"zero-ra", "unmapped-fp"},
+    # the 10,000-frame walks take 15-70 s per GDB: GDB 13 runs them in CI, 10 and 16 with
+    # UNWIND_GDB_EVERY (or UNWIND_EVERYTHING)
+    "test_deep_recursion_walks_to_clone3_when_allowed": set(),
     "test_fast_claims_equal_the_engine_on_optimised_code": {"flags1"},
     "test_auto_declines_from_the_pc_alone_as_the_slow_path_does": {"scenario0"},
     "test_every_step_walks_like_gdb": {"signal"},
