@@ -11,6 +11,7 @@ class DecodeKind(enum.Enum):
     UNREADABLE = "unreadable"       # the target could not supply the bytes (a MemoryReadError on the way)
     LIMIT = "limit"                 # a bound the plugin declares was passed (a number too long, nesting)
     UNSUPPORTED = "unsupported"     # a version, encoding or opcode this decoder does not know
+    ABSENT = "absent"               # a part the decode needs is not there (a segment, slice, section, the code)
 
 
 class DecodeError(Exception):

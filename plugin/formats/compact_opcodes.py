@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 
 SECTION = "__unwind_info"
@@ -173,7 +173,8 @@ def _unpermute(permutation, count, encoding):
     for digit in digits:
         if digit >= len(unused):
             raise DecodeError("compact encoding", None,
-                              "encoding 0x%08x: register permutation names no register" % encoding)
+                              "encoding 0x%08x: register permutation names no register" % encoding,
+                              DecodeKind.MALFORMED)
         registers.append(unused.pop(digit))
     return registers
 
@@ -256,18 +257,19 @@ def stack_ind_size(decoded, function_start, arch, read_code):
     """
     if read_code is None:
         raise DecodeError("compact encoding", None,
-                          "STACK_IND needs the function's code to find its stack size")
+                          "STACK_IND needs the function's code to find its stack size", DecodeKind.ABSENT)
     where = function_start + decoded.sub_offset
     try:
         code = bytes(read_code(where - 2, 6))
     except MemoryReadError as exc:
-        raise DecodeError("compact encoding", None, "STACK_IND: %s" % exc) from None
+        raise DecodeError("compact encoding", None, "STACK_IND: %s" % exc, DecodeKind.UNREADABLE) from None
     if len(code) != 6:
-        raise DecodeError("compact encoding", None, "STACK_IND: short code read at 0x%x" % where)
+        raise DecodeError("compact encoding", None, "STACK_IND: short code read at 0x%x" % where,
+                          DecodeKind.UNREADABLE)
     if code[:2] != b"\x81\xec":
         raise DecodeError("compact encoding", None,
                           "STACK_IND: no `sub $imm32, %%%s` before 0x%x (bytes %s)"
-                          % (arch.name_of(arch.sp), where, code[:2].hex()))
+                          % (arch.name_of(arch.sp), where, code[:2].hex()), DecodeKind.MALFORMED)
     return int.from_bytes(code[2:], "little") + decoded.stack_adjust
 
 

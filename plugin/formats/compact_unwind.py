@@ -48,7 +48,7 @@ import bisect
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats.compact_opcodes import (UNWIND_HAS_LSDA, UNWIND_PERSONALITY_MASK, Decoded, decode_encoding,
                                            stack_ind_size, to_row)
 
@@ -125,7 +125,8 @@ class UnwindInfo:
          self.personalities_offset, personality_count,
          self.index_offset, index_count) = (cur.u32() for _ in range(7))
         if self.version != UNWIND_SECTION_VERSION:
-            raise self._error(0, "unknown __unwind_info version %d" % self.version)
+            raise self._error(0, "unknown __unwind_info version %d" % self.version,
+                              DecodeKind.UNSUPPORTED)
         self.common_encodings = self._u32_array(self.common_encodings_offset, common_count,
                                                 "common encodings")
         self.personalities = self._u32_array(self.personalities_offset, personality_count,
@@ -137,19 +138,20 @@ class UnwindInfo:
 
     # -- fixed tables --------------------------------------------------------------
 
-    def _error(self, offset, cause):
-        return DecodeError(self.region.name, offset, cause)
+    def _error(self, offset, cause, kind: DecodeKind):
+        return DecodeError(self.region.name, offset, cause, kind)
 
     def _u32_array(self, offset, count, what):
         if offset + 4 * count > self.region.size:
-            raise self._error(offset, "%s (%d) run past the end of the section" % (what, count))
+            raise self._error(offset, "%s (%d) run past the end of the section" % (what, count),
+                              DecodeKind.TRUNCATED)
         cur = self.region.cursor(offset)
         return [cur.u32() for _ in range(count)]
 
     def _read_index(self, count):
         if self.index_offset + INDEX_ENTRY_SIZE * count > self.region.size:
             raise self._error(self.index_offset,
-                              "first-level index (%d entries) runs past the end" % count)
+                              "first-level index (%d entries) runs past the end" % count, DecodeKind.TRUNCATED)
         cur = self.region.cursor(self.index_offset)
         index = []
         for i in range(count):
@@ -157,7 +159,7 @@ class UnwindInfo:
             if index and entry.function_offset < index[-1].function_offset:
                 raise self._error(cur.pos - INDEX_ENTRY_SIZE,
                                   "first-level entry %d is out of order (0x%x after 0x%x)"
-                                  % (i, entry.function_offset, index[-1].function_offset))
+                                  % (i, entry.function_offset, index[-1].function_offset), DecodeKind.MALFORMED)
             index.append(entry)
         return index
 
@@ -169,7 +171,7 @@ class UnwindInfo:
         end = self.index[-1].lsda_index_offset
         if end < start or end > self.region.size:
             raise self._error(self.index_offset, "LSDA array 0x%x..0x%x is not inside the section"
-                              % (start, end))
+                              % (start, end), DecodeKind.MALFORMED)
         cur = self.region.cursor(start)
         return [(cur.u32(), cur.u32()) for _ in range((end - start) // LSDA_ENTRY_SIZE)]
 
@@ -183,7 +185,7 @@ class UnwindInfo:
     def page(self, i):
         """Decoded page `i`; DecodeError for an unknown kind or a corrupt page."""
         if not 0 <= i < self.page_count:
-            raise self._error(self.index_offset, "no second-level page %d" % i)
+            raise self._error(self.index_offset, "no second-level page %d" % i, DecodeKind.ABSENT)
         page = self._pages.get(i)
         if page is None:
             page = self._decode_page(i)
@@ -230,13 +232,15 @@ class UnwindInfo:
                                               "page %d encodings" % i))
             entries = self._compressed_entries(offset + entries_at, count, start, encodings, i)
         else:
-            raise self._error(offset, "second-level page %d has unknown kind %d" % (i, kind))
+            raise self._error(offset, "second-level page %d has unknown kind %d" % (i, kind),
+                              DecodeKind.UNSUPPORTED)
         self._check_order(entries, start, end, offset, i)
         return Page(i, PAGE_KINDS[kind], offset, start, end, tuple(entries), encodings)
 
     def _regular_entries(self, at, count):
         if at + REGULAR_ENTRY_SIZE * count > self.region.size:
-            raise self._error(at, "regular page entries (%d) run past the end" % count)
+            raise self._error(at, "regular page entries (%d) run past the end" % count,
+                              DecodeKind.TRUNCATED)
         cur = self.region.cursor(at)
         return [PageEntry(cur.u32(), cur.u32()) for _ in range(count)]
 
@@ -253,7 +257,7 @@ class UnwindInfo:
             else:
                 raise self._error(at + 4 * n, "page %d entry %d: encoding index %d is past the "
                                   "%d common and %d page encodings"
-                                  % (page_index, n, which, len(common), len(local)))
+                                  % (page_index, n, which, len(common), len(local)), DecodeKind.MALFORMED)
             entries.append(PageEntry(base + (word & 0x00FFFFFF), encoding, which))
         return entries
 
@@ -262,10 +266,10 @@ class UnwindInfo:
         for n, entry in enumerate(entries):
             if entry.function_offset < previous:
                 raise self._error(offset, "page %d entry %d (0x%x) is out of order"
-                                  % (page_index, n, entry.function_offset))
+                                  % (page_index, n, entry.function_offset), DecodeKind.MALFORMED)
             if entry.function_offset >= end:
                 raise self._error(offset, "page %d entry %d (0x%x) lies past the page's end 0x%x"
-                                  % (page_index, n, entry.function_offset, end))
+                                  % (page_index, n, entry.function_offset, end), DecodeKind.MALFORMED)
             previous = entry.function_offset
 
     # -- lookups ---------------------------------------------------------------------

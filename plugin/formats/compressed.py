@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 
 SHF_COMPRESSED = 0x800
 ELFCOMPRESS_ZLIB = 1
@@ -26,7 +26,8 @@ def shf_compressed(name: str, data: bytes, is64: bool, little: bool) -> tuple[by
     order = "<" if little else ">"
     fmt = order + ("IIQQ" if is64 else "III")
     if len(data) < struct.calcsize(fmt):
-        raise DecodeError(name, 0, "compressed section too short for its header (%d bytes)" % len(data))
+        raise DecodeError(name, 0, "compressed section too short for its header (%d bytes)" % len(data),
+                          DecodeKind.TRUNCATED)
     fields = struct.unpack_from(fmt, data)
     kind, size = fields[0], fields[2 if is64 else 1]
     payload = data[struct.calcsize(fmt):]
@@ -34,26 +35,27 @@ def shf_compressed(name: str, data: bytes, is64: bool, little: bool) -> tuple[by
         return _inflate(name, payload, size, struct.calcsize(fmt)), "zlib"
     if kind == ELFCOMPRESS_ZSTD:
         return _unzstd(name, payload, size, struct.calcsize(fmt)), "zstd"
-    raise DecodeError(name, 0, "unknown compression type %d" % kind)
+    raise DecodeError(name, 0, "unknown compression type %d" % kind, DecodeKind.UNSUPPORTED)
 
 
 def gnu_zdebug(name: str, data: bytes) -> bytes:
     """The bytes of a GNU .zdebug_* section."""
     if len(data) < 12 or data[:4] != GNU_MAGIC:
-        raise DecodeError(name, 0, "not a .zdebug section: it does not start with 'ZLIB' and a size")
+        raise DecodeError(name, 0, "not a .zdebug section: it does not start with 'ZLIB' and a size",
+                          DecodeKind.MALFORMED)
     return _inflate(name, data[12:], int.from_bytes(data[4:12], "big"), 12)
 
 
 def _check_size(name, size):
     if size > MAX_SIZE:
         raise DecodeError(name, 0, "declares an uncompressed size of %d bytes, over the limit of %d"
-                          % (size, MAX_SIZE))
+                          % (size, MAX_SIZE), DecodeKind.LIMIT)
 
 
 def _check_result(name, out, size, offset):
     if len(out) != size:
         raise DecodeError(name, offset, "declares %d bytes uncompressed, but the stream holds %s"
-                          % (size, "more" if len(out) > size else "%d" % len(out)))
+                          % (size, "more" if len(out) > size else "%d" % len(out)), DecodeKind.MALFORMED)
     return out
 
 
@@ -63,10 +65,10 @@ def _inflate(name, payload, size, offset):
     try:
         out = stream.decompress(payload, size + 1)
     except zlib.error as exc:
-        raise DecodeError(name, offset, "bad zlib stream: %s" % exc) from None
+        raise DecodeError(name, offset, "bad zlib stream: %s" % exc, DecodeKind.MALFORMED) from None
     if len(out) == size and not stream.eof:
         raise DecodeError(name, offset, "zlib stream cut short or longer than the declared %d bytes"
-                          % size)
+                          % size, DecodeKind.MALFORMED)
     return _check_result(name, out, size, offset)
 
 
@@ -76,7 +78,7 @@ def _unzstd(name, payload, size, offset):
         import zstandard
     except ImportError:
         raise DecodeError(name, offset, "zstd-compressed; reading it needs the zstandard package "
-                                        "(pip install zstandard)") from None
+                                        "(pip install zstandard)", DecodeKind.UNSUPPORTED) from None
     try:
         with zstandard.ZstdDecompressor().stream_reader(payload) as reader:
             chunks, total = [], 0
@@ -88,5 +90,5 @@ def _unzstd(name, payload, size, offset):
                 total += len(chunk)
         out = b"".join(chunks)
     except zstandard.ZstdError as exc:
-        raise DecodeError(name, offset, "bad zstd stream: %s" % exc) from None
+        raise DecodeError(name, offset, "bad zstd stream: %s" % exc, DecodeKind.MALFORMED) from None
     return _check_result(name, out, size, offset)

@@ -86,14 +86,14 @@ class _Machine:
 
     def push(self, value):
         if len(self.stack) >= self.max_stack:
-            raise Fault("stack overflow (limit %d values)" % self.max_stack)
+            raise Fault("stack overflow (limit %d values)" % self.max_stack, DecodeKind.LIMIT)
         self.stack.append(value & self.mask)
 
     def register(self, number):
         value = self.read_register(number)
         if value is None:
             raise Fault("register %s (%d) has no known value"
-                         % (self.arch.name_of(number), number))
+                         % (self.arch.name_of(number), number), DecodeKind.ABSENT)
         if number not in self.registers_used:
             self.registers_used.append(number)
         return value & self.mask
@@ -145,7 +145,7 @@ def evaluate(expression, *, arch, read_register, read_memory,
         for value in initial_stack:
             m.push(value)
     except Fault as fault:
-        raise DecodeError(SECTION, 0, "initial stack: " + fault.cause) from None
+        raise DecodeError(SECTION, 0, "initial stack: " + fault.cause, fault.kind) from None
 
     steps = 0
     while pc < len(expression):
@@ -161,11 +161,11 @@ def evaluate(expression, *, arch, read_register, read_memory,
                              % (op.name, op.pops, "s" if op.pops > 1 else "", len(m.stack)))
             target = op.run(m, opcode, operands, cursor.pos)
         except Fault as fault:
-            raise DecodeError(SECTION, pc, fault.cause) from None
+            raise DecodeError(SECTION, pc, fault.cause, fault.kind) from None
         pc = cursor.pos if target is None else target
 
     if not m.stack:
-        raise DecodeError(SECTION, pc, "the expression leaves the stack empty")
+        raise DecodeError(SECTION, pc, "the expression leaves the stack empty", DecodeKind.MALFORMED)
     return Evaluation(m.stack[-1], m.reads, m.registers_used)
 
 
@@ -235,7 +235,8 @@ def disassemble(expression, arch, *, address=None):
     def pointer(cur, encoding):
         check_encoding(encoding)
         if encoding & 0x0f not in _FORMAT_NAMES:
-            raise Fault("DW_OP_GNU_encoded_addr: unknown pointer format 0x%02x" % (encoding & 0x0f))
+            raise Fault("DW_OP_GNU_encoded_addr: unknown pointer format 0x%02x" % (encoding & 0x0f),
+                        DecodeKind.UNSUPPORTED)
         if encoding & 0x70 == PE_ALIGNED:
             if address is None:
                 raise Fault("DW_OP_GNU_encoded_addr: an aligned pointer needs the expression's address")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from typing import Iterator, Tuple
 
 from plugin.memory import PE_ALIGNED, PE_DATAREL, PE_FUNCREL, PE_INDIRECT, PE_OMIT, PE_PCREL, PE_TEXTREL, Region
@@ -19,9 +19,10 @@ class Fault(Exception):
     loop turns it into a DecodeError at the offset of the current operation.
     """
 
-    def __init__(self, cause):
+    def __init__(self, cause, kind: DecodeKind = DecodeKind.MALFORMED):
         super().__init__(cause)
         self.cause = cause
+        self.kind = kind
 
 
 # ---------------------------------------------------------------------------
@@ -289,13 +290,14 @@ def decode_op(cursor, address_size, pointer):
     try:
         opcode = cursor.u8()
     except DecodeError as exc:
-        raise Fault(exc.cause) from None
+        raise Fault(exc.cause, exc.kind) from None
     op = OPS.get(opcode)
     if op is None:
         name = _UNSUPPORTED.get(opcode)
         if name:
-            raise Fault("%s (0x%02x) is not supported in CFI expressions" % (name, opcode))
-        raise Fault("unknown opcode 0x%02x" % opcode)
+            raise Fault("%s (0x%02x) is not supported in CFI expressions" % (name, opcode),
+                        DecodeKind.UNSUPPORTED)
+        raise Fault("unknown opcode 0x%02x" % opcode, DecodeKind.UNSUPPORTED)
     operands = []
     try:
         for kind in op.operands:
@@ -310,7 +312,7 @@ def decode_op(cursor, address_size, pointer):
     except DecodeError as exc:
         # Region/Cursor errors name the byte position of the operand; the
         # caller reports the operation's offset, so keep only the cause.
-        raise Fault("%s: %s" % (op.name, exc.cause)) from None
+        raise Fault("%s: %s" % (op.name, exc.cause), exc.kind) from None
     return opcode, op, tuple(operands)
 
 
@@ -318,7 +320,8 @@ def check_encoding(encoding):
     if encoding == PE_OMIT:
         raise Fault("DW_OP_GNU_encoded_addr: encoding DW_EH_PE_omit has no pointer")
     if encoding & 0x70 not in _KNOWN_APPLICATIONS:
-        raise Fault("DW_OP_GNU_encoded_addr: unknown pointer application 0x%02x" % (encoding & 0x70))
+        raise Fault("DW_OP_GNU_encoded_addr: unknown pointer application 0x%02x" % (encoding & 0x70),
+                    DecodeKind.UNSUPPORTED)
 
 
 def operations(expression: bytes, address_size: int, byteorder: str = "little") -> Iterator[Tuple[int, tuple]]:

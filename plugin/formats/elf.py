@@ -12,7 +12,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 
 ELF_MAGIC = b"\x7fELF"
 PT_LOAD = 1
@@ -54,7 +54,7 @@ class ProgramHeader:
 def parse_header(head: bytes) -> ElfHeader:
     """The ELF header from the first HEADER_SIZE bytes of an image."""
     if head[:4] != ELF_MAGIC:
-        raise DecodeError("ELF header", 0, "no ELF magic")
+        raise DecodeError("ELF header", 0, "no ELF magic", DecodeKind.MALFORMED)
     is64 = head[4] == 2
     order = "<" if head[5] == 1 else ">"
     machine = struct.unpack_from(order + "H", head, 18)[0]
@@ -72,7 +72,7 @@ def parse_program_headers(data: bytes, header: ElfHeader) -> list[ProgramHeader]
     fmt = header.order + ("IIQQQQQQ" if header.is_64 else "IIIIIIII")
     size = struct.calcsize(fmt)
     if header.phentsize < size:
-        raise DecodeError("program headers", 0, "entry size %d is too small" % header.phentsize)
+        raise DecodeError("program headers", 0, "entry size %d is too small" % header.phentsize, DecodeKind.MALFORMED)
     out = []
     for i in range(header.phnum):
         fields = struct.unpack_from(fmt, data, i * header.phentsize)
@@ -94,7 +94,7 @@ def header_link_address(loads: Sequence[ProgramHeader]) -> int:
     file-backed target and GDB's remote module list all ask here).
     """
     if not loads:
-        raise DecodeError("program headers", 0, "no PT_LOAD segment")
+        raise DecodeError("program headers", 0, "no PT_LOAD segment", DecodeKind.ABSENT)
     at_zero = [p.vaddr for p in loads if p.offset == 0]
     return min(at_zero) if at_zero else min(p.vaddr for p in loads)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Optional, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats.exidx_ops import Instruction, decode_opcodes
 
 INDEX_SECTION = ".ARM.exidx"
@@ -119,10 +119,12 @@ class ExidxTable:
         self._extab_region = extab_region
         if self.size % ENTRY_SIZE:
             raise DecodeError(self.name, self.size - self.size % ENTRY_SIZE,
-                              "section size 0x%x is not a multiple of %d" % (self.size, ENTRY_SIZE))
+                              "section size 0x%x is not a multiple of %d" % (self.size, ENTRY_SIZE),
+                              DecodeKind.MALFORMED)
         count = self.size // ENTRY_SIZE
         if count > MAX_ENTRIES:
-            raise DecodeError(self.name, 0, "%d entries is more than the %d allowed" % (count, MAX_ENTRIES))
+            raise DecodeError(self.name, 0, "%d entries is more than the %d allowed" % (count, MAX_ENTRIES),
+                              DecodeKind.LIMIT)
         self.count = count
         data = index.all_bytes() if count else b""
         order = index.byteorder
@@ -133,12 +135,13 @@ class ExidxTable:
             word0 = words[2 * i]
             if word0 & 0x80000000:
                 raise DecodeError(self.name, i * ENTRY_SIZE,
-                                  "bit 31 of the function offset 0x%08x is set" % word0)
+                                  "bit 31 of the function offset 0x%08x is set" % word0, DecodeKind.MALFORMED)
             starts.append(prel31(word0, self.address + i * ENTRY_SIZE))
         for i in range(1, count):
             if starts[i] < starts[i - 1]:
                 raise DecodeError(self.name, i * ENTRY_SIZE,
-                                  "index not sorted: function 0x%x follows 0x%x" % (starts[i], starts[i - 1]))
+                                  "index not sorted: function 0x%x follows 0x%x" % (starts[i], starts[i - 1]),
+                                  DecodeKind.MALFORMED)
         self._starts = starts
 
     # -- the index ---------------------------------------------------------
@@ -184,7 +187,8 @@ class ExidxTable:
         region = self._extab_region(entry.table)
         if region is None or not region.contains(entry.table):
             raise DecodeError(self.name, entry.offset + 4,
-                              "table entry at 0x%x is outside readable memory" % entry.table)
+                              "table entry at 0x%x is outside readable memory" % entry.table,
+                              DecodeKind.UNREADABLE)
         start = entry.table - region.address
         word = self._word(region, start)
         if word & 0x80000000:
@@ -203,16 +207,19 @@ class ExidxTable:
 
     def _compact(self, entry, word, at, region, section, offset):
         if word & 0x70000000:
-            raise DecodeError(section, offset, "compact entry 0x%08x has bits 28-30 set" % word)
+            raise DecodeError(section, offset, "compact entry 0x%08x has bits 28-30 set" % word,
+                              DecodeKind.MALFORMED)
         index = (word >> 24) & 0x0F
         if index not in COMPACT_PERSONALITIES:
-            raise DecodeError(section, offset, "compact model personality index %d is reserved" % index)
+            raise DecodeError(section, offset, "compact model personality index %d is reserved" % index,
+                              DecodeKind.UNSUPPORTED)
         if index == 0:
             data = word.to_bytes(4, "big")[1:]
             lsda = None if region is None else at + 4
             words = 1
         elif region is None:
-            raise DecodeError(section, offset, "an inline entry must use personality index 0, not %d" % index)
+            raise DecodeError(section, offset, "an inline entry must use personality index 0, not %d" % index,
+                              DecodeKind.MALFORMED)
         else:
             extra = (word >> 16) & 0xFF
             data, lsda = self._opcode_words(region, offset, word, extra, 2)
@@ -225,7 +232,7 @@ class ExidxTable:
         """The opcode bytes of a first word (its low `first_bytes`) and `extra` words after it."""
         if offset + 4 * (1 + extra) > region.size:
             raise DecodeError(region.name, offset, "%d more opcode words run past the end (size 0x%x)"
-                              % (extra, region.size))
+                              % (extra, region.size), DecodeKind.TRUNCATED)
         data = bytearray(first.to_bytes(4, "big")[4 - first_bytes:])
         for k in range(extra):
             data += self._word(region, offset + 4 * (k + 1)).to_bytes(4, "big")

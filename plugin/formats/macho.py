@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from plugin import arch as arches
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.memory import Region
 
 MH_MAGIC = 0xFEEDFACE
@@ -133,8 +133,8 @@ class MachO:
 
     # -- header and load commands ------------------------------------------------
 
-    def _error(self, offset, cause):
-        return DecodeError(self.region.name, offset, cause)
+    def _error(self, offset, cause, kind: DecodeKind):
+        return DecodeError(self.region.name, offset, cause, kind)
 
     def _read_header(self):
         raw = self.region.read(0, 4)
@@ -143,7 +143,7 @@ class MachO:
             if magic in (MH_MAGIC, MH_MAGIC_64):
                 break
         else:
-            raise self._error(0, "not a Mach-O image (magic %s)" % raw.hex())
+            raise self._error(0, "not a Mach-O image (magic %s)" % raw.hex(), DecodeKind.MALFORMED)
         self.is_64 = magic == MH_MAGIC_64
         self.byteorder = "little" if order == "<" else "big"
         self._reader = _Reader(self.region, order)
@@ -152,7 +152,7 @@ class MachO:
         self.header_size = _HEADER_SIZE[self.is_64]
         if self.header_size + self.sizeofcmds > self.region.size:
             raise self._error(0, "load commands (0x%x bytes) run past the end of the image"
-                              % self.sizeofcmds)
+                              % self.sizeofcmds, DecodeKind.TRUNCATED)
         self.arch = arch_for_cputype(self.cputype)
 
     def _read_load_commands(self):
@@ -160,23 +160,25 @@ class MachO:
         end = self.header_size + self.sizeofcmds
         for index in range(self.ncmds):
             if offset + 8 > end:
-                raise self._error(offset, "load command %d starts past sizeofcmds" % index)
+                raise self._error(offset, "load command %d starts past sizeofcmds" % index,
+                                  DecodeKind.MALFORMED)
             cmd, cmdsize = self._reader.unpack("2I", offset)
             # cmdsize >= 8 also guarantees the loop advances.
             if cmdsize < 8 or offset + cmdsize > end:
-                raise self._error(offset, "load command %d has bad size 0x%x" % (index, cmdsize))
+                raise self._error(offset, "load command %d has bad size 0x%x" % (index, cmdsize),
+                                  DecodeKind.MALFORMED)
             if cmd in (LC_SEGMENT, LC_SEGMENT_64):
                 self.segments.append(self._read_segment(offset, cmdsize, cmd == LC_SEGMENT_64))
             elif cmd == LC_UUID:
                 if cmdsize < 24:
-                    raise self._error(offset, "LC_UUID too short (0x%x)" % cmdsize)
+                    raise self._error(offset, "LC_UUID too short (0x%x)" % cmdsize, DecodeKind.MALFORMED)
                 self.uuid = self.region.read(offset + 8, 16)
             offset += cmdsize
 
     def _read_segment(self, offset, cmdsize, is_64):
         fixed = _SEGMENT_SIZE[is_64]
         if cmdsize < fixed:
-            raise self._error(offset, "segment command too short (0x%x)" % cmdsize)
+            raise self._error(offset, "segment command too short (0x%x)" % cmdsize, DecodeKind.MALFORMED)
         if is_64:
             fields = self._reader.unpack("16s4Q4I", offset + 8)
         else:
@@ -187,7 +189,7 @@ class MachO:
         # this also bounds the loop below.
         if fixed + nsects * sect_size > cmdsize:
             raise self._error(offset, "segment %r claims %d sections that do not fit its command"
-                              % (_name(segname), nsects))
+                              % (_name(segname), nsects), DecodeKind.MALFORMED)
         sections = tuple(self._read_section(offset + fixed + i * sect_size, is_64)
                          for i in range(nsects))
         return Segment(_name(segname), vmaddr, vmsize, fileoff, filesize, maxprot, initprot,
@@ -244,7 +246,7 @@ class MachO:
         label = name or "%s,%s" % (section.segname, section.sectname)
         if start < 0 or start + section.size > self.region.size:
             raise self._error(start, "section %s (0x%x bytes) lies outside the image"
-                              % (label, section.size))
+                              % (label, section.size), DecodeKind.TRUNCATED)
         return _subregion(self.region, start, section.size, label,
                           address=section.addr + self.slide)
 
@@ -255,10 +257,10 @@ class MachO:
         """
         text = self.section("__TEXT", "__text")
         if text is None:
-            raise self._error(0, "no __TEXT,__text section")
+            raise self._error(0, "no __TEXT,__text section", DecodeKind.ABSENT)
         start = text.addr + self.slide
         if not (start <= address and address + size <= start + text.size):
-            raise self._error(0, "address 0x%x is not in __TEXT,__text" % address)
+            raise self._error(0, "address 0x%x is not in __TEXT,__text" % address, DecodeKind.ABSENT)
         region = self.section_region(text)
         return region.read(address - start, size)
 
@@ -290,7 +292,7 @@ def fat_slices(region):
         return []
     # Java class files share 0xCAFEBABE; their "count" is the class version.
     if count > _MAX_FAT_SLICES:
-        raise DecodeError(region.name, 4, "fat header claims %d slices" % count)
+        raise DecodeError(region.name, 4, "fat header claims %d slices" % count, DecodeKind.LIMIT)
     is_64 = magic == FAT_MAGIC_64
     entry_size = 32 if is_64 else 20
     slices = []
@@ -304,7 +306,7 @@ def fat_slices(region):
                 ">5I", region.read(pos, entry_size))
         if offset + size > region.size:
             raise DecodeError(region.name, pos, "fat slice %d (0x%x+0x%x) runs past the end"
-                              % (i, offset, size))
+                              % (i, offset, size), DecodeKind.TRUNCATED)
         slices.append(FatSlice(cputype, cpusubtype, offset, size))
     return slices
 
@@ -324,4 +326,4 @@ def open_image(region, cputype=None, load_address=None):
     for candidate in slices:
         if cputype is None or candidate.cputype == cputype:
             return open_slice(region, candidate, load_address)
-    raise DecodeError(region.name, 0, "no slice with cputype 0x%x" % cputype)
+    raise DecodeError(region.name, 0, "no slice with cputype 0x%x" % cputype, DecodeKind.ABSENT)

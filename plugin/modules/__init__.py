@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.formats.elf import ELF_MAGIC
 from plugin.modules.elf import discover_elf
 from plugin.modules.kernel import KERNEL_NAME, discover_kernel, loaded_modules
@@ -48,7 +48,8 @@ def discover(target: Target, ref: ModuleRef) -> Module:
         return discover_macho(target, ref)
     if is_pe(magic):
         return discover_pe(target, ref)
-    raise DecodeError("module header", 0, "no ELF, Mach-O or PE (MZ) magic at 0x%x" % ref.header_address)
+    raise DecodeError("module header", 0, "no ELF, Mach-O or PE (MZ) magic at 0x%x" % ref.header_address,
+                      DecodeKind.MALFORMED)
 
 
 class ModuleMap:

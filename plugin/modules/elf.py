@@ -9,7 +9,7 @@ leads to `.eh_frame`), PT_GNU_SFRAME the `.sframe`, PT_ARM_EXIDX the
 from __future__ import annotations
 
 from plugin import arch as arches
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.formats import elf
 from plugin.modules.model import Module, Segment, TableLocation
 from plugin.target import ModuleRef, Target
@@ -28,15 +28,15 @@ def discover_elf(target: Target, ref: ModuleRef) -> Module:
     """Module for an ELF image whose header is at ref.header_address in the target."""
     header = elf.parse_header(target.read_memory(ref.header_address, elf.HEADER_SIZE))
     if header.phnum == 0 or header.phnum > MAX_PROGRAM_HEADERS:
-        raise DecodeError("program headers", header.phoff, "implausible count %d" % header.phnum)
+        raise DecodeError("program headers", header.phoff, "implausible count %d" % header.phnum, DecodeKind.LIMIT)
     arch = arches.BY_ELF_MACHINE.get(header.machine)
     if arch is None:
-        raise DecodeError("ELF header", 18, "unsupported machine %d" % header.machine)
+        raise DecodeError("ELF header", 18, "unsupported machine %d" % header.machine, DecodeKind.UNSUPPORTED)
     data = target.read_memory(ref.header_address + header.phoff, header.phentsize * header.phnum)
     phdrs = elf.parse_program_headers(data, header)
     loads = [p for p in phdrs if p.type == elf.PT_LOAD]
     if not loads:
-        raise DecodeError("program headers", header.phoff, "no PT_LOAD segment")
+        raise DecodeError("program headers", header.phoff, "no PT_LOAD segment", DecodeKind.ABSENT)
     bias = ref.header_address - elf.header_link_address(loads)
     module = Module(name=ref.name, path=ref.path, header_address=ref.header_address,
                     arch=arch, load_bias=bias)

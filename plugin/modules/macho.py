@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats import macho as mf
 from plugin.memory import Region
 from plugin.modules.model import Module, Segment, TableLocation
@@ -51,12 +51,12 @@ def read_header(target: Target, address: int) -> mf.MachO:
     """MachO decoded from the header and load commands at `address` in the target."""
     head = target.read_memory(address, 28)
     if not is_macho_magic(head):
-        raise DecodeError("Mach-O header", 0, "no Mach-O magic at 0x%x" % address)
+        raise DecodeError("Mach-O header", 0, "no Mach-O magic at 0x%x" % address, DecodeKind.MALFORMED)
     order = "<" if head[:4] in (struct.pack("<I", mf.MH_MAGIC), struct.pack("<I", mf.MH_MAGIC_64)) else ">"
     is_64 = struct.unpack(order + "I", head[:4])[0] == mf.MH_MAGIC_64
     sizeofcmds = struct.unpack_from(order + "I", head, 20)[0]
     if sizeofcmds > MAX_LOAD_COMMANDS_SIZE:
-        raise DecodeError("Mach-O header", 20, "implausible sizeofcmds 0x%x" % sizeofcmds)
+        raise DecodeError("Mach-O header", 20, "implausible sizeofcmds 0x%x" % sizeofcmds, DecodeKind.LIMIT)
     size = (32 if is_64 else 28) + sizeofcmds
     region = Region("Mach-O image at 0x%x" % address, address, size, target.read_memory,
                     "little" if order == "<" else "big")
@@ -66,7 +66,7 @@ def read_header(target: Target, address: int) -> mf.MachO:
 def module_from_macho(image: mf.MachO, name: str, path: str | None, header_address: int) -> Module:
     """Module for a decoded MachO whose __TEXT starts at header_address + 0."""
     if image.arch is None:
-        raise DecodeError("Mach-O header", 4, "unsupported cputype 0x%x" % image.cputype)
+        raise DecodeError("Mach-O header", 4, "unsupported cputype 0x%x" % image.cputype, DecodeKind.UNSUPPORTED)
     slide = image.slide
     module = Module(name=name, path=path, header_address=header_address, arch=image.arch,
                     format="macho", load_bias=slide)

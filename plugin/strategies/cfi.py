@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from plugin.cache import BoundedCache
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import Row
 from plugin.formats import cfi
@@ -76,7 +76,8 @@ class CfiTables(ModuleTables):
                 address, found_by = hdr.eh_frame_ptr, "eh_frame_ptr of .eh_frame_hdr"
                 end = self.module.segment_end(address)
                 if end is None:
-                    raise DecodeError(".eh_frame_hdr", 4, "eh_frame_ptr 0x%x is outside the module" % address)
+                    raise DecodeError(".eh_frame_hdr", 4, "eh_frame_ptr 0x%x is outside the module" % address,
+                                      DecodeKind.MALFORMED)
                 size = end - address
                 sized = on_disk.section_size_at(self.module, ".eh_frame", address)
                 if sized is not None and sized <= size:

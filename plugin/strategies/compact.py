@@ -32,7 +32,7 @@ through the Target.
 from dataclasses import replace
 
 from plugin.arch import reader
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.model.evidence import StepEvidence
 from plugin.formats import cfi
 from plugin.formats import compact_unwind as cu
@@ -83,7 +83,7 @@ class CompactTables(ModuleTables):
             why = "; ".join(CfiTables.of(self.module, self.target).problems)
             raise DecodeError(SECTION, None, "opcode 0x%08x escapes to __eh_frame+0x%x, but the module "
                               "has no readable __eh_frame%s" % (decoded.encoding, decoded.dwarf_offset,
-                                                                " (%s)" % why if why else ""))
+                                                                " (%s)" % why if why else ""), DecodeKind.ABSENT)
         return section, section.fde_at(decoded.dwarf_offset)
 
 
@@ -191,7 +191,8 @@ def _dwarf_escape(frame, ctx, tables, entry, decoded, evidence, opcode):
         section, fde = tables.dwarf_fde(decoded)
         if not fde.start <= pc < fde.end:
             raise DecodeError(section.name, decoded.dwarf_offset,
-                              "the FDE covers [0x%x, 0x%x), not 0x%x" % (fde.start, fde.end, pc))
+                              "the FDE covers [0x%x, 0x%x), not 0x%x" % (fde.start, fde.end, pc),
+                              DecodeKind.MALFORMED)
         row = cfi.row_at(fde, pc, ctx.arch)
     except DecodeError as exc:
         return Outcome.failed(SOURCE, "%s: %s" % (opcode, exc), error_kind(exc), evidence)

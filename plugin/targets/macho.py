@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import struct
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.targets.elf import LaidOutFile
 from plugin.formats import macho as mf
 from plugin.modules.macho import module_from_macho
@@ -98,7 +98,8 @@ class MachOFileTarget(LaidOutFile):
                 raise DecodeError(image.region.name, seg.fileoff,
                                   "segment %s (0x%x bytes at file offset 0x%x) runs past the end "
                                   "of the file (0x%x bytes): truncated?"
-                                  % (seg.name or "''", seg.filesize, seg.fileoff, image.region.size))
+                                  % (seg.name or "''", seg.filesize, seg.fileoff, image.region.size),
+                                  DecodeKind.TRUNCATED)
             start = seg.vmaddr + self.slide
             pieces.append((start, start + seg.vmsize, seg.fileoff, min(seg.filesize, seg.vmsize),
                            bool(seg.initprot & 4)))

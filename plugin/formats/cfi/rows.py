@@ -77,11 +77,11 @@ def _interpret(owner, arch, stop_pc, rows):
         if op in ADVANCES or op == CFA_SET_LOC:
             if not is_fde:
                 raise DecodeError(name, base + at, "%s in a CIE's initial instructions"
-                                  % OPCODE_NAMES[op])
+                                  % OPCODE_NAMES[op], DecodeKind.MALFORMED)
             if op == CFA_SET_LOC:
                 if a < loc:
                     raise DecodeError(name, base + at, "DW_CFA_set_loc to 0x%x moves back from 0x%x"
-                                      % (a, loc))
+                                      % (a, loc), DecodeKind.MALFORMED)
                 new = a
             else:
                 new = loc + a
@@ -115,7 +115,8 @@ def _interpret(owner, arch, stop_pc, rows):
         elif op == CFA_DEF_CFA_OFFSET or op == CFA_DEF_CFA_OFFSET_SF:
             if cfa is None or cfa.kind != CfaKind.REGISTER:
                 raise DecodeError(name, base + at, "%s but the CFA is %s, not register+offset"
-                                  % (OPCODE_NAMES[op], "undefined" if cfa is None else "an expression"))
+                                  % (OPCODE_NAMES[op], "undefined" if cfa is None else "an expression"),
+                                  DecodeKind.MALFORMED)
             cfa = register_cfa(cfa.register, a)
             last_offset = a
         elif op == CFA_DEF_CFA or op == CFA_DEF_CFA_SF or op == CFA_DEF_CFA_EXPRESSION:
@@ -138,7 +139,8 @@ def _interpret(owner, arch, stop_pc, rows):
             stack.append((cfa, dict(rules), ra_signed, last_offset))
         elif op == CFA_RESTORE_STATE:
             if not stack:
-                raise DecodeError(name, base + at, "DW_CFA_restore_state with no remembered state")
+                raise DecodeError(name, base + at, "DW_CFA_restore_state with no remembered state",
+                                  DecodeKind.MALFORMED)
             cfa, rules, ra_signed, last_offset = stack.pop()
         elif op == CFA_GNU_ARGS_SIZE:
             args_size = a
@@ -166,7 +168,7 @@ def _interpret(owner, arch, stop_pc, rows):
 
 def _no_cfa(name, offset, loc):
     return DecodeError(name, offset, "the row at 0x%x has no CFA rule (no DW_CFA_def_cfa* before it)"
-                       % loc)
+                       % loc, DecodeKind.MALFORMED)
 
 
 def execute(fde: FDE, arch: Arch) -> list[Row]:

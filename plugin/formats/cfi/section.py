@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterator
 
 from plugin.arch import Arch
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats.cfi.entries import CIE, FDE, Deref, EntryDecoder
 from plugin.formats.cfi.header import EhFrameHdr
 from plugin.memory import Region
@@ -118,7 +118,8 @@ class CfiSection(EntryDecoder):
             offset = address - self.region.address
             if not 0 <= offset < self.region.size:
                 raise DecodeError(hdr.region.name, hdr.table_offset,
-                                  "search table points at 0x%x, outside %s" % (address, self.name))
+                                  "search table points at 0x%x, outside %s" % (address, self.name),
+                                  DecodeKind.MALFORMED)
             fde = self.fde_at(offset)
             return fde if fde.start <= pc < fde.end else None
         starts, fdes = self._sorted_index()
