@@ -26,6 +26,7 @@ from gdb.unwinder import Unwinder
 
 from plugin.model.evidence import Frame
 from plugin.model.outcome import AttemptStatus
+from plugin.modules.model import ModuleFormat
 from plugin.strategies import orc
 
 from .compat import FrameId, pending_level
@@ -64,7 +65,7 @@ class KernelFrames(Unwinder):
         key = (target.generation, getattr(target, "stops", 0))
         known = self._kernel_known.get(id(modules))
         if known is None or known[0] != key:
-            known = self._kernel_known[id(modules)] = (key, any(m.format == "kernel" for m in modules.all()))
+            known = self._kernel_known[id(modules)] = (key, any(m.format == ModuleFormat.KERNEL for m in modules.all()))
         return known[1]
 
     def _unwind(self, pending_frame, inferior, target):
@@ -75,7 +76,7 @@ class KernelFrames(Unwinder):
             return None
         ctx = self.state.unwinder_context(inferior)
         module = ctx.modules.find(pc)
-        if module is None or module.format != "kernel":
+        if module is None or module.format != ModuleFormat.KERNEL:
             return None
         level = pending_level(pending_frame)
         exact = level == 0 or (pc, sp) in inferior.after_signal

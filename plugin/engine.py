@@ -23,6 +23,7 @@ from plugin.model.outcome import AttemptStatus, FailureKind
 from plugin.model.stops import StopReason
 from plugin.modules import ModuleMap, on_disk
 from plugin.modules import pe as pe_modules
+from plugin.modules.model import ModuleFormat
 from plugin import checks, settings
 from plugin.arch import reader
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, source_names
@@ -372,7 +373,7 @@ def name_frames(frames, ctx):
         module = ctx.modules.find(pc)
         frame.module = module.name if module else None
         found = ctx.symbol(pc)
-        if not found and module is not None and module.format == "pe":
+        if not found and module is not None and module.format == ModuleFormat.PE:
             found = pe_modules.function_at(ctx.target, module, pc)
         if found:
             frame.function, frame.function_start = found

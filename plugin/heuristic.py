@@ -23,6 +23,7 @@ from plugin.arch import PrologueModel, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, Outcome
 from plugin.model.rules import CfaKind, Row, RuleKind
+from plugin.modules.model import ModuleFormat
 from plugin.settings import Trust
 from plugin.strategies import sigframe
 from plugin.strategies.evaluate import RowError, evaluate_row
@@ -149,7 +150,7 @@ def _file_symbols(module):
     table = module.cache.get(SYMBOLS_CACHE_KEY)
     if table is None:
         table = ([], [])
-        if module.path and module.format == "elf":
+        if module.path and module.format == ModuleFormat.ELF:
             from elftools.common.exceptions import ELFError
             from elftools.elf.elffile import ELFFile
             from plugin.targets.elf import function_table   # .symtab, else .dynsym

@@ -42,12 +42,13 @@ from plugin.model.outcome import AttemptStatus
 from plugin.model.rules import CfaKind, Row, RuleKind
 from plugin.settings import Trust, source_names
 from plugin.strategies.evaluate import RowError, evaluate_row
+from plugin.strategies.function_start import StartBy
 from plugin.strategies.row_step import return_address
 
 ANALYSIS = Trust.ANALYSIS.value
 PLANNED_SOURCES = source_names(planned=True)      # sources whose step ends in row_step.step_with_row
 AFTER_CALL_SOURCES = (ANALYSIS,)    # sources that also check that the return address follows a call
-PC_STARTS = ("symbol", "table")     # analysis starts (StartBy) found from the pc alone, tried before any other
+PC_STARTS = (StartBy.SYMBOL, StartBy.TABLE)     # analysis starts found from the pc alone, tried before any other
 PLAN_CACHE_SIZE = 1 << 14
 MAX_SPAN = 512          # bytes: a FastRow's saved registers are read in one piece up to this size
 

@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Mapping, Optional, Sequence, Tuple
 
 from plugin.model.vocabulary import Vocabulary
+from plugin.modules.model import ModuleFormat
 
 
 class SourceKind(str, Enum):
@@ -48,7 +49,7 @@ class Source:
     gdb_sections: Tuple[str, ...] = ()   # its sections GDB's own DWARF unwinder reads (gdb_unwinder/claim.py)
     # (module format, source): in a module of that format it is tried just before that source
     # when both are on and the order puts it after (plugin/engine.py)
-    goes_before: Optional[Tuple[str, "Trust"]] = None
+    goes_before: Optional[Tuple[ModuleFormat, "Trust"]] = None
 
     @property
     def trust(self) -> str:
@@ -62,7 +63,7 @@ SOURCES: Tuple[Source, ...] = (
            planned=True, gdb_sections=(".eh_frame", ".debug_frame")),
     Source(Trust.SFRAME, SourceKind.TABLE, "SFrame v1/v2/v3 (.sframe)", planned=True),
     Source(Trust.COMPACT, SourceKind.TABLE, "Apple compact unwind (__unwind_info)",
-           goes_before=("macho", Trust.CFI)),     # Apple's unwinders read __unwind_info first
+           goes_before=(ModuleFormat.MACHO, Trust.CFI)),     # Apple's unwinders read __unwind_info first
     Source(Trust.EXIDX, SourceKind.TABLE, "ARM EHABI (.ARM.exidx/.ARM.extab)"),
     # GDB on Linux reads no .pdata (and has no objfile for an image a loader mapped): no gdb_sections
     Source(Trust.PDATA, SourceKind.TABLE, "Windows unwind data of PE images (.pdata/.xdata, x64 and ARM64)"),

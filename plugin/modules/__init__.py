@@ -26,7 +26,7 @@ from plugin.modules.kernel import KERNEL_NAME, discover_kernel, loaded_modules
 from plugin.modules.macho import discover_macho, is_macho_magic
 from plugin.modules.pe import discover_pe
 from plugin.formats.pe import is_pe
-from plugin.modules.model import Module, Segment, TableLocation, region_of
+from plugin.modules.model import Module, ModuleFormat, Segment, TableLocation, region_of
 from plugin.target import ModuleRef, Target
 
 __all__ = ["Module", "ModuleMap", "Segment", "TableLocation", "Unreadable", "discover", "discover_elf",
@@ -97,11 +97,11 @@ class ModuleMap:
         """The loaded kernel modules, read from the kernel's module list (kept where unchanged, with
         their decoded tables)."""
         self._modules_read = getattr(self.target, "stops", 0)
-        kernel = next((m for m in self.modules if m.name == KERNEL_NAME and m.format == "kernel"), None)
+        kernel = next((m for m in self.modules if m.name == KERNEL_NAME and m.format == ModuleFormat.KERNEL), None)
         if kernel is None:
             return
-        old = {(m.name, m.header_address): m for m in self.modules if m.format == "kernel" and m is not kernel}
-        self.modules = [m for m in self.modules if m.format != "kernel" or m is kernel]
+        old = {(m.name, m.header_address): m for m in self.modules if m.format == ModuleFormat.KERNEL and m is not kernel}
+        self.modules = [m for m in self.modules if m.format != ModuleFormat.KERNEL or m is kernel]
         for module in loaded_modules(kernel, self.target.read_memory):
             kept = old.get((module.name, module.header_address))
             self.modules.append(kept if kept is not None and kept.tables == module.tables else module)

@@ -26,7 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import orc
-from plugin.modules.model import Module, Segment, TableLocation
+from plugin.modules.model import Module, ModuleFormat, Segment, TableLocation
 
 NAMES = ("_text", "_stext", "_etext", "_sinittext", "_einittext", "_end", "linux_banner", "modules",
          "__start_orc_unwind_ip", "__stop_orc_unwind_ip", "__start_orc_unwind", "__stop_orc_unwind",
@@ -132,7 +132,7 @@ def kernel_module(path: str, symbols: Dict[str, int], slide: int, read: Read, ar
         problems.append("KASLR: the kernel runs 0x%x above %s's symbols; give GDB `symbol-file %s -o 0x%x`"
                         % (slide, os.path.basename(path), path, slide))
     at = {name: value + slide for name, value in symbols.items()}
-    module = Module(KERNEL_NAME, path, at.get("_text", at.get("_stext", 0)), arch, format="kernel",
+    module = Module(KERNEL_NAME, path, at.get("_text", at.get("_stext", 0)), arch, format=ModuleFormat.KERNEL,
                     load_bias=slide, problems=problems)
     for start, end in (("_stext", "_etext"), ("_sinittext", "_einittext")):
         if start in at and end in at and at[start] < at[end]:
@@ -204,7 +204,7 @@ def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
         if not (_in_area(first) and first <= last < first + (64 << 20)):
             continue
         found_by = "struct module %s at 0x%x (num_orcs at +0x%x)" % (name, address, offset)
-        module = Module("[%s]" % name, None, address, kernel.arch, format="kernel",
+        module = Module("[%s]" % name, None, address, kernel.arch, format=ModuleFormat.KERNEL,
                         segments=[Segment(first, last + 1, True)])
         module.tables[".orc_unwind_ip"] = TableLocation(".orc_unwind_ip", ips, 4 * count, found_by)
         module.tables[".orc_unwind"] = TableLocation(".orc_unwind", entries, orc.ENTRY_SIZE * count, found_by)

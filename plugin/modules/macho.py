@@ -24,7 +24,7 @@ import struct
 from plugin.errors import DecodeError, DecodeKind
 from plugin.formats import macho as mf
 from plugin.memory import Region
-from plugin.modules.model import Module, Segment, TableLocation
+from plugin.modules.model import Module, ModuleFormat, Segment, TableLocation
 from plugin.target import ModuleRef, Target
 
 VM_PROT_EXECUTE = 4
@@ -69,7 +69,7 @@ def module_from_macho(image: mf.MachO, name: str, path: str | None, header_addre
         raise DecodeError("Mach-O header", 4, "unsupported cputype 0x%x" % image.cputype, DecodeKind.UNSUPPORTED)
     slide = image.slide
     module = Module(name=name, path=path, header_address=header_address, arch=image.arch,
-                    format="macho", load_bias=slide)
+                    format=ModuleFormat.MACHO, load_bias=slide)
     if image.uuid is not None:
         module.uuid = format_uuid(image.uuid)
     for seg in image.segments:

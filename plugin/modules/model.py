@@ -9,7 +9,16 @@ from dataclasses import dataclass, field
 
 from plugin.arch import Arch
 from plugin.memory import Region
+from plugin.model.vocabulary import Vocabulary
 from plugin.target import Target
+
+
+class ModuleFormat(Vocabulary):
+    """What kind of image a module is (Module.format; JSON and text print the word)."""
+    ELF = ("elf", "an ELF image")
+    MACHO = ("macho", "a Mach-O image")
+    PE = ("pe", "a PE (Windows) image")
+    KERNEL = ("kernel", "the Linux kernel or one of its modules, found from its symbols")
 
 
 @dataclass
@@ -36,7 +45,7 @@ class Module:
     path: str | None       # None: not on disk (the vdso, JIT code)
     header_address: int
     arch: Arch
-    format: str = "elf"
+    format: ModuleFormat = ModuleFormat.ELF
     load_bias: int = 0
     segments: list[Segment] = field(default_factory=list)
     tables: dict[str, TableLocation] = field(default_factory=dict)      # section name -> TableLocation

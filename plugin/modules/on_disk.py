@@ -15,7 +15,7 @@ from typing import Iterator, NamedTuple
 
 from plugin.errors import DecodeError, bad_file_errors
 from plugin.formats import compressed, elf
-from plugin.modules.model import Module, TableLocation
+from plugin.modules.model import Module, ModuleFormat, TableLocation
 
 
 class SectionHeader(NamedTuple):
@@ -90,7 +90,7 @@ def section_size_at(module: Module, name: str, address: int) -> int | None:
     `address`; None when the file has no such section there (or cannot be read):
     then the caller keeps its own bound (the segment's end)."""
     try:
-        info = sections(module.path).get(name) if module.path and module.format == "elf" else None
+        info = sections(module.path).get(name) if module.path and module.format == ModuleFormat.ELF else None
     except OSError:
         return None
     if info is None or info.type == "SHT_NOBITS" or info.address + module.load_bias != address:
@@ -101,7 +101,7 @@ def section_size_at(module: Module, name: str, address: int) -> int | None:
 def debug_frame(module: Module) -> tuple[TableLocation, bytes] | None:
     """`.debug_frame` of an ELF module, read from its file: where it is (at link
     addresses: the loader never maps it) and its bytes; None if there is none."""
-    if not module.path or module.format != "elf":
+    if not module.path or module.format != ModuleFormat.ELF:
         return None
     how = "file on disk: %s" % module.path
     found = section_bytes(module.path, ".debug_frame")
@@ -180,7 +180,7 @@ def functions_named(module: Module, names: tuple) -> tuple:
 
     For debuggers that cannot look up symbols everywhere (GDB's unwinder sees
     only symbols with debug information)."""
-    key = _key(module.path) if module.path and module.format == "elf" else None
+    key = _key(module.path) if module.path and module.format == ModuleFormat.ELF else None
     if key is None:
         return ()
     return tuple((start + module.load_bias, end + module.load_bias, name)

@@ -8,6 +8,7 @@ The `compact` strategy decides; this module only shows its tables
 
 from plugin.errors import DecodeError
 from plugin.formats import cfi
+from plugin.modules.model import ModuleFormat
 from plugin.render.style import Styled, plain
 from plugin.strategies import compact
 
@@ -15,7 +16,7 @@ from plugin.strategies import compact
 def table_sources(target, module, address, problems):
     """[{"kind": "compact", ...}] for a Mach-O module's __unwind_info: every
     entry, or the one covering address. Problems are appended to `problems`."""
-    if module.format != "macho":
+    if module.format != ModuleFormat.MACHO:
         return []
     tables = compact.CompactTables.of(module, target)
     out = []

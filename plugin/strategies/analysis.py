@@ -209,7 +209,7 @@ def _evidence(frame, ctx, start, result, address, row, facts) -> StepEvidence:
     evidence = StepEvidence(source=SOURCE, found_by="instruction analysis from %s" % start.by.description,
                             lookup_pc=address, module=module.name if module else None,
                             section="code", section_address=start.address,
-                            entry={"start": start.address, "function": start.name, "start_by": start.by.value,
+                            entry={"start": start.address, "function": start.name, "start_by": start.by,
                                    "instructions": len(result.states)})
     evidence.notes.append(start.why)
     ehabi = function_start.exidx_note(ctx, address)

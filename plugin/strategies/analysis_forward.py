@@ -22,7 +22,7 @@ SOURCE = "analysis"
 
 
 # the entry's start_by when the code was read forward from the pc (the start unknown)
-FORWARD = "forward"
+FORWARD = function_start.StartBy.FORWARD
 
 def known_offsets(frame, facts) -> dict:
     """Callee-saved registers whose value (in this frame) is a stack address at or above sp: offset from sp."""

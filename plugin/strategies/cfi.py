@@ -19,7 +19,7 @@ from plugin.model.rules import Row
 from plugin.formats import cfi
 from plugin.memory import Region
 from plugin.modules import on_disk
-from plugin.modules.model import TableLocation, region_of
+from plugin.modules.model import ModuleFormat, TableLocation, region_of
 from plugin.model.outcome import FailureKind, Outcome, error_kind
 from plugin.strategies import ModuleTables
 from plugin.strategies.row_step import step_with_row
@@ -82,7 +82,7 @@ class CfiTables(ModuleTables):
                 sized = on_disk.section_size_at(self.module, ".eh_frame", address)
                 if sized is not None and sized <= size:
                     size, found_by = sized, found_by + ", sized by the file's section headers"
-            elif self.module.format == "macho":
+            elif self.module.format == ModuleFormat.MACHO:
                 # The section header gives __TEXT,__eh_frame itself; there is no
                 # header index, so lookup() builds the sorted one.
                 location = self.module.tables.get("__eh_frame")

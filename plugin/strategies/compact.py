@@ -37,6 +37,7 @@ from plugin.model.evidence import StepEvidence
 from plugin.formats import cfi
 from plugin.formats import compact_unwind as cu
 from plugin.modules import region_of
+from plugin.modules.model import ModuleFormat
 from plugin.model.outcome import FailureKind, Outcome, error_kind
 from plugin.strategies import ModuleTables
 from plugin.strategies.cfi import CfiTables
@@ -113,7 +114,7 @@ def step(frame, ctx):
     module = ctx.modules.find(pc)
     if module is None:
         return Outcome.not_applicable(SOURCE, "no module contains 0x%x" % pc, FailureKind.NO_MODULE)
-    if module.format != "macho":
+    if module.format != ModuleFormat.MACHO:
         return Outcome.not_applicable(SOURCE, "%s is not a Mach-O module: compact unwind is Mach-O only"
                                       % module.name, FailureKind.NOT_SUPPORTED)
     tables = CompactTables.of(module, ctx.target)

@@ -54,6 +54,7 @@ class StartBy(Vocabulary):
     CALL = ("call", "the target of the direct call that reached the function")
     PROLOGUE = ("prologue", "the nearest frame-record prologue before the pc")
     ENTRY = ("entry", "main's address, which the program's entry code hands to __libc_start_main")
+    FORWARD = ("forward", "none: the code was read forward from the pc, the start unknown")
 
 
 @dataclass(frozen=True)

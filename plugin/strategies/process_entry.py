@@ -23,6 +23,7 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import elf
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, Outcome
+from plugin.modules.model import ModuleFormat
 
 ENTRY_CODE = 64           # bytes of entry code read for its first call, or for main's address
 LEA_RDI, MOV_RDI = b"\x48\x8d\x3d", b"\x48\xc7\xc7"     # lea disp32(%rip), %rdi; mov $imm32, %rdi
@@ -30,7 +31,7 @@ LEA_RDI, MOV_RDI = b"\x48\x8d\x3d", b"\x48\xc7\xc7"     # lea disp32(%rip), %rdi
 
 def entry_point(ctx, module) -> Optional[int]:
     """The module's ELF entry point in the process (bit 0 set: Thumb code), or None."""
-    if module is None or module.format != "elf":
+    if module is None or module.format != ModuleFormat.ELF:
         return None
     try:
         header = elf.parse_header(bytes(ctx.read_memory(module.header_address, elf.HEADER_SIZE)))
@@ -85,7 +86,7 @@ def main_from_entry(ctx, pc) -> Optional[Tuple[int, int, str]]:
     __libc_start_main: on x86_64 rdi, with `lea disp32(%rip), %rdi` or `mov $imm32, %rdi`; on Arm
     r0 (_arm_main_from_entry); None otherwise."""
     module = ctx.modules.find(pc)
-    if module is None or module.format != "elf" or ctx.arch.name not in ("x86_64", "arm"):
+    if module is None or module.format != ModuleFormat.ELF or ctx.arch.name not in ("x86_64", "arm"):
         return None
     if ctx.arch.name == "arm":
         return _arm_main_from_entry(ctx, module)

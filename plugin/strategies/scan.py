@@ -28,6 +28,7 @@ return address = [CFA - 1 word]) and evaluated like every table row.
 """
 
 from plugin.modules import on_disk
+from plugin.modules.model import ModuleFormat
 from plugin.arch import reader
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import StepEvidence
@@ -201,7 +202,7 @@ def _callee_words(callee):
 def _in_plt(address, ctx):
     """Does `address` lie in a PLT section of its module's file?"""
     module = ctx.modules.find(address)
-    if module is None or not module.path or module.format != "elf":
+    if module is None or not module.path or module.format != ModuleFormat.ELF:
         return False
     try:
         headers = on_disk.sections(module.path)

@@ -17,6 +17,7 @@ from plugin.analysis.ops import Flow
 from plugin.errors import DecodeError, guard
 from plugin.formats import cfi
 from plugin.modules import on_disk
+from plugin.modules.model import ModuleFormat
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies.compact import CompactTables
 from plugin.validate.live import EXACT_ONLY_AT
@@ -83,7 +84,7 @@ def plt_stubs(module, problems: List[str]) -> List[Tuple[int, int]]:
     stubs = []
     bias = module.load_bias
     with guard(problems, "section headers (PLT stubs are not named)"):
-        for name, header in on_disk.sections(module.path).items() if module.format == "elf" else ():
+        for name, header in on_disk.sections(module.path).items() if module.format == ModuleFormat.ELF else ():
             if name in PLT_SECTIONS and header.size:
                 stubs.append((header.address + bias, header.address + bias + header.size))
     return stubs
@@ -117,7 +118,7 @@ def table_entries(analysis, fdes, arch):
 def compact_entries(module, target, problems: List[str]) -> dict:
     """{start: (end, (UnwindInfo, Entry))} of a Mach-O module's compact entries that are not DWARF escapes
     (those are the CFI's rows, checked as such)."""
-    if module.format != "macho":
+    if module.format != ModuleFormat.MACHO:
         return {}
     tables = CompactTables.of(module, target)
     ui = tables.unwind_info()
