@@ -20,7 +20,7 @@ from plugin.commands.options import parse_gdb
 from plugin.commands.spec import ArgumentError, CommandSpec, Debugger, WordsKind
 from plugin.engine import DEFAULT_SOURCES
 from plugin.render.style import Styled, plain
-from plugin.settings import Setting, SettingError, SettingType, is_fallback, is_guess, settings_for
+from plugin.settings import Setting, SettingError, SettingType, is_fallback, is_guess, settings_for, source_lines
 
 from . import native
 from .claim import claimed_note, why_claimed
@@ -360,8 +360,9 @@ def _parameter_class(setting, name=None):
     name = name or setting.name
     words = setting.describe(DEFAULT_SOURCES)
     old = "The old name of \"unwind %s\"." % setting.name if name != setting.name else None
+    sources = "Sources:\n" + source_lines(DEFAULT_SOURCES) if setting.type == SettingType.SOURCES else None
     return type(name.title().replace("-", "") + "Parameter", (_SettingParameter,), {
-        "__doc__": "\n\n".join(filter(None, (words[0].upper() + words[1:] + ".", old,
+        "__doc__": "\n\n".join(filter(None, (words[0].upper() + words[1:] + ".", old, sources,
                                              setting.notes.get(GDB.value)))),
         "setting": setting,
         "name": name,

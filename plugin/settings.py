@@ -117,6 +117,13 @@ def is_guess(name: str) -> bool:
     return source is not None and source.kind == SourceKind.GUESS
 
 
+def source_lines(available: Sequence[str]) -> str:
+    """One line per source of `available`, in that order: its name and what it reads (help texts;
+    GDB completes no value of a string parameter, so `help set unwind sources` lists them)."""
+    width = max(len(name) for name in available)
+    return "\n".join("  %-*s  %s" % (width, name, SOURCE_BY_NAME[name].description) for name in available)
+
+
 def parse_sources(text: str, available=None) -> Tuple[str, ...]:
     """Validate a comma-separated source list; returns a tuple or raises ValueError."""
     available = tuple(available or source_names())
