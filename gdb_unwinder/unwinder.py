@@ -24,7 +24,7 @@ from plugin.model.evidence import Frame
 from plugin.plans import replay
 from plugin.settings import SourceKind, kind_of
 
-from .ahead import FastClaims
+from .fast_claims import FastClaims
 from .claim import NOT_COVERED, Claim, covered_caller
 from .levels import is_innermost_physical
 from .compat import pending_level

@@ -1,5 +1,5 @@
 """The unwinder's fast claims (a FastRow replayed on the register file the previous claim
-handed on, computed a few frames ahead: gdb_unwinder/ahead.py) give GDB what the full engine
+handed on, computed a few frames ahead: gdb_unwinder/fast_claims.py) give GDB what the full engine
 gives.
 
 With `set unwind claim all`, each scenario's stack is read from GDB (pc, sp and every
