@@ -42,7 +42,7 @@ from typing import Optional
 
 import gdb
 
-from plugin.heuristic import modelled_answer
+from plugin.debugger_heuristic import modelled_answer
 from plugin.settings import SourceKind, gdb_sections, is_fallback, kind_of
 from plugin.strategies.analysis_forward import FORWARD
 from plugin.strategies.cfi import CfiTables

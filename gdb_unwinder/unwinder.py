@@ -19,7 +19,7 @@ import gdb
 from gdb.unwinder import Unwinder
 
 from plugin.engine import step_frame
-from plugin.heuristic import same_as_debugger, yields_to_debugger
+from plugin.debugger_heuristic import same_as_debugger, yields_to_debugger
 from plugin.model.evidence import Frame
 from plugin.plans import replay
 from plugin.settings import SourceKind, kind_of

@@ -31,7 +31,7 @@ for instead of branching on the architecture's name:
   debugger_prologue_row(read, start, pc)
                                the row the debugger's own prologue heuristic
                                gives where no table covers a frame (GDB's amd64
-                               prologue unwinder), as a model: plugin/heuristic.py
+                               prologue unwinder), as a model: plugin/debugger_heuristic.py
 
 The base class knows no instructions (every answer is "not known"); x86.py
 (shared by x86_64 and i386) and aarch64.py hold the encodings. `read` is a

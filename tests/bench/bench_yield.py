@@ -6,7 +6,7 @@ Builds tests/fixtures/chain.c at -O0, removes its tables (objcopy), stops at
 the bottom of an N-deep recursion and times GDB's `bt` with `set unwind
 fallback on` and only guessing sources (`cfi,frame-pointer,scan`), so every
 frame of the recursion is a frame-pointer guess the check looks at
-(plugin/heuristic.py), against the same `bt` with the check replaced by one
+(plugin/debugger_heuristic.py), against the same `bt` with the check replaced by one
 that never declines; interleaved round by round in one session. Prints the
 medians and their ratio.
 """

@@ -1,4 +1,4 @@
-"""GDB's own heuristic unwinder, modelled (plugin/heuristic.py, plugin/arch/x86_64.py), and
+"""GDB's own heuristic unwinder, modelled (plugin/debugger_heuristic.py, plugin/arch/x86_64.py), and
 the claim path yielding to it where the plugin only guesses.
 
 1. The model is GDB's: on every x86_64 program of the frames-added matrix (their

@@ -1,12 +1,12 @@
 """Runs inside GDB (a "py" action of gdb_driver.py): the modelled answer of GDB's own heuristic
-unwinder (plugin.heuristic.modelled_answer) for each of GDB's frames that no table covers,
+unwinder (plugin.debugger_heuristic.modelled_answer) for each of GDB's frames that no table covers,
 beside the caller GDB itself found. The plugin's unwinder must be disabled first."""
 
 import gdb
 
 from gdb_unwinder.native import innermost_registers
 from plugin.engine import UnwindContext
-from plugin.heuristic import modelled_answer
+from plugin.debugger_heuristic import modelled_answer
 from plugin.model.evidence import Frame
 from plugin.strategies.cfi import CfiTables
 

@@ -22,7 +22,7 @@ LAYERS = (
     ("plugin.analysis", "plugin.modules", "plugin.checks", "plugin.settings"),
     ("plugin.targets",),
     ("plugin.strategies",),
-    ("plugin.heuristic", "plugin.plans", "plugin.engine", "plugin.validate"),
+    ("plugin.debugger_heuristic", "plugin.plans", "plugin.engine", "plugin.validate"),
     ("plugin.render",),
     ("plugin.commands",),
     ("plugin.api", "plugin.bootstrap", "plugin.install", "plugin.__main__"),
