@@ -26,7 +26,7 @@ from gdb.unwinder import Unwinder
 
 from plugin.model.evidence import Frame
 from plugin.model.outcome import AttemptStatus
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 from plugin.strategies import orc
 
 from .compat import FrameId, pending_level

@@ -23,7 +23,7 @@ from plugin.arch import PrologueModel, reader
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, Outcome
 from plugin.model.rules import CfaKind, Row, RuleKind
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 from plugin.settings import Trust
 from plugin.strategies import sigframe
 from plugin.strategies.evaluate import RowError, evaluate_row

@@ -23,7 +23,7 @@ from plugin.model.outcome import AttemptStatus, FailureKind
 from plugin.model.stops import StopReason
 from plugin.modules import ModuleMap, on_disk
 from plugin.modules import pe as pe_modules
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 from plugin import checks, settings
 from plugin.arch import reader
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, source_names

@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Mapping, Optional, Sequence, Tuple
 
 from plugin.model.vocabulary import Vocabulary
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 
 
 class SourceKind(str, Enum):

@@ -2,7 +2,7 @@
 
 One package, no import cycle:
 
-  model.py     Module, Segment, TableLocation, region_of: what discovery builds
+  module.py    Module, Segment, TableLocation, region_of: what discovery builds
   elf.py       ELF images: ELF and program headers read from the debuggee's
                memory (decoded by plugin.formats.elf)
   macho.py     Mach-O images: the mach_header and load commands in memory
@@ -26,7 +26,7 @@ from plugin.modules.kernel import KERNEL_NAME, discover_kernel, loaded_modules
 from plugin.modules.macho import discover_macho, is_macho_magic
 from plugin.modules.pe import discover_pe
 from plugin.formats.pe import is_pe
-from plugin.modules.model import Module, ModuleFormat, Segment, TableLocation, region_of
+from plugin.modules.module import Module, ModuleFormat, Segment, TableLocation, region_of
 from plugin.target import ModuleRef, Target
 
 __all__ = ["Module", "ModuleMap", "Segment", "TableLocation", "Unreadable", "discover", "discover_elf",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from plugin import arch as arches
 from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.formats import elf
-from plugin.modules.model import Module, Segment, TableLocation
+from plugin.modules.module import Module, Segment, TableLocation
 from plugin.target import ModuleRef, Target
 
 # Program header types that locate a table, and the section each one gives.

@@ -26,7 +26,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import orc
-from plugin.modules.model import Module, ModuleFormat, Segment, TableLocation
+from plugin.modules.module import Module, ModuleFormat, Segment, TableLocation
 
 NAMES = ("_text", "_stext", "_etext", "_sinittext", "_einittext", "_end", "linux_banner", "modules",
          "__start_orc_unwind_ip", "__stop_orc_unwind_ip", "__start_orc_unwind", "__stop_orc_unwind",

@@ -24,7 +24,7 @@ import struct
 from plugin.errors import DecodeError, DecodeKind
 from plugin.formats import macho as mf
 from plugin.memory import Region
-from plugin.modules.model import Module, ModuleFormat, Segment, TableLocation
+from plugin.modules.module import Module, ModuleFormat, Segment, TableLocation
 from plugin.target import ModuleRef, Target
 
 VM_PROT_EXECUTE = 4

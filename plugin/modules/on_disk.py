@@ -15,7 +15,7 @@ from typing import Iterator, NamedTuple
 
 from plugin.errors import DecodeError, bad_file_errors
 from plugin.formats import compressed, elf
-from plugin.modules.model import Module, ModuleFormat, TableLocation
+from plugin.modules.module import Module, ModuleFormat, TableLocation
 
 
 class SectionHeader(NamedTuple):

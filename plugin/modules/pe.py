@@ -25,7 +25,7 @@ from typing import Iterable, List, Optional, Set, Tuple
 from plugin import arch as arches
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import pe
-from plugin.modules.model import Module, Segment, TableLocation
+from plugin.modules.module import Module, Segment, TableLocation
 from plugin.target import Mapping, ModuleRef, Target
 
 SECTION = ".pdata"

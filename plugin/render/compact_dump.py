@@ -8,7 +8,7 @@ The `compact` strategy decides; this module only shows its tables
 
 from plugin.errors import DecodeError
 from plugin.formats import cfi
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 from plugin.render.style import Styled, plain
 from plugin.strategies import compact
 

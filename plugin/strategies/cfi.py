@@ -19,7 +19,7 @@ from plugin.model.rules import Row
 from plugin.formats import cfi
 from plugin.memory import Region
 from plugin.modules import on_disk
-from plugin.modules.model import ModuleFormat, TableLocation, region_of
+from plugin.modules.module import ModuleFormat, TableLocation, region_of
 from plugin.model.outcome import FailureKind, Outcome, error_kind
 from plugin.strategies import ModuleTables
 from plugin.strategies.row_step import step_with_row

@@ -37,7 +37,7 @@ from plugin.model.evidence import StepEvidence
 from plugin.formats import cfi
 from plugin.formats import compact_unwind as cu
 from plugin.modules import region_of
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 from plugin.model.outcome import FailureKind, Outcome, error_kind
 from plugin.strategies import ModuleTables
 from plugin.strategies.cfi import CfiTables

@@ -23,7 +23,7 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import elf
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, Outcome
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 
 ENTRY_CODE = 64           # bytes of entry code read for its first call, or for main's address
 LEA_RDI, MOV_RDI = b"\x48\x8d\x3d", b"\x48\xc7\xc7"     # lea disp32(%rip), %rdi; mov $imm32, %rdi

@@ -28,7 +28,7 @@ return address = [CFA - 1 word]) and evaluated like every table row.
 """
 
 from plugin.modules import on_disk
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 from plugin.arch import reader
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import StepEvidence

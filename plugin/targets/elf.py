@@ -26,7 +26,7 @@ from plugin import arch as arches
 from plugin.errors import MemoryReadError, guard
 from plugin.formats.elf import PT_LOAD, ProgramHeader, header_link_address
 from plugin.modules import on_disk
-from plugin.modules.model import Module, Segment
+from plugin.modules.module import Module, Segment
 from plugin.target import Mapping, ModuleRef, Target
 
 

@@ -27,7 +27,7 @@ from plugin.errors import DecodeError, DecodeKind
 from plugin.targets.elf import LaidOutFile
 from plugin.formats import macho as mf
 from plugin.modules.macho import module_from_macho
-from plugin.modules.model import Module
+from plugin.modules.module import Module
 from plugin.memory import Region
 
 LC_SYMTAB = 0x2

@@ -17,7 +17,7 @@ from plugin.analysis.ops import Flow
 from plugin.errors import DecodeError, guard
 from plugin.formats import cfi
 from plugin.modules import on_disk
-from plugin.modules.model import ModuleFormat
+from plugin.modules.module import ModuleFormat
 from plugin.strategies import compact as compact_strategy
 from plugin.strategies.compact import CompactTables
 from plugin.validate.live import EXACT_ONLY_AT
