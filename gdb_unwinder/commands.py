@@ -169,7 +169,7 @@ def run_tables(state, given):
 def _static_tables(address):
     """No process: the tables of the program's file, laid out at its link addresses, as LLDB does."""
     from plugin.modules import ModuleMap
-    from plugin.targets.elf import FileTarget
+    from plugin.file_targets.elf import FileTarget
     path = gdb.current_progspace().filename
     if not path:
         raise gdb.GdbError("unwind tables: no program and no process; load one with \"file PROGRAM\"")

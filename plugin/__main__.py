@@ -124,7 +124,7 @@ def tables_of(path, args):
     a bad instruction) could not be, each listed as a problem; 2: the input
     cannot be used at all (one line on stderr)."""
     from plugin.render import tables
-    from plugin.targets import load
+    from plugin.file_targets import load
     if _is_pe(path):
         if args.arch or args.sources:
             return _fail("%s is a PE file: --arch and --sources do not apply to PE files yet "

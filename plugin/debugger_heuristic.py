@@ -141,7 +141,7 @@ def _function_start(ctx, lookup) -> Optional[int]:
     module = ctx.modules.find(lookup)
     if module is None:
         return None
-    from plugin.targets.elf import symbol_in
+    from plugin.file_targets.elf import symbol_in
     found = symbol_in(_file_symbols(module), lookup)
     return found[1] if found is not None else None
 
@@ -153,7 +153,7 @@ def _file_symbols(module):
         if module.path and module.format == ModuleFormat.ELF:
             from elftools.common.exceptions import ELFError
             from elftools.elf.elffile import ELFFile
-            from plugin.targets.elf import function_table   # .symtab, else .dynsym
+            from plugin.file_targets.elf import function_table   # .symtab, else .dynsym
             try:
                 with open(module.path, "rb") as handle:
                     table = function_table(ELFFile(handle), module.load_bias)

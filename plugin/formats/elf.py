@@ -1,7 +1,7 @@
 """ELF file and program headers, and the GNU build-id note, decoded from bytes.
 
 Pure decoding: the callers read the bytes (from the debuggee's memory in
-plugin/modules/elf.py, from a file in plugin/targets/elf.py and
+plugin/modules/elf.py, from a file in plugin/file_targets/elf.py and
 plugin/modules/on_disk.py). References: the System V gABI ("ELF Header",
 "Program Header", "Note Section"), the LSB (PT_GNU_EH_FRAME), binutils
 (PT_GNU_SFRAME) and the ARM ELF ABI (PT_ARM_EXIDX).

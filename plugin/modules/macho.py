@@ -15,7 +15,7 @@ debugger reports for the image. From them:
 The header is decoded by plugin.formats.macho over a Region that reads the
 target, so a short or damaged header is a DecodeError like any other table.
 Images are never universal ("fat") in memory; fat files are a FileTarget
-matter (plugin/targets/macho.py).
+matter (plugin/file_targets/macho.py).
 """
 from __future__ import annotations
 

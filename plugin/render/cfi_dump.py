@@ -20,7 +20,7 @@ from plugin.errors import DecodeError
 from plugin.formats import cfi
 from plugin.render.style import Styled, plain
 from plugin.strategies.cfi import CfiTables, ra_column_problem
-from plugin.targets import object_file
+from plugin.file_targets import object_file
 
 ROW_CACHE = 1 << 16         # distinct rows remembered per renderer
 

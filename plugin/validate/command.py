@@ -131,7 +131,7 @@ def _symbol_starts(target, name):
 def run(args) -> int:
     """The offline command: FILE, --function, --address, --json, --baseline, --jobs. Returns the exit status."""
     from plugin.errors import bad_file_errors
-    from plugin.targets import load
+    from plugin.file_targets import load
     from plugin.validate import jobs as parallel
     try:
         import capstone  # noqa: F401

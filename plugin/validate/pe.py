@@ -1,7 +1,7 @@
 """`python -m plugin validate FILE.exe|FILE.dll`: the `pdata` rows of a PE image judged
 against its instructions, as plugin.validate.offline judges CFI and SFrame.
 
-The file is laid out at its ImageBase (plugin.targets.pe), its module found from
+The file is laid out at its ImageBase (plugin.file_targets.pe), its module found from
 the headers in that memory, and every function with a .pdata entry analysed from its
 instructions (plugin.analysis; x64 and ARM64). At every instruction the row the
 `pdata` source gives there (plugin.strategies.pdata.static_row: Windows' rules, the
@@ -127,7 +127,7 @@ def _add(report: ModuleReport, function, analysis, keep_detail: bool) -> None:
 
 def run(args) -> int:
     """validate FILE for a PE file: exit 0 all rows right, 1 some wrong, 2 the file cannot be used."""
-    from plugin.targets.pe import PeFileTarget
+    from plugin.file_targets.pe import PeFileTarget
     try:
         import capstone  # noqa: F401
     except ImportError:

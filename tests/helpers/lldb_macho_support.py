@@ -29,7 +29,7 @@ from pathlib import Path
 
 from support import tool_output
 
-from plugin.targets.macho import MachOFileTarget
+from plugin.file_targets.macho import MachOFileTarget
 
 LAUNCH = "process launch -C lldb_commands.scripted_process.SnapshotProcess -k snapshot -v %s"
 # A stack for the thread of a file snapshot: LLDB wants a thread to stop in.

@@ -22,7 +22,7 @@ OWN = {
     "compact": r"plugin/(formats/compact_\w+\.py|strategies/compact\.py|render/compact_dump\.py)",
     "exidx": r"plugin/(formats/exidx\.py|strategies/exidx\w*\.py|render/exidx_dump\.py)",
     "pdata": r"plugin/(formats/(pe|pdata_\w+)\.py|strategies/pdata\.py|render/pe_tables\.py|modules/pe\.py|"
-             r"targets/pe\.py|validate/pe\.py)",
+             r"file_targets/pe\.py|validate/pe\.py)",
     "orc": r"(plugin/(formats/orc\w*\.py|strategies/orc\.py|render/orc_dump\.py|modules/kernel\.py)"
            r"|gdb_unwinder/kernel_frames\.py)",
     "analysis": r"plugin/(analysis/|strategies/analysis\.py)",

@@ -11,7 +11,7 @@ import pytest
 
 from plugin.formats import elf
 from plugin.modules import ModuleMap
-from plugin.targets.elf import FileTarget
+from plugin.file_targets.elf import FileTarget
 from support import build, need_tool, run, system_library
 
 BASE = 0x7F1234560000

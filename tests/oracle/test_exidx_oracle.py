@@ -202,7 +202,7 @@ def test_table_sources_decode_from_the_loaded_image():
     from plugin.modules import ModuleMap
     from plugin.render.exidx_dump import entry_text
     from plugin.strategies.exidx import table_sources
-    from plugin.targets.elf import FileTarget
+    from plugin.file_targets.elf import FileTarget
     path = _built(BUILDS["thumb-O2"])
     target = FileTarget(str(path))
     (module,) = ModuleMap(target).all()

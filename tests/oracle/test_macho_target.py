@@ -17,9 +17,9 @@ from compact_support import (FLAGS, LLVM_INPUTS, MACHO_FILES, SOURCE, build_mach
 from plugin import engine
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.model.evidence import Frame
-from plugin.targets.elf import FileTarget
+from plugin.file_targets.elf import FileTarget
 from plugin.formats.macho import CPU_TYPE_X86_64
-from plugin.targets.macho import MachOFileTarget
+from plugin.file_targets.macho import MachOFileTarget
 from plugin.modules.macho import discover_macho, format_uuid
 from plugin.modules import ModuleMap, discover
 from plugin.model.outcome import AttemptStatus

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from plugin.targets.elf import FileTarget
+from plugin.file_targets.elf import FileTarget
 from plugin.modules import ModuleMap
 from plugin.validate.agreement import compare
 from plugin.strategies.cfi import CfiTables

@@ -230,7 +230,7 @@ def test_cie_with_another_return_address_column_is_refused():
     from plugin.model.evidence import Frame
     from plugin.model.outcome import AttemptStatus
     from plugin.strategies import cfi as cfi_strategy
-    from plugin.targets.elf import FileTarget
+    from plugin.file_targets.elf import FileTarget
     path = build("chain.c", ["-O2"])
     data = bytearray(path.read_bytes())
     start, _ = crafted_elf.section_offset(bytes(data), ".eh_frame")

@@ -23,7 +23,7 @@ def _cold_program():
 
 
 def _checked(path, jobs, monkeypatch):
-    from plugin.targets import load
+    from plugin.file_targets import load
     from plugin.validate import jobs as parallel
     from plugin.validate import offline
     monkeypatch.setattr(parallel, "SMALLEST_CHUNK", 1)

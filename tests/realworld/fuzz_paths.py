@@ -174,7 +174,7 @@ def fake_registers(arch, pc: int, rng: random.Random) -> dict:
 def walk_explain_evaluate(path: str, rng: random.Random) -> str:
     """A debugger's use of the file: walks from fake registers, every frame explained,
     the CFI and SFrame rows at those pcs evaluated."""
-    from plugin.targets import load
+    from plugin.file_targets import load
     from plugin.engine import DEFAULT_SOURCES, unwind
     from plugin.modules import ModuleMap
     from plugin.render import explain

@@ -7,7 +7,7 @@ import pytest
 from plugin.formats.cfi import entries
 from plugin.modules import ModuleMap
 from plugin.strategies.cfi import CfiTables
-from plugin.targets import open_file
+from plugin.file_targets import open_file
 from support import system_library
 
 FIELDS = ("offset", "length", "is_64", "start", "end", "lsda", "instructions_offset", "instructions")

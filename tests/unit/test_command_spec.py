@@ -22,7 +22,7 @@ from plugin.engine import DEFAULT_SOURCES
 from plugin.modules import ModuleMap
 from plugin.settings import (SETTINGS, UNLIMITED, SettingError, SettingType, find_setting, parse_sources,
                              settings_for)
-from plugin.targets.elf import FileTarget
+from plugin.file_targets.elf import FileTarget
 from support import ROOT, build
 
 GDB, LLDB = Debugger.GDB, Debugger.LLDB

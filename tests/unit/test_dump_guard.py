@@ -12,7 +12,7 @@ from elftools.common.exceptions import ELFError
 
 from plugin.errors import DecodeError, bad_file_errors, guard
 from plugin.render import tables
-from plugin.targets.elf import LaidOutFile
+from plugin.file_targets.elf import LaidOutFile
 
 
 def test_guard_turns_bad_file_errors_into_one_problem():

@@ -20,7 +20,7 @@ LAYERS = (
     ("plugin.arch",),
     ("plugin.formats",),
     ("plugin.analysis", "plugin.modules", "plugin.checks", "plugin.settings"),
-    ("plugin.targets",),
+    ("plugin.file_targets",),
     ("plugin.strategies",),
     ("plugin.debugger_heuristic", "plugin.plans", "plugin.engine", "plugin.validate"),
     ("plugin.render",),

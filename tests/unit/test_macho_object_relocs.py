@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from plugin.targets.macho_relocs import relocate_eh_frame
+from plugin.file_targets.macho_relocs import relocate_eh_frame
 
 _C = ("extern int g(int);\nint f1(int x) { return g(x) * 7 + x; }\n"
       "int f2(int a, int b) { return g(a) + g(b) * b + a; }\n")

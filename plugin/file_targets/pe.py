@@ -13,7 +13,7 @@ from plugin import arch as arches
 from plugin.formats import pe
 from plugin.modules.pe import ARCH_OF_MACHINE, PAGE
 from plugin.target import ModuleRef
-from plugin.targets.elf import LaidOutFile, map_regular_file
+from plugin.file_targets.elf import LaidOutFile, map_regular_file
 
 
 class PeFileTarget(LaidOutFile):

@@ -24,7 +24,7 @@ import os
 import struct
 
 from plugin.errors import DecodeError, DecodeKind
-from plugin.targets.elf import LaidOutFile
+from plugin.file_targets.elf import LaidOutFile
 from plugin.formats import macho as mf
 from plugin.modules.macho import module_from_macho
 from plugin.modules.module import Module
@@ -80,7 +80,7 @@ class MachOFileTarget(LaidOutFile):
                 raise ValueError("%s is a thin %s file, not %s: --arch picks a slice of a universal file"
                                  % (os.path.basename(path), cputype_name(self.image.cputype), arch))
         if self.image.filetype == mf.MH_OBJECT and self.image.byteorder == "little":
-            from plugin.targets.macho_relocs import relocate_eh_frame
+            from plugin.file_targets.macho_relocs import relocate_eh_frame
             patched, unapplied = relocate_eh_frame(self.image.region.read(0, self.image.region.size))
             self.problems.extend(unapplied)
             self.image = mf.MachO(Region.from_bytes(os.path.basename(path), 0, patched))

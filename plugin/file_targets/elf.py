@@ -115,7 +115,7 @@ class FileTarget(LaidOutFile):
         elf = ELFFile(self._data)
         self.elf = elf
         self.name = os.path.basename(path)
-        self.relocatable = elf["e_type"] == "ET_REL"     # see plugin/targets/object_file.py
+        self.relocatable = elf["e_type"] == "ET_REL"     # see plugin/file_targets/object_file.py
         self.file_size = len(self._data)
         self.arch = arches.BY_ELF_MACHINE.get(_machine_number(elf))
         if self.arch is None:

@@ -10,8 +10,8 @@ def open_file(path, arch=None):
     """
     from plugin.formats.macho import FAT_MAGIC, FAT_MAGIC_64
     from plugin.modules.macho import is_macho_magic
-    from plugin.targets.elf import FileTarget, map_regular_file
-    from plugin.targets.macho import MachOFileTarget
+    from plugin.file_targets.elf import FileTarget, map_regular_file
+    from plugin.file_targets.macho import MachOFileTarget
     head = map_regular_file(path)[:4]       # ValueError for a FIFO, a device, an empty file
     if is_macho_magic(head) or int.from_bytes(head, "big") in (FAT_MAGIC, FAT_MAGIC_64):
         return MachOFileTarget(path, arch=arch)
