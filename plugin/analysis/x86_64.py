@@ -32,6 +32,12 @@ for _n, (_e, _w, _l, _h) in enumerate([("eax", "ax", "al", "ah"), ("edx", "dx", 
 for _n in range(8, 16):
     for _suffix in ("d", "w", "b"):
         REGISTERS["r%d%s" % (_n, _suffix)] = (_n, False)
+# xmm0-15 (DWARF 17-32): whole registers to the analysis, so a save by a 16-byte move is tracked
+# (non-volatile xmm6-15 under the Windows x64 ABI); a write to ymm/zmm N changes xmmN too.
+for _n in range(16):
+    REGISTERS["xmm%d" % _n] = (17 + _n, True)
+    REGISTERS["ymm%d" % _n] = (17 + _n, False)
+    REGISTERS["zmm%d" % _n] = (17 + _n, False)
 
 DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, pc_name="rip")
 
