@@ -274,7 +274,8 @@ class CodeAnalysis:
     def _callee(self, insn) -> Callee:
         """A direct call's callee: a pc thunk (i386 PIC), or a function whose return pops arguments."""
         target = insn.target
-        if target is None or not (self.facts.PC_THUNKS or self.facts.CALLEE_POPS):
+        if target is None or not (self.facts.PC_THUNKS or self.facts.CALLEE_POPS
+                                  or getattr(self.facts, "STACK_PROBES", ())):
             return NO_CALLEE
         found = self._callees.get(target)
         if found is None:
@@ -282,6 +283,9 @@ class CodeAnalysis:
         return found
 
     def _decide_callee(self, target) -> Callee:
+        probe = self._stack_probe(target)
+        if probe is not None:
+            return probe
         first = self.decode_at(target)
         if first is None:
             return NO_CALLEE
@@ -305,3 +309,15 @@ class CodeAnalysis:
             jumped = insn.flow in (Flow.JUMP, Flow.INDIRECT)
             insn = self.decode_at(insn.end)
         return NO_CALLEE
+
+    def _stack_probe(self, target) -> Optional[Callee]:
+        """A Windows x64 stack probe (x86_64.STACK_PROBES), named so by the module's own symbols:
+        its contract (every register but r10, r11 kept, rsp too) instead of the ABI's clobbers."""
+        probes = getattr(self.facts, "STACK_PROBES", ())
+        name = self.symbol(target) if probes and self.symbol else None
+        if name not in probes:
+            return None
+        return Callee(clobbers=self.facts.STACK_PROBE_CLOBBERS,
+                      why="0x%x is %s (the module's own symbol): a Windows stack probe, which returns with rsp "
+                          "and every register but r10 and r11 unchanged, so rax still holds the size the code "
+                          "subtracts from rsp next" % (target, name))

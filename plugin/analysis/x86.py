@@ -194,6 +194,9 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
         if second[0] == "mem" and second[1][0] == "indexed" and second[1][1] is not None \
                 and second[2] == 4 and first[0] == "reg":
             insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4])))
+        elif first[0] == "reg" and first[1] == ACCUMULATOR and second[0] == "imm" \
+                and (first[2] or op_str.startswith("eax")):
+            insn.effects.append(("set", ACCUMULATOR, ("addr", second[1])))    # a stack probe's size, maybe
         else:
             _write(d, insn, first, _value(d, second) if first[0] != "reg" or first[2] else OTHER)
     elif mnemonic == "movsxd" and second is not None and second[0] == "mem" \
@@ -213,6 +216,10 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
             insn.effects.append(("set", first[1], add(reg(first[1]), k if mnemonic == "add" else -k)))
         elif mnemonic == "add" and second[0] == "reg" and second[2] and first[1] != sp:
             insn.effects.append(("set", first[1], ("target", first[1], second[1])))
+        elif mnemonic == "sub" and first[1] == sp and second[0] == "reg" and second[2]:
+            # rsp -= rax after a stack probe (__chkstk): exact when the register holds a known constant
+            insn.effects.append(("set", sp, ("sub", reg(sp), second[1],
+                                             "%s: stack adjusted by an unknown amount" % insn.text)))
         else:
             insn.effects.append(("set", first[1], ("unknown", "%s: stack adjusted by an unknown amount"
                                                    % insn.text) if first[1] == sp else OTHER))
@@ -299,6 +306,7 @@ def _vector_move(d: Dialect, insn, ops) -> bool:
     return False
 
 
+ACCUMULATOR = 0                     # rax/eax (DWARF 0 in both modes): a constant moved there is kept
 BOUND = 1000                        # pseudo-register: the immediate of the last `cmp reg, imm`
 
 

@@ -181,10 +181,12 @@ def _read_some(read: Read, address: int, size: int) -> bytes:
 _SYMBOL_SIZE = 18
 _MAX_SYMBOLS = 1 << 20
 _FUNCTION_TYPE = 0x20        # IMAGE_SYM_DTYPE_FUNCTION << 4
+_EXTERNAL = 2                # IMAGE_SYM_CLASS_EXTERNAL: a global label (assembly's, with no .def type)
 
 
 def function_symbols(data: bytes, headers: PEHeaders) -> List[Tuple[int, str]]:
-    """(RVA, name) of each function in a file's COFF symbol table (none when it has no table).
+    """(RVA, name) of each function in a file's COFF symbol table (none when it has no table): the
+    symbols typed as functions, and the global labels of executable sections (assembly's `f:`).
     DecodeError if the table is not inside the file."""
     if not headers.symbol_table or not headers.symbol_count:
         return []
@@ -197,11 +199,12 @@ def function_symbols(data: bytes, headers: PEHeaders) -> List[Tuple[int, str]]:
     n = 0
     while n < count:
         raw = data[headers.symbol_table + n * _SYMBOL_SIZE:headers.symbol_table + (n + 1) * _SYMBOL_SIZE]
-        name, value, section, kind, _, aux = struct.unpack("<8sIhHBB", raw)
+        name, value, section, kind, storage, aux = struct.unpack("<8sIhHBB", raw)
         if name[:4] == b"\0\0\0\0":
             offset = struct.unpack_from("<I", name, 4)[0]
             name = strings[offset:strings.find(b"\0", offset)] if 4 <= offset < len(strings) else b""
-        if kind == _FUNCTION_TYPE and 0 < section <= len(headers.sections):
+        if 0 < section <= len(headers.sections) and (
+                kind == _FUNCTION_TYPE or storage == _EXTERNAL and headers.sections[section - 1].executable):
             out.append((headers.sections[section - 1].virtual_address + value,
                         name.rstrip(b"\0").decode("latin-1")))
         n += 1 + aux

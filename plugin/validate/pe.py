@@ -124,6 +124,7 @@ def _add(report: ModuleReport, function, analysis, keep_detail: bool) -> None:
         report.functions_detail.append({
             "start": function.start, "end": function.end, "name": function.name,
             "continuation": analysis.is_continuation(function.start),
+            "notes": {"0x%x" % a: why for a, why in sorted(analysis.function(function.start).notes.items())},
             "unknown": {"0x%x" % a: why for a, why in sorted(function.unknown.items())},
             "instructions": function.detail})
 

@@ -148,3 +148,30 @@ def test_clang_saved_xmm_registers_are_judged(tmp_path):
         assert all("%s=[CFA%+d]" % (register, offset - frame) in line["sources"]["pdata"]["row"] for line in body)
         assert all("[CFA%+d]" % (offset - frame) in line["analysis"].split("%s=" % register)[1].split()[0]
                    for line in body)
+
+
+def test_stack_probe_allocation_is_exact(tmp_path):
+    """pe_big's 5000-byte frame: `mov eax, N; call __chkstk; sub rsp, rax`. With the image's symbol
+    table naming __chkstk, its contract (every register but r10, r11 kept) makes `sub rsp, rax` an
+    exact allocation of N: no instruction undecided, the CFA after it rsp + N + 8 with N the
+    ALLOC_LARGE size llvm-readobj prints, and the detail says why. Without the symbol table the
+    callee is an ordinary call (rax clobbered): the rest of the function stays undecided."""
+    path = build("x64_live.c", str(tmp_path), dll=True)
+    symbols = nm_symbols(path)
+    big = [fn for fn in readobj_x64(path) if fn["StartAddress"] == symbols["pe_big"]][0]
+    size = [int(re.search(r"size=(\d+)", t).group(1)) for _, t in big["infos"][0]["codes"] if t.startswith("ALLOC_")]
+    assert size and size[0] > 4096
+    status, report = _validate(path, "--function", "pe_big")
+    detail = report["functions_detail"][0]
+    assert status == 0 and report["unknown"] == 0 and report["sources"]["pdata"]["unknown"] == 0, report
+    after = _after(path, "pe_big", "subq %rax, %rsp")
+    line = [i for i in detail["instructions"] if i["address"] == after][0]
+    assert line["analysis"].startswith("CFA=rsp+%d " % (size[0] + 8)), line
+    call = _after(path, "pe_big", "movl $0x%x, %%eax" % size[0])
+    assert "__chkstk" in detail["notes"]["0x%x" % call] and "r10 and r11" in detail["notes"]["0x%x" % call]
+
+    bare = str(tmp_path / "bare.dll")          # the same object linked without /debug:symtab
+    obj = os.path.splitext(path)[0] + ".obj"
+    subprocess.run(["lld-link-16", "/nodefaultlib", "/dll", "/noentry", obj, "/out:" + bare], check=True)
+    status, report = _validate(bare, "--address", str(symbols["pe_big"]))
+    assert status == 0 and report["sources"]["pdata"]["unknown"] >= 5 and report["sources"]["pdata"]["wrong"] == 0
