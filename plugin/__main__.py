@@ -126,9 +126,11 @@ def tables_of(path, args):
     from plugin.render import tables
     from plugin.targets import load
     if _is_pe(path):
-        if args.arch or args.sources:
-            return _fail("%s is a PE file: --arch and --sources do not apply to PE files yet "
-                         "(`tables [--json] [--address ADDR] FILE` prints its entries)" % path)
+        if args.arch:           # as for ELF: there is no slice to choose
+            return _fail("cannot open %s: --arch selects a slice of a universal Mach-O file; this is a PE file, "
+                         "whose code is for one machine" % path)
+        if args.sources is not None and PE_SOURCE not in args.sources:
+            return _no_pe_source(args.json)
         return _pe_tables(path, args.json, args.address)
     try:
         target, modules = load(path, args.arch)
@@ -151,12 +153,26 @@ def _is_pe(path) -> bool:
         return False
 
 
+PE_SOURCE = "pdata"         # the only table source of a PE image (plugin/strategies/pdata.py)
+
+
+def _no_pe_source(as_json: bool) -> int:
+    """--sources without pdata on a PE file: no table, as for an ELF file without the sources named."""
+    if as_json:
+        sys.stdout.write('{"sources": [], "problems": []}\n')
+    else:
+        print("no unwind tables found (a PE file's only unwind tables are pdata's, not in --sources)")
+    return 0
+
+
 def _pe_tables(path, as_json=False, address=None):
     """A PE file's .pdata entries, x64 or ARM64 (plugin.render.pe_tables), as text or JSON;
     address: only the entry covering it (an address at the ImageBase, as llvm-readobj prints)."""
     from plugin.render import pe_tables
     try:
         return (pe_tables.write_json if as_json else pe_tables.write_text)(path, sys.stdout, address)
+    except BrokenPipeError:
+        raise                   # the reader went away (`| head`): main() ends quietly
     except unusable_input() as exc:
         return _fail("cannot open %s: %s" % (path, getattr(exc, "strerror", None) or exc))
 
