@@ -129,9 +129,7 @@ def tables_of(path, args):
         if args.arch:           # as for ELF: there is no slice to choose
             return _fail("cannot open %s: --arch selects a slice of a universal Mach-O file; this is a PE file, "
                          "whose code is for one machine" % path)
-        if args.sources is not None and PE_SOURCE not in args.sources:
-            return _no_pe_source(args.json)
-        return _pe_tables(path, args.json, args.address)
+        return _pe_tables(path, args.json, args.address, args.sources)
     try:
         target, modules = load(path, args.arch)
     except unusable_input() as exc:
@@ -156,8 +154,12 @@ def _is_pe(path) -> bool:
 PE_SOURCE = "pdata"         # the only table source of a PE image (plugin/strategies/pdata.py)
 
 
-def _no_pe_source(as_json: bool) -> int:
-    """--sources without pdata on a PE file: no table, as for an ELF file without the sources named."""
+def _no_pe_source(path, as_json: bool) -> int:
+    """--sources without pdata on a PE file: no table, as for an ELF file without the sources named
+    (the headers are still read: a damaged file is refused as without the option)."""
+    from plugin.formats import pe
+    with open(path, "rb") as f:
+        pe.read_headers(pe.file_reader(f.read()))
     if as_json:
         sys.stdout.write('{"sources": [], "problems": []}\n')
     else:
@@ -165,11 +167,14 @@ def _no_pe_source(as_json: bool) -> int:
     return 0
 
 
-def _pe_tables(path, as_json=False, address=None):
+def _pe_tables(path, as_json=False, address=None, sources=None):
     """A PE file's .pdata entries, x64 or ARM64 (plugin.render.pe_tables), as text or JSON;
-    address: only the entry covering it (an address at the ImageBase, as llvm-readobj prints)."""
+    address: only the entry covering it (an address at the ImageBase, as llvm-readobj prints);
+    sources: --sources (nothing unless it names pdata)."""
     from plugin.render import pe_tables
     try:
+        if sources is not None and PE_SOURCE not in sources:
+            return _no_pe_source(path, as_json)
         return (pe_tables.write_json if as_json else pe_tables.write_text)(path, sys.stdout, address)
     except BrokenPipeError:
         raise                   # the reader went away (`| head`): main() ends quietly
