@@ -13,9 +13,9 @@ already run, epilogue opcodes not yet run).
 The answer is also given as a Row of the project's row model: CFA = the
 caller's stack pointer, computed from the register the codes start from
 (rsp, or the frame register once SET_FPREG has run), each saved register at
-CFA + offset (x64 xmm6-15 too, by their SAVE_XMM128 codes). Registers the Windows ABI lets a callee change (x64 rax, rcx,
-rdx, r8-r11; ARM64 x0-x18) are unknown in the caller; the non-volatile ones
-no code saves keep their values.
+CFA + offset (x64 xmm6-15 too, by their SAVE_XMM128 codes). Registers the
+Windows ABI lets a callee change (x64 rax, rcx, rdx, r8-r11; ARM64 x0-x18)
+are unknown in the caller; the non-volatile ones no code saves keep their values.
 """
 from __future__ import annotations
 
