@@ -154,24 +154,50 @@ def test_stack_probe_allocation_is_exact(tmp_path):
     """pe_big's 5000-byte frame: `mov eax, N; call __chkstk; sub rsp, rax`. With the image's symbol
     table naming __chkstk, its contract (every register but r10, r11 kept) makes `sub rsp, rax` an
     exact allocation of N: no instruction undecided, the CFA after it rsp + N + 8 with N the
-    ALLOC_LARGE size llvm-readobj prints, and the detail says why. Without the symbol table the
-    callee is an ordinary call (rax clobbered): the rest of the function stays undecided."""
+    ALLOC_LARGE size llvm-readobj prints, and the detail says why. Linked without the symbol
+    table, the callee's code (x64_live.c's one-`ret` stub) proves the same contract."""
     path = build("x64_live.c", str(tmp_path), dll=True)
     symbols = nm_symbols(path)
     big = [fn for fn in readobj_x64(path) if fn["StartAddress"] == symbols["pe_big"]][0]
     size = [int(re.search(r"size=(\d+)", t).group(1)) for _, t in big["infos"][0]["codes"] if t.startswith("ALLOC_")]
     assert size and size[0] > 4096
-    status, report = _validate(path, "--function", "pe_big")
-    detail = report["functions_detail"][0]
-    assert status == 0 and report["unknown"] == 0 and report["sources"]["pdata"]["unknown"] == 0, report
-    after = _after(path, "pe_big", "subq %rax, %rsp")
-    line = [i for i in detail["instructions"] if i["address"] == after][0]
-    assert line["analysis"].startswith("CFA=rsp+%d " % (size[0] + 8)), line
     call = _after(path, "pe_big", "movl $0x%x, %%eax" % size[0])
-    assert "__chkstk" in detail["notes"]["0x%x" % call] and "r10 and r11" in detail["notes"]["0x%x" % call]
-
+    after = _after(path, "pe_big", "subq %rax, %rsp")
     bare = str(tmp_path / "bare.dll")          # the same object linked without /debug:symtab
     obj = os.path.splitext(path)[0] + ".obj"
     subprocess.run(["lld-link-16", "/nodefaultlib", "/dll", "/noentry", obj, "/out:" + bare], check=True)
-    status, report = _validate(bare, "--address", str(symbols["pe_big"]))
-    assert status == 0 and report["sources"]["pdata"]["unknown"] >= 5 and report["sources"]["pdata"]["wrong"] == 0
+    for image, evidence in ((path, "__chkstk (the module's own symbol)"), (bare, "(its code, analysed)")):
+        status, report = _validate(image, "--address", str(symbols["pe_big"]))
+        detail = report["functions_detail"][0]
+        assert status == 0 and report["unknown"] == 0 and report["sources"]["pdata"]["unknown"] == 0, report
+        line = [i for i in detail["instructions"] if i["address"] == after][0]
+        assert line["analysis"].startswith("CFA=rsp+%d " % (size[0] + 8)), line
+        assert evidence in detail["notes"]["0x%x" % call] and "r10 and r11" in detail["notes"]["0x%x" % call]
+    status, report = _validate(bare)
+    assert status == 0 and report["unknown"] == 0 and report["sources"]["pdata"]["unknown"] == 0
+
+
+def test_unnamed_probes_are_proven_by_their_code(tmp_path):
+    """x64_probes.s: unnamed probes with MSVC's __chkstk body and compiler-rt's ___chkstk_ms body
+    are proven to keep every register but r10 and r11 (and rsp): their callers' 0x3008-byte
+    allocations (llvm-readobj's ALLOC_LARGE) are exact, nothing undecided. A "probe" that changes
+    rax or rbx proves nothing: its caller's allocation stays undecided (never wrong)."""
+    path = build("x64_probes.s", str(tmp_path), opt="-O0")
+    symbols = nm_symbols(path)
+    allocs = {fn["StartAddress"]: [t for _, t in fn["infos"][0]["codes"] if t.startswith("ALLOC_LARGE")]
+              for fn in readobj_x64(path)}
+    for name, proven in (("msvc_style", True), ("ms_style", True), ("clobbers_rax", False), ("clobbers_rbx", False)):
+        assert allocs[symbols[name]] == ["ALLOC_LARGE size=12296"], allocs
+        status, report = _validate(path, "--function", name)
+        detail = report["functions_detail"][0]
+        summary = report["sources"]["pdata"]
+        assert status == 0 and summary["wrong"] == 0
+        after = [i for i in detail["instructions"] if i["address"] == _after(path, name, "subq %rax, %rsp")][0]
+        if proven:
+            assert summary["unknown"] == 0 and summary["right"] == summary["checked"] > 5, (name, summary)
+            assert after["analysis"].startswith("CFA=rsp+%d " % (0x3008 + 8 + (8 if name == "ms_style" else 0)))
+            [note] = detail["notes"].values()
+            assert "(its code, analysed)" in note
+        else:
+            assert summary["unknown"] >= 3 and detail["notes"] == {}, (name, summary)
+            assert after["analysis"].startswith("CFA=unknown"), after
