@@ -287,7 +287,8 @@ def _vector_move(d: Dialect, insn, ops) -> bool:
     """A 16-byte move between an xmm register and a stack slot or another xmm register: the
     register's value follows it. The slot is keyed at its first byte, like a word: the 16 bytes
     are first marked written (nothing else tracked stays there), then the register's value is
-    recorded at the slot. False: not such a move (the generic rules apply)."""
+    recorded at the slot (a later store of 8 bytes or fewer into the upper half alone is not seen
+    to overwrite it: a limit of the word-keyed slots). False: not such a move (the generic rules apply)."""
     if len(ops) != 2:
         return False
     first, second = ops

@@ -82,7 +82,7 @@ def validate_pe(target, module, select=None, keep_detail=False) -> ModuleReport:
     analysis = code_analysis.CodeAnalysis(arch, target.read_memory,
                                           sorted((s, e) for s, (e, _) in functions.items()), symbol=name_of)
     facts = analysis.facts = WindowsFacts(analysis.facts, WINDOWS_ONLY.get(arch.name, ()),
-                                                WINDOWS_VOLATILE.get(arch.name, ()))
+                                          WINDOWS_VOLATILE.get(arch.name, ()))
     for start, (end, called) in functions.items():
         if not called:
             with guard(report.problems, "the row at 0x%x" % start):
