@@ -126,10 +126,10 @@ def tables_of(path, args):
     from plugin.render import tables
     from plugin.file_targets import load
     if _is_pe(path):
-        if args.arch or args.sources:
-            return _fail("%s is a PE file: --arch and --sources do not apply to PE files yet "
-                         "(`tables [--json] [--address ADDR] FILE` prints its entries)" % path)
-        return _pe_tables(path, args.json, args.address)
+        if args.arch:           # as for ELF: there is no slice to choose
+            return _fail("cannot open %s: --arch selects a slice of a universal Mach-O file; this is a PE file, "
+                         "whose code is for one machine" % path)
+        return _pe_tables(path, args.json, args.address, args.sources)
     try:
         target, modules = load(path, args.arch)
     except unusable_input() as exc:
@@ -151,12 +151,33 @@ def _is_pe(path) -> bool:
         return False
 
 
-def _pe_tables(path, as_json=False, address=None):
+PE_SOURCE = "pdata"         # the only table source of a PE image (plugin/strategies/pdata.py)
+
+
+def _no_pe_source(path, as_json: bool) -> int:
+    """--sources without pdata on a PE file: no table, as for an ELF file without the sources named
+    (the headers are still read: a damaged file is refused as without the option)."""
+    from plugin.formats import pe
+    with open(path, "rb") as f:
+        pe.read_headers(pe.file_reader(f.read()))
+    if as_json:
+        sys.stdout.write('{"sources": [], "problems": []}\n')
+    else:
+        print("no unwind tables found (a PE file's only unwind tables are pdata's, not in --sources)")
+    return 0
+
+
+def _pe_tables(path, as_json=False, address=None, sources=None):
     """A PE file's .pdata entries, x64 or ARM64 (plugin.render.pe_tables), as text or JSON;
-    address: only the entry covering it (an address at the ImageBase, as llvm-readobj prints)."""
+    address: only the entry covering it (an address at the ImageBase, as llvm-readobj prints);
+    sources: --sources (nothing unless it names pdata)."""
     from plugin.render import pe_tables
     try:
+        if sources is not None and PE_SOURCE not in sources:
+            return _no_pe_source(path, as_json)
         return (pe_tables.write_json if as_json else pe_tables.write_text)(path, sys.stdout, address)
+    except BrokenPipeError:
+        raise                   # the reader went away (`| head`): main() ends quietly
     except unusable_input() as exc:
         return _fail("cannot open %s: %s" % (path, getattr(exc, "strerror", None) or exc))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from plugin.analysis import aarch64, arm, i386, landing, x86_64
+from plugin.analysis import aarch64, arm, i386, landing, probes, x86_64
 from plugin.analysis.flow import NO_CALLEE, Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
 
@@ -98,6 +98,8 @@ class CodeAnalysis:
         self._busy: List[int] = []
         self._noreturn: Dict[int, bool] = {}
         self._callees: Dict[int, Callee] = {}
+        self._probes: Dict[int, Optional[Callee]] = {}      # call target -> its stack-probe contract, or None
+        self._unnamed: set = set()                          # call targets no probe's name names
 
     # -- decoding --
 
@@ -274,6 +276,10 @@ class CodeAnalysis:
     def _callee(self, insn) -> Callee:
         """A direct call's callee: a pc thunk (i386 PIC), or a function whose return pops arguments."""
         target = insn.target
+        if target is not None and getattr(self.facts, "STACK_PROBES", ()):
+            probe = self._stack_probe(insn)
+            if probe is not None:
+                return probe
         if target is None or not (self.facts.PC_THUNKS or self.facts.CALLEE_POPS):
             return NO_CALLEE
         found = self._callees.get(target)
@@ -305,3 +311,21 @@ class CodeAnalysis:
             jumped = insn.flow in (Flow.JUMP, Flow.INDIRECT)
             insn = self.decode_at(insn.end)
         return NO_CALLEE
+
+    def _stack_probe(self, insn) -> Optional[Callee]:
+        """A Windows x64 stack probe (plugin.analysis.probes): named so by the module's symbols, or
+        proven by its code where the call is followed by `sub rsp, rax`. None: an ordinary call."""
+        target = insn.target
+        if target in self._probes:
+            return self._probes[target]
+        if target not in self._unnamed:
+            found = probes.by_name(self.facts, target, self.symbol(target) if self.symbol else None)
+            if found is not None:
+                self._probes[target] = found
+                return found
+            self._unnamed.add(target)
+        after = self.decode_at(insn.end)
+        if after is None or after.text not in probes.USES:
+            return None             # not decided here: a later call of the same target may be a probe's
+        found = self._probes[target] = probes.by_code(self.facts, target, self.decode_at, self.read)
+        return found

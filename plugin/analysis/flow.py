@@ -35,6 +35,7 @@ class FunctionAnalysis:
     gave_up: Dict[int, str] = field(default_factory=dict)          # address -> why no state there
     assumed: set = field(default_factory=set)        # reached only through an unresolved indirect jump
     pops: set = field(default_factory=set)           # argument bytes its reached returns pop (`ret 4`)
+    notes: Dict[int, str] = field(default_factory=dict)            # call address -> the contract it follows
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class Callee:
     """What the analysis knows of a called function besides whether it returns."""
     thunk: Optional[int] = None      # a pc thunk: the register it sets to the return address, nothing else
     popped: int = 0                  # argument bytes its return pops (i386 `ret 4`), the caller's sp goes up
+    clobbers: Optional[Tuple[int, ...]] = None   # the registers it may change, by a known contract (None: the ABI's)
+    why: str = ""                    # the evidence for that contract
 
 
 NO_CALLEE = Callee()
@@ -74,6 +77,11 @@ def evaluate(expr, state: State):
         return addr(expr[1])
     if kind == "other":
         return OTHER
+    if kind == "sub":              # expr minus a register holding a known constant (`sub rsp, rax`)
+        amount = state.reg(expr[2])
+        if amount[0] == Kind.ADDR:
+            return plus(evaluate(expr[1], state), -amount[1])
+        return unknown(expr[3])
     if kind == "align":
         value = evaluate(expr[1], state)
         if value[0] == Kind.STACK:
@@ -200,7 +208,9 @@ class Analyser:
                 after = state.copy()
                 after.regs[callee.thunk] = addr(insn.end)
                 return [(insn.end, after)]
-            return [(insn.end, self.after_call(insn, state, callee.popped))]
+            if callee.why:
+                result.notes[insn.address] = callee.why
+            return [(insn.end, self.after_call(insn, state, callee.popped, callee.clobbers))]
         if flow == Flow.RET:
             result.returns = True
             if insn.popped:
@@ -213,9 +223,10 @@ class Analyser:
             return []
         return self._indirect(result, insn, state)
 
-    def after_call(self, insn, state, popped=0):
+    def after_call(self, insn, state, popped=0, clobbers=None):
         """The state a call returns with (or an exception lands with): callee-saved registers kept,
-        the stack pointer above the arguments the callee popped."""
+        the stack pointer above the arguments the callee popped; `clobbers`: the only registers
+        a callee with a known contract changes (a stack probe), instead of the ABI's."""
         facts = self.facts
         after = state.copy()
         sp = after.reg(facts.SP)
@@ -223,7 +234,7 @@ class Analyser:
             after.forget_below(sp)
             if popped:
                 after.regs[facts.SP] = plus(sp, popped)
-        for number in facts.CALL_CLOBBERED:
+        for number in facts.CALL_CLOBBERED if clobbers is None else clobbers:
             after.regs[number] = CLOBBERED
         if facts.RA_REGISTER is not None:
             after.regs[facts.RA_REGISTER] = OTHER

@@ -156,7 +156,7 @@ def _after_call(facts, state: State, found: Callee) -> State:
     after.forget_below(sp)
     if found.popped:
         after.regs[facts.SP] = plus(sp, found.popped)
-    for number in facts.CALL_CLOBBERED:
+    for number in facts.CALL_CLOBBERED if found.clobbers is None else found.clobbers:
         after.regs[number] = CLOBBERED
     if found.thunk is not None:
         after.regs[found.thunk] = (Kind.OTHER,)

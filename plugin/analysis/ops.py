@@ -10,7 +10,9 @@ Expressions (tuples):
   ("reg", r)                 the value of register r
   ("add", expr, k)           expr + k
   ("load", addr_expr, size)  the stack slot at addr_expr
-  ("addr", a)                a known address (rip-relative lea, adrp/add)
+  ("addr", a)                a known address (rip-relative lea, adrp/add), or a constant moved to x86's
+                             accumulator (the size a stack probe takes in rax)
+  ("sub", expr, r, why)      expr minus register r when r holds a known constant, else unknown(why)
   ("other",)                 a computed value
   ("unknown", reason)        anything
   ("align", expr, at)        expr rounded down: a fresh stack base named by the instruction

@@ -9,7 +9,7 @@ A value is one of:
   result of one stack realignment (an ``and`` of the stack pointer, whose
   relation to the CFA is unknown);
 - ``addr(a)``: a known constant address (rip-relative ``lea``), kept only to
-  follow jump tables;
+  follow jump tables, or a constant moved to x86's accumulator (a stack probe's size);
 - ``OTHER``: a value computed here, known not to be any of the above;
 - ``unknown(reason)``: anything (paths disagree, loaded from memory the
   analysis does not follow, an adjustment by a register).

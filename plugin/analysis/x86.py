@@ -194,6 +194,9 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
         if second[0] == "mem" and second[1][0] == "indexed" and second[1][1] is not None \
                 and second[2] == 4 and first[0] == "reg":
             insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4])))
+        elif first[0] == "reg" and first[1] == ACCUMULATOR and second[0] == "imm" \
+                and (first[2] or op_str.startswith("eax")):
+            insn.effects.append(("set", ACCUMULATOR, ("addr", second[1])))    # a stack probe's size, maybe
         else:
             _write(d, insn, first, _value(d, second) if first[0] != "reg" or first[2] else OTHER)
     elif mnemonic == "movsxd" and second is not None and second[0] == "mem" \
@@ -213,6 +216,10 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
             insn.effects.append(("set", first[1], add(reg(first[1]), k if mnemonic == "add" else -k)))
         elif mnemonic == "add" and second[0] == "reg" and second[2] and first[1] != sp:
             insn.effects.append(("set", first[1], ("target", first[1], second[1])))
+        elif mnemonic == "sub" and first[1] == sp and second[0] == "reg" and second[2]:
+            # rsp -= rax after a stack probe (__chkstk): exact when the register holds a known constant
+            insn.effects.append(("set", sp, ("sub", reg(sp), second[1],
+                                             "%s: stack adjusted by an unknown amount" % insn.text)))
         else:
             insn.effects.append(("set", first[1], ("unknown", "%s: stack adjusted by an unknown amount"
                                                    % insn.text) if first[1] == sp else OTHER))
@@ -256,6 +263,8 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
         _implicit(d, insn, _IMPLICIT.get(mnemonic, ()))
     elif mnemonic in _STOPS:
         insn.flow = Flow.STOP
+    elif mnemonic in VECTOR_MOVES and _vector_move(d, insn, ops):
+        pass
     elif mnemonic == "cmp" and second is not None and second[0] == "imm" and first[0] == "reg":
         insn.effects.append(("set", BOUND, ("addr", second[1])))   # a jump table's last index, maybe
     else:
@@ -263,6 +272,42 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
     return insn
 
 
+# Whole 16-byte moves of an xmm register: how Windows x64 code saves and restores xmm6-15.
+VECTOR_MOVES = frozenset(("movaps", "movups", "movapd", "movupd", "movdqa", "movdqu", "vmovaps", "vmovups",
+                          "vmovapd", "vmovupd", "vmovdqa", "vmovdqu", "vmovdqa32", "vmovdqa64", "vmovdqu8",
+                          "vmovdqu16", "vmovdqu32", "vmovdqu64"))
+
+
+def _is_xmm(d: Dialect, op) -> bool:
+    return op is not None and op[0] == "reg" and op[2] and d.number("xmm0") is not None \
+        and 0 <= op[1] - d.number("xmm0") < 16
+
+
+def _vector_move(d: Dialect, insn, ops) -> bool:
+    """A 16-byte move between an xmm register and a stack slot or another xmm register: the
+    register's value follows it. The slot is keyed at its first byte, like a word: the 16 bytes
+    are first marked written (nothing else tracked stays there), then the register's value is
+    recorded at the slot (a later store of 8 bytes or fewer into the upper half alone is not seen
+    to overwrite it: a limit of the word-keyed slots). False: not such a move (the generic rules apply)."""
+    if len(ops) != 2:
+        return False
+    first, second = ops
+    if _is_xmm(d, first) and _is_xmm(d, second):
+        insn.effects.append(("set", first[1], reg(second[1])))
+        return True
+    if _is_xmm(d, second) and first[0] == "mem" and first[2] == 16 and not first[3] \
+            and first[1][0] != "indexed":
+        insn.effects.append(("store", first[1], 16, ("unknown", "written by %s" % insn.text)))
+        insn.effects.append(("store", first[1], d.word, reg(second[1])))
+        return True
+    if _is_xmm(d, first) and second[0] == "mem" and second[2] == 16 and not second[3] \
+            and second[1][0] != "indexed":
+        insn.effects.append(("set", first[1], ("load", second[1], d.word)))
+        return True
+    return False
+
+
+ACCUMULATOR = 0                     # rax/eax (DWARF 0 in both modes): a constant moved there is kept
 BOUND = 1000                        # pseudo-register: the immediate of the last `cmp reg, imm`
 
 

@@ -17,6 +17,12 @@ INTERWORKING = False                # code addresses are exact (no Thumb bit)
 CALLEE_POPS = False                 # no callee pops its arguments (`ret N`)
 DIRECT_CALL_SIZES = (5,)                # the length of a direct call: `call rel32`
 PC_THUNKS = False                   # no `mov reg, [rsp]; ret` thunks in 64-bit code
+# Windows x64 stack probes called before a frame over a page is allocated: rax holds the size
+# (`mov eax, N`), the probe touches each page below rsp and returns with rsp and every register
+# but r10, r11 (and the flags) as they were; the caller then does `sub rsp, rax`. __chkstk is
+# MSVC's (and clang's for -windows-msvc), ___chkstk_ms MinGW's (which keeps r10, r11 too).
+STACK_PROBES = ("__chkstk", "___chkstk_ms")
+STACK_PROBE_CLOBBERS = (10, 11)     # r10, r11
 
 _FULL = ["rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp"] + ["r%d" % n for n in range(8, 16)]
 REGISTERS = {}                      # name -> (DWARF number, is the full 64-bit register)
@@ -32,6 +38,12 @@ for _n, (_e, _w, _l, _h) in enumerate([("eax", "ax", "al", "ah"), ("edx", "dx", 
 for _n in range(8, 16):
     for _suffix in ("d", "w", "b"):
         REGISTERS["r%d%s" % (_n, _suffix)] = (_n, False)
+# xmm0-15 (DWARF 17-32): whole registers to the analysis, so a save by a 16-byte move is tracked
+# (non-volatile xmm6-15 under the Windows x64 ABI); a write to ymm/zmm N changes xmmN too.
+for _n in range(16):
+    REGISTERS["xmm%d" % _n] = (17 + _n, True)
+    REGISTERS["ymm%d" % _n] = (17 + _n, False)
+    REGISTERS["zmm%d" % _n] = (17 + _n, False)
 
 DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, pc_name="rip")
 

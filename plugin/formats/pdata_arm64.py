@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats import pe
 
 Read = Callable[[int, int], bytes]
@@ -119,7 +119,7 @@ def read_xdata(read: Read, rva: int) -> XData:
         if scope.start_index >= len(codes) or scope.offset >= length:
             raise DecodeError(".xdata", rva - 0, "epilogue scope at 0x%x index %d is outside the "
                               "function (%d bytes) or the codes (%d bytes)"
-                              % (scope.offset, scope.start_index, length, len(codes)))
+                              % (scope.offset, scope.start_index, length, len(codes)), DecodeKind.MALFORMED)
     return XData(rva, length, version, x, e, epilogues, words, tuple(scopes), codes, handler)
 
 
@@ -158,7 +158,7 @@ def opcodes(codes: bytes, start: int = 0) -> List[Opcode]:
         name, size = _opcode_at(codes[n])
         if n + size > len(codes):
             raise DecodeError(".xdata", None, "opcode %s at code byte %d needs %d bytes, %d left"
-                              % (name, n, size, len(codes) - n))
+                              % (name, n, size, len(codes) - n), DecodeKind.TRUNCATED)
         out.append(Opcode(name, bytes(codes[n:n + size]), n))
         n += size
         if name in ("end", "end_c"):

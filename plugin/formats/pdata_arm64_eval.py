@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats import pdata_arm64 as a64
 from plugin.formats.pdata_arm64_packed import canonical
 
@@ -32,8 +32,8 @@ class CallerFrame:
     cfa_register: str = "sp"                   # the callee register the CFA was computed from
 
 
-def _fail(cause: str) -> DecodeError:
-    return DecodeError("arm64 unwind", None, cause)
+def _fail(cause: str, kind: DecodeKind) -> DecodeError:
+    return DecodeError("arm64 unwind", None, cause, kind)
 
 
 def _apply(ops: List[a64.Opcode], regs: Dict[str, int], read_memory: ReadMemory) -> Dict[str, int]:
@@ -43,7 +43,7 @@ def _apply(ops: List[a64.Opcode], regs: Dict[str, int], read_memory: ReadMemory)
     def load(name: str, address: int) -> None:
         data = read_memory(address, 8)
         if data is None or len(data) < 8:
-            raise _fail("cannot read 8 bytes at 0x%x" % address)
+            raise _fail("cannot read 8 bytes at 0x%x" % address, DecodeKind.UNREADABLE)
         saved[name] = address
         if not name.startswith("d"):
             regs[name] = struct.unpack("<Q", bytes(data))[0]
@@ -80,7 +80,7 @@ def _apply(ops: List[a64.Opcode], regs: Dict[str, int], read_memory: ReadMemory)
         elif name in ("nop", "pac_sign_lr"):
             continue
         else:
-            raise _fail("opcode %s (%s) is not evaluated yet" % (name, op.raw.hex()))
+            raise _fail("opcode %s (%s) is not evaluated yet" % (name, op.raw.hex()), DecodeKind.UNSUPPORTED)
     return saved
 
 

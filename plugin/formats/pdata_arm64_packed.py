@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats import pdata_arm64 as a64
 
 MAX_SUB = 4080          # the largest `sub sp, sp, #imm` step of a packed prologue
@@ -48,7 +48,8 @@ def _alloc(size: int) -> List[a64.Opcode]:
     if size <= MAX_SUB:
         return [_alloc_one(size)]
     if size - MAX_SUB > MAX_SUB:
-        raise DecodeError("arm64 unwind", None, "packed local area of %d bytes is larger than two steps" % size)
+        raise DecodeError("arm64 unwind", None, "packed local area of %d bytes is larger than two steps" % size,
+                          DecodeKind.MALFORMED)
     return [_alloc_one(MAX_SUB), _alloc_one(size - MAX_SUB)]
 
 
@@ -57,7 +58,8 @@ def _int_saves(p: a64.Packed, sav: int) -> List[a64.Opcode]:
     lr = p.cr == a64.CR.UNCHAINED_SAVED_LR
     if p.reg_i == 1 and lr:
         if p.reg_f or p.homed:
-            raise DecodeError("arm64 unwind", None, "packed RegI=1 CR=1 with RegF or H is not evaluated")
+            raise DecodeError("arm64 unwind", None, "packed RegI=1 CR=1 with RegF or H is not evaluated",
+                              DecodeKind.UNSUPPORTED)
         return [_op("alloc_s", 1), _op("save_lrpair", 0xD6, 0)]
     regs = list(range(p.reg_i)) + ([11] if lr else [])     # x(19+n); 11: lr (x30)
     run = []
@@ -106,14 +108,14 @@ def canonical(p: a64.Packed) -> Tuple[List[a64.Opcode], List[a64.Opcode]]:
     loc = p.frame_size - sav
     if loc < 0:
         raise DecodeError("arm64 unwind", None, "packed FrameSize %d is smaller than its save area %d"
-                          % (p.frame_size, sav))
+                          % (p.frame_size, sav), DecodeKind.MALFORMED)
     run = [_op("pac_sign_lr", 0xFC)] if p.cr == a64.CR.CHAINED_PAC else []
     run += _int_saves(p, sav) + _float_saves(p, int_size, sav)
     if p.homed and not homed_late:
         run += [_op("nop", 0xE3)] * 4
     if chained and loc < 16:
         raise DecodeError("arm64 unwind", None, "packed CR=%d leaves %d bytes for the frame record"
-                          % (p.cr, loc))
+                          % (p.cr, loc), DecodeKind.MALFORMED)
     if chained and loc <= 512:
         run += [_op("save_fplr_x", 0x80 | (loc // 8 - 1)), _op("set_fp", 0xE1)]
     elif chained:

@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats.pdata_x64 import GPR, Op, RuntimeFunction, UnwindInfo
 
 ReadMemory = Callable[[int, int], bytes]
@@ -37,7 +37,7 @@ class CallerFrame:
 def _u64(read_memory: ReadMemory, address: int) -> int:
     data = read_memory(address, 8)
     if data is None or len(data) < 8:
-        raise DecodeError("stack", None, "cannot read 8 bytes at 0x%x" % address)
+        raise DecodeError("stack", None, "cannot read 8 bytes at 0x%x" % address, DecodeKind.UNREADABLE)
     return struct.unpack("<Q", bytes(data))[0]
 
 
@@ -77,7 +77,7 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
             elif code.op == Op.SET_FPREG:
                 if not info.frame_register:
                     raise DecodeError(".xdata", None, "x64 SET_FPREG in UNWIND_INFO at RVA 0x%x with no frame "
-                                      "register" % info.rva)
+                                      "register" % info.rva, DecodeKind.MALFORMED)
                 regs["rsp"] = regs[GPR[info.frame_register]] - info.frame_offset
                 base = GPR[info.frame_register]
             elif code.op in (Op.SAVE_NONVOL, Op.SAVE_NONVOL_FAR):
@@ -92,7 +92,8 @@ def unwind_x64(function: RuntimeFunction, infos: List[UnwindInfo], image_base: i
             elif code.op == Op.EPILOG and info.version == 2:
                 continue                    # describes epilogues, not the prolog
             else:
-                raise DecodeError(".xdata", None, "x64 unwind code %s is not evaluated" % code.op.name)
+                raise DecodeError(".xdata", None, "x64 unwind code %s is not evaluated" % code.op.name,
+                                  DecodeKind.UNSUPPORTED)
     for name, address in saved.items():     # SAVE_NONVOL slots: read once the frame is known
         regs[name] = _u64(read_memory, address)
     regs["rip"] = _u64(read_memory, regs["rsp"])

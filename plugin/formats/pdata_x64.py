@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats import pe
 
 Read = Callable[[int, int], bytes]
@@ -106,18 +106,20 @@ def _slots(op: int, info: int, version: int) -> int:
 def decode_codes(raw: bytes, count: int, version: int) -> Tuple[UnwindCode, ...]:
     """The codes of one UNWIND_INFO's array of count slots."""
     if len(raw) < 2 * count:
-        raise DecodeError(".xdata", None, "x64 unwind codes: %d slots, %d bytes" % (count, len(raw)))
+        raise DecodeError(".xdata", None, "x64 unwind codes: %d slots, %d bytes" % (count, len(raw)),
+                          DecodeKind.TRUNCATED)
     codes = []
     n = 0
     while n < count:
         offset, byte = raw[2 * n], raw[2 * n + 1]
         op, info = byte & 0xF, byte >> 4
         if op > Op.PUSH_MACHFRAME:
-            raise DecodeError(".xdata", None, "x64 unwind code %d: unknown operation %d" % (n, op))
+            raise DecodeError(".xdata", None, "x64 unwind code %d: unknown operation %d" % (n, op),
+                              DecodeKind.UNSUPPORTED)
         slots = _slots(op, info, version)
         if n + slots > count:
             raise DecodeError(".xdata", None, "x64 unwind code %d (%s) needs %d slots, %d left"
-                              % (n, Op(op).name, slots, count - n))
+                              % (n, Op(op).name, slots, count - n), DecodeKind.TRUNCATED)
         nxt = struct.unpack_from("<H", raw, 2 * n + 2)[0] if slots > 1 else 0
         big = struct.unpack_from("<I", raw, 2 * n + 2)[0] if slots > 2 else 0
         operand = {Op.ALLOC_LARGE: nxt * 8 if info == 0 else big,
@@ -137,7 +139,7 @@ def read_unwind_info(read: Read, rva: int) -> UnwindInfo:
     version, flags = head[0] & 7, head[0] >> 3
     if version not in (1, 2):
         raise DecodeError(".xdata", None, "x64 UNWIND_INFO at RVA 0x%x: version %d (1 or 2 expected)"
-                          % (rva, version))
+                          % (rva, version), DecodeKind.UNSUPPORTED)
     count = head[2]
     raw = read(rva + 4, 2 * count) if count else b""
     codes = decode_codes(raw, count, version)
@@ -159,7 +161,7 @@ def chain(read: Read, function: RuntimeFunction) -> List[UnwindInfo]:
     while True:
         if rva in seen or len(infos) >= MAX_CHAIN:
             raise DecodeError(".xdata", None, "x64 chained unwind info at RVA 0x%x loops or is deeper than %d"
-                              % (rva, MAX_CHAIN))
+                              % (rva, MAX_CHAIN), DecodeKind.LIMIT)
         seen.add(rva)
         info = read_unwind_info(read, rva)
         infos.append(info)

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 
 Read = Callable[[int, int], bytes]
 
@@ -75,10 +75,10 @@ def _read(read: Read, address: int, size: int, what: str) -> bytes:
     try:
         data = read(address, size)
     except (OSError, ValueError, IndexError) as exc:
-        raise DecodeError("PE", None, "cannot read the %s at 0x%x: %s" % (what, address, exc))
+        raise DecodeError("PE", None, "cannot read the %s at 0x%x: %s" % (what, address, exc), DecodeKind.UNREADABLE)
     if data is None or len(data) < size:
         raise DecodeError("PE", None, "the %s at 0x%x is truncated (%d of %d bytes)"
-                          % (what, address, 0 if data is None else len(data), size))
+                          % (what, address, 0 if data is None else len(data), size), DecodeKind.TRUNCATED)
     return bytes(data[:size])
 
 
@@ -91,28 +91,31 @@ def read_headers(read: Read, base: int = 0) -> PEHeaders:
     """The headers of the PE image whose DOS header is at base."""
     dos = _read(read, base, 64, "DOS header")
     if dos[:2] != b"MZ":
-        raise DecodeError("PE", None, "no MZ signature (starts with %s)" % dos[:2].hex())
+        raise DecodeError("PE", None, "no MZ signature (starts with %s)" % dos[:2].hex(), DecodeKind.MALFORMED)
     lfanew = struct.unpack_from("<I", dos, 0x3C)[0]
     if lfanew < 64 or lfanew > _MAX_PE_OFFSET:
-        raise DecodeError("PE", None, "e_lfanew 0x%x is outside the file's headers" % lfanew)
+        raise DecodeError("PE", None, "e_lfanew 0x%x is outside the file's headers" % lfanew, DecodeKind.MALFORMED)
     head = _read(read, base + lfanew, 4 + _COFF_SIZE, "PE signature and COFF header")
     if head[:4] != b"PE\0\0":
-        raise DecodeError("PE", None, "no PE signature at 0x%x (found %s)" % (lfanew, head[:4].hex()))
+        raise DecodeError("PE", None, "no PE signature at 0x%x (found %s)" % (lfanew, head[:4].hex()),
+                          DecodeKind.MALFORMED)
     machine, nsections, _, symtab, nsyms, opt_size, _ = struct.unpack_from("<HHIIIHH", head, 4)
     if machine == Machine.I386:
         raise DecodeError("PE", None, "machine i386 (0x14c) has no .pdata: 32-bit x86 unwinds by "
-                          "frame chains and SEH records on the stack, which are not read")
+                          "frame chains and SEH records on the stack, which are not read", DecodeKind.UNSUPPORTED)
     if machine not in (Machine.AMD64, Machine.ARM64):
-        raise DecodeError("PE", None, "machine 0x%x is not supported (only AMD64 and ARM64)" % machine)
+        raise DecodeError("PE", None, "machine 0x%x is not supported (only AMD64 and ARM64)" % machine,
+                          DecodeKind.UNSUPPORTED)
     if nsections > _MAX_SECTIONS:
-        raise DecodeError("PE", None, "%d sections (the limit is %d)" % (nsections, _MAX_SECTIONS))
+        raise DecodeError("PE", None, "%d sections (the limit is %d)" % (nsections, _MAX_SECTIONS), DecodeKind.LIMIT)
     opt_at = base + lfanew + 4 + _COFF_SIZE
     if opt_size < 112:
-        raise DecodeError("PE", None, "optional header of %d bytes is too small for PE32+" % opt_size)
+        raise DecodeError("PE", None, "optional header of %d bytes is too small for PE32+" % opt_size,
+                          DecodeKind.MALFORMED)
     opt = _read(read, opt_at, opt_size, "optional header")
     magic = struct.unpack_from("<H", opt, 0)[0]
     if magic != PE32PLUS_MAGIC:
-        raise DecodeError("PE", None, "optional header magic 0x%x is not PE32+ (0x20b)" % magic)
+        raise DecodeError("PE", None, "optional header magic 0x%x is not PE32+ (0x20b)" % magic, DecodeKind.UNSUPPORTED)
     image_base = struct.unpack_from("<Q", opt, 24)[0]
     size_of_image = struct.unpack_from("<I", opt, 56)[0]
     ndirs = struct.unpack_from("<I", opt, 108)[0]
@@ -143,7 +146,8 @@ def exports(read: Read, headers: PEHeaders) -> List[Tuple[int, str]]:
     directory = _read(read, headers.export_rva, 40, "export directory")
     functions, names, eat, name_rvas, ordinals = struct.unpack_from("<IIIII", directory, 20)
     if names > MAX_EXPORT_NAMES or functions > MAX_EXPORT_NAMES:
-        raise DecodeError("PE", None, "%d exported names (the limit is %d)" % (names, MAX_EXPORT_NAMES))
+        raise DecodeError("PE", None, "%d exported names (the limit is %d)" % (names, MAX_EXPORT_NAMES),
+                          DecodeKind.LIMIT)
     if not names:
         return []
     addresses = struct.unpack("<%dI" % functions, _read(read, eat, 4 * functions, "export address table"))
@@ -175,33 +179,37 @@ def _read_some(read: Read, address: int, size: int) -> bytes:
             continue
         if data:
             return bytes(data)
-    raise DecodeError("PE", None, "cannot read the export name at 0x%x" % address)
+    raise DecodeError("PE", None, "cannot read the export name at 0x%x" % address, DecodeKind.UNREADABLE)
 
 
 _SYMBOL_SIZE = 18
 _MAX_SYMBOLS = 1 << 20
 _FUNCTION_TYPE = 0x20        # IMAGE_SYM_DTYPE_FUNCTION << 4
+_EXTERNAL = 2                # IMAGE_SYM_CLASS_EXTERNAL: a global label (assembly's, with no .def type)
 
 
 def function_symbols(data: bytes, headers: PEHeaders) -> List[Tuple[int, str]]:
-    """(RVA, name) of each function in a file's COFF symbol table (none when it has no table).
+    """(RVA, name) of each function in a file's COFF symbol table (none when it has no table): the
+    symbols typed as functions, and the global labels of executable sections (assembly's `f:`).
     DecodeError if the table is not inside the file."""
     if not headers.symbol_table or not headers.symbol_count:
         return []
     count = min(headers.symbol_count, _MAX_SYMBOLS)
     end = headers.symbol_table + count * _SYMBOL_SIZE
     if end + 4 > len(data):
-        raise DecodeError("PE", None, "the COFF symbol table at 0x%x runs past the file's end" % headers.symbol_table)
+        raise DecodeError("PE", None, "the COFF symbol table at 0x%x runs past the file's end" % headers.symbol_table,
+                          DecodeKind.TRUNCATED)
     strings = data[end:]
     out = []
     n = 0
     while n < count:
         raw = data[headers.symbol_table + n * _SYMBOL_SIZE:headers.symbol_table + (n + 1) * _SYMBOL_SIZE]
-        name, value, section, kind, _, aux = struct.unpack("<8sIhHBB", raw)
+        name, value, section, kind, storage, aux = struct.unpack("<8sIhHBB", raw)
         if name[:4] == b"\0\0\0\0":
             offset = struct.unpack_from("<I", name, 4)[0]
             name = strings[offset:strings.find(b"\0", offset)] if 4 <= offset < len(strings) else b""
-        if kind == _FUNCTION_TYPE and 0 < section <= len(headers.sections):
+        if 0 < section <= len(headers.sections) and (
+                kind == _FUNCTION_TYPE or storage == _EXTERNAL and headers.sections[section - 1].executable):
             out.append((headers.sections[section - 1].virtual_address + value,
                         name.rstrip(b"\0").decode("latin-1")))
         n += 1 + aux
@@ -225,10 +233,11 @@ def rva_reader(read: Read, headers: PEHeaders, layout: str, base: int = 0) -> Re
     def from_file(rva: int, size: int) -> bytes:
         s = section_of(headers, rva)
         if s is None:
-            raise DecodeError("PE", None, "RVA 0x%x is in no section" % rva)
+            raise DecodeError("PE", None, "RVA 0x%x is in no section" % rva, DecodeKind.MALFORMED)
         off = rva - s.virtual_address
         if off + size > s.raw_size:
-            raise DecodeError("PE", None, "RVA 0x%x+%d is past the raw data of %s" % (rva, size, s.name))
+            raise DecodeError("PE", None, "RVA 0x%x+%d is past the raw data of %s" % (rva, size, s.name),
+                              DecodeKind.TRUNCATED)
         return _read(read, s.raw_offset + off, size, "data at RVA 0x%x" % rva)
     return from_file
 
@@ -239,7 +248,8 @@ def exception_entries(read: Read, rva: int, size: int, layout: str) -> List[tupl
     width = struct.calcsize(layout)
     count = size // width
     if count > MAX_EXCEPTION_ENTRIES:
-        raise DecodeError(".pdata", None, "%d entries (the limit is %d)" % (count, MAX_EXCEPTION_ENTRIES))
+        raise DecodeError(".pdata", None, "%d entries (the limit is %d)" % (count, MAX_EXCEPTION_ENTRIES),
+                          DecodeKind.LIMIT)
     data = read(rva, count * width)
     return [struct.unpack_from(layout, data, n * width) for n in range(count)]
 

@@ -219,6 +219,7 @@ def _evidence(frame, ctx, start, result, address, row, facts) -> StepEvidence:
     cfa_insn = setters.get("cfa")
     evidence.notes.append("CFA=%s: %s" % (row.cfa.text(arch), "set by 0x%x `%s`" % (cfa_insn.address, cfa_insn.text)
                                           if cfa_insn else "as at the function's entry"))
+    evidence.notes.extend(why for at, why in sorted(getattr(result, "notes", {}).items()) if at < address)
     for number, rule in sorted(row.registers.items()):
         insn = setters.get(number)
         if rule.kind == RuleKind.OFFSET:

@@ -13,9 +13,9 @@ already run, epilogue opcodes not yet run).
 The answer is also given as a Row of the project's row model: CFA = the
 caller's stack pointer, computed from the register the codes start from
 (rsp, or the frame register once SET_FPREG has run), each saved register at
-CFA + offset. Registers the Windows ABI lets a callee change (x64 rax, rcx,
-rdx, r8-r11; ARM64 x0-x18) are unknown in the caller; the non-volatile ones
-no code saves keep their values.
+CFA + offset (x64 xmm6-15 too, by their SAVE_XMM128 codes). Registers the
+Windows ABI lets a callee change (x64 rax, rcx, rdx, r8-r11; ARM64 x0-x18)
+are unknown in the caller; the non-volatile ones no code saves keep their values.
 """
 from __future__ import annotations
 
@@ -189,6 +189,8 @@ def row_of(caller, names: Dict[str, int], arch, pc: int) -> Row:
         name = "v" + name[1:] if name.startswith("d") else name      # ARM64 d8-d15: the low halves of v8-v15
         if name in arch.registers.values():
             rules[arch.number_of(name)] = Rule(RuleKind.OFFSET, address - caller.cfa)
+    for number, address in getattr(caller, "xmm_saved_at", {}).items():     # x64 SAVE_XMM128: xmm6-15
+        rules[arch.number_of("xmm%d" % number)] = Rule(RuleKind.OFFSET, address - caller.cfa)
     if arch.name == "x86_64":
         rules[arch.ra] = Rule(RuleKind.OFFSET, -8)
     return Row(pc, CfaRule(CfaKind.REGISTER, arch.number_of(caller.cfa_register),

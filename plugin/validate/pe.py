@@ -29,17 +29,19 @@ from plugin.validate.offline import ModuleReport
 
 SOURCE = "pdata"
 # Non-volatile under the Windows x64 ABI but not under the System V one the analysis'
-# facts describe: kept across calls, tracked from entry and judged too (xmm6-15 are not tracked).
-WINDOWS_ONLY = {"x86_64": (4, 5)}        # rsi, rdi
+# facts describe: kept across calls, tracked from entry and judged too: rsi, rdi and
+# xmm6-xmm15 (DWARF 4, 5 and 23-32). xmm0-xmm5 (17-22) are volatile: changed by a call.
+WINDOWS_ONLY = {"x86_64": (4, 5) + tuple(range(23, 33))}
+WINDOWS_VOLATILE = {"x86_64": tuple(range(17, 23))}
 
 
 class WindowsFacts:
     """An architecture's analysis facts with the Windows ABI's non-volatile registers."""
 
-    def __init__(self, facts, extra):
+    def __init__(self, facts, extra, volatile=()):
         self._facts = facts
         self.CALLEE_SAVED = tuple(facts.CALLEE_SAVED) + tuple(r for r in extra if r not in facts.CALLEE_SAVED)
-        self.CALL_CLOBBERED = tuple(r for r in facts.CALL_CLOBBERED if r not in extra)
+        self.CALL_CLOBBERED = tuple(r for r in facts.CALL_CLOBBERED if r not in extra) + tuple(volatile)
 
     def __getattr__(self, name):
         return getattr(self._facts, name)
@@ -79,7 +81,8 @@ def validate_pe(target, module, select=None, keep_detail=False) -> ModuleReport:
 
     analysis = code_analysis.CodeAnalysis(arch, target.read_memory,
                                           sorted((s, e) for s, (e, _) in functions.items()), symbol=name_of)
-    facts = analysis.facts = WindowsFacts(analysis.facts, WINDOWS_ONLY.get(arch.name, ()))
+    facts = analysis.facts = WindowsFacts(analysis.facts, WINDOWS_ONLY.get(arch.name, ()),
+                                          WINDOWS_VOLATILE.get(arch.name, ()))
     for start, (end, called) in functions.items():
         if not called:
             with guard(report.problems, "the row at 0x%x" % start):
@@ -121,6 +124,7 @@ def _add(report: ModuleReport, function, analysis, keep_detail: bool) -> None:
         report.functions_detail.append({
             "start": function.start, "end": function.end, "name": function.name,
             "continuation": analysis.is_continuation(function.start),
+            "notes": {"0x%x" % a: why for a, why in sorted(analysis.function(function.start).notes.items())},
             "unknown": {"0x%x" % a: why for a, why in sorted(function.unknown.items())},
             "instructions": function.detail})
 

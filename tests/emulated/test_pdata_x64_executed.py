@@ -144,3 +144,17 @@ def test_saved_xmm_registers_are_where_the_codes_say(tmp_path):
     assert {x64.Op.SAVE_XMM128, x64.Op.SAVE_XMM128_FAR} <= ops
     checked, mismatches, xmm_checked = _run_from(path, 0)
     assert mismatches == [] and len(xmm_checked) >= 4
+
+
+def test_clang_xmm_saves_are_where_the_codes_say(tmp_path):
+    """clang -O2's own SAVE_XMM128 codes (xmm6-xmm13 kept across calls in x64_xmm.c's keep),
+    executed: at every instruction where the evaluation says a register is saved, the 16 bytes
+    there are the caller's value (the rows `validate` judges are made from these addresses)."""
+    from pe_images import nm_symbols
+    path = build("x64_xmm.c", str(tmp_path), opt="-O2")
+    _, headers, read, functions = _load(path)
+    [index] = [n for n, f in enumerate(functions) if headers.image_base + f.begin == nm_symbols(path)["keep"]]
+    ops = [c for c in x64.chain(read, functions[index])[0].codes if c.op == x64.Op.SAVE_XMM128]
+    assert len(ops) >= 4
+    checked, mismatches, xmm_checked = _run_from(path, index)
+    assert mismatches == [] and len(xmm_checked) >= 20

@@ -21,8 +21,9 @@ import pytest
 
 from gdb_actions import native_frames
 from gdbrun import run_gdb
-from pe_images import CHAIN, build_live, check_live_walk, image_base, nm_symbols, module_line, readobj_x64
-from support import build, pcs_sps
+from pe_images import CHAIN, build_live, check_live_walk, live_run, module_line, readobj_entry
+from support import pcs_sps
+
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
@@ -31,17 +32,15 @@ def images(tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["copy", "map"])
 def test_walk_goes_through_pe_frames_into_the_c_frames(images, mode):
-    dll = images[mode]
-    host = build("pe_host.c", ["-O1"])
-    symbols = nm_symbols(dll)
-    entry_rva = symbols["pe_entry"] - image_base(dll)
-    results, transcript = run_gdb(host, [
+    run = live_run(images, mode)
+    dll, symbols = run.dll, run.symbols
+    results, transcript = run_gdb(run.host, [
         ("walk", "json", "unwind backtrace -json"),
         ("modules", "cmd", "unwind modules"),
         ("tables", "json", "unwind tables -json 0x%x" % (symbols["pe_saves"] + 0x10)),
         ("bt", "frames", None),
         *native_frames(),
-    ], args=[dll, hex(entry_rva), mode])
+    ], args=run.args)
 
     # The module scan found the image by its headers.
     assert module_line(dll, mode).search(results["modules"]), results["modules"]
@@ -49,7 +48,7 @@ def test_walk_goes_through_pe_frames_into_the_c_frames(images, mode):
     # `unwind tables` reads the entry from memory: as llvm-readobj-16 --unwind reads the file.
     [source] = results["tables"]["sources"]
     [entry] = source["entries"]
-    [want] = [f for f in readobj_x64(dll) if f["StartAddress"] == symbols["pe_saves"]]
+    want = readobj_entry(dll, symbols["pe_saves"])
     assert (source["kind"], entry["start"], entry["end"], entry["unwind_info"]) == \
         ("pdata", want["StartAddress"], want["EndAddress"], want["UnwindInfoAddress"])
     assert [(c["offset"], c["text"]) for c in entry["records"][0]["codes"]] == want["infos"][0]["codes"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from dataclasses import dataclass
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "pe")
 X64 = "x86_64-pc-windows-msvc"
@@ -122,6 +123,31 @@ def build_live(out_dir: str) -> dict:
     section (file alignment = page size)."""
     return {"copy": build("x64_live.c", out_dir, dll=True),
             "map": build("x64_live.c", out_dir, dll=True, link_flags=("/filealign:4096",), suffix="-map")}
+
+
+@dataclass
+class LiveRun:
+    """One run of tests/fixtures/pe_host.c with the live DLL: the image, the host program, the
+    image's symbols (llvm-nm) and the host's arguments (the DLL, pe_entry's RVA, the mode)."""
+    dll: str
+    host: str
+    symbols: dict
+    args: list
+
+
+def live_run(images: dict, mode: str) -> LiveRun:
+    """The set-up both live tests share (images: build_live's; mode: "copy" or "map")."""
+    from support import build as build_host
+    dll = images[mode]
+    symbols = nm_symbols(dll)
+    return LiveRun(dll, build_host("pe_host.c", ["-O1"]), symbols,
+                   [dll, hex(symbols["pe_entry"] - image_base(dll)), mode])
+
+
+def readobj_entry(path: str, start: int) -> dict:
+    """llvm-readobj-16 --unwind's RuntimeFunction starting at `start`."""
+    [found] = [f for f in readobj_x64(path) if f["StartAddress"] == start]
+    return found
 
 
 def nm_symbols(path: str) -> dict:

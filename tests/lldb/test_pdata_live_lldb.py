@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from lldbrun import run_lldb
-from pe_images import build_live, check_live_walk, image_base, module_line, nm_symbols, readobj_x64
-from support import build
+from pe_images import build_live, check_live_walk, live_run, module_line, readobj_entry
 
 
 @pytest.fixture(scope="module")
@@ -21,17 +20,15 @@ def images(tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["copy", "map"])
 def test_unwind_backtrace_goes_through_pe_frames(images, mode):
-    dll = images[mode]
-    host = build("pe_host.c", ["-O1"])
-    symbols = nm_symbols(dll)
-    entry_rva = symbols["pe_entry"] - image_base(dll)
-    results, transcript = run_lldb(host, [
+    run = live_run(images, mode)
+    dll, symbols = run.dll, run.symbols
+    results, transcript = run_lldb(run.host, [
         ("walk", "json", "unwind backtrace --json"),
         ("modules", "cmd", "unwind modules"),
         ("tables", "json", "unwind tables --json 0x%x" % (symbols["pe_big"] + 4)),
-    ], args=[dll, hex(entry_rva), mode])
+    ], args=run.args)
     [source] = results["tables"]["sources"]
-    [want] = [f for f in readobj_x64(dll) if f["StartAddress"] == symbols["pe_big"]]
+    want = readobj_entry(dll, symbols["pe_big"])
     assert [(e["start"], e["end"], e["unwind_info"]) for e in source["entries"]] == \
         [(want["StartAddress"], want["EndAddress"], want["UnwindInfoAddress"])]
     assert module_line(dll, mode).search(results["modules"]["output"]), results["modules"]

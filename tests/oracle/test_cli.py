@@ -86,8 +86,10 @@ def test_a_damaged_pe_file_is_refused_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "python -m plugin: error: cannot open %s: PE: e_lfanew 0x0 is outside the file's headers"
         % exe]
-    result = plugin("tables", "--sources", "cfi", exe)
-    assert result.returncode == 2 and "do not apply to PE files yet" in result.stderr
+    for option in (("--sources", "cfi"), ("--sources", "pdata"), ("--json", "--sources", "cfi")):
+        result = plugin("tables", *option, exe)
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+            "python -m plugin: error: cannot open %s: PE: e_lfanew 0x0 is outside the file's headers" % exe]
     result = plugin("validate", exe)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [

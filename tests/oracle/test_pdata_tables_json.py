@@ -105,3 +105,41 @@ def test_address_picks_the_entry_llvm_readobj_has_there(tmp_path, target):
         for address in (entry["start"], end - 1):
             assert _tables_json(path, "--address", hex(address))["entries"] == [entry]
     assert _tables_json(path, "--address", "0x10")["entries"] == []
+
+
+def _tables(path, *extra):
+    return subprocess.run([sys.executable, "-m", "plugin", "tables", *extra, path], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+def test_sources_option_selects_pdata(tmp_path):
+    """--sources works on PE files as on ELF ones: with pdata in the list the entries are those
+    llvm-readobj prints (the same JSON as without the option); without it no table, exit 0, as an
+    ELF file without the sources named gives (/bin/true, read by the same command)."""
+    path = build("x64_funcs.c", str(tmp_path), opt="-O2")
+    plain = _tables_json(path)
+    for listed in ("pdata", "cfi,pdata", "pdata,sframe"):
+        assert _tables_json(path, "--sources", listed) == plain
+    assert len(plain["entries"]) == len(readobj_x64(path)) > 0
+    for as_json in ((), ("--json",)):
+        pe = _tables(path, "--sources", "cfi,sframe", *as_json)
+        elf = _tables("/bin/true", "--sources", "orc", *as_json)
+        assert pe.returncode == elf.returncode == 0 and pe.stderr == ""
+        if as_json:
+            assert json.loads(pe.stdout) == json.loads(elf.stdout) == {"sources": [], "problems": []}
+        else:
+            assert pe.stdout.startswith(elf.stdout.strip()) and "pdata" in pe.stdout and pe.stdout.count("\n") == 1
+    text = _tables(path, "--sources", "pdata")
+    assert text.returncode == 0 and text.stdout == _tables(path).stdout and "RuntimeFunction 0x" in text.stdout
+
+
+def test_arch_option_is_refused_in_one_line(tmp_path):
+    """--arch chooses a slice of a universal Mach-O file: refused for a PE file as for an ELF one,
+    one line saying why, exit 2."""
+    path = build("x64_funcs.c", str(tmp_path), opt="-O2")
+    for arch in ("x86_64", "arm64"):
+        run = _tables(path, "--arch", arch)
+        elf = _tables("/bin/true", "--arch", arch)
+        assert run.returncode == elf.returncode == 2 and run.stdout == ""
+        assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+        assert "--arch selects a slice of a universal Mach-O file" in run.stderr and "PE file" in run.stderr

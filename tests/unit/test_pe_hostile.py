@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 from plugin.formats import pdata_eval
 from plugin.formats import pdata_x64 as x64
 from plugin.formats import pe
@@ -38,39 +38,46 @@ def test_a_good_header_reads():
     assert [s.name for s in h.sections] == [".pdata"]
 
 
-@pytest.mark.parametrize("data,words", [
-    (b"", "truncated"),
-    (b"MZ" + bytes(10), "truncated"),
-    (b"ZM" + bytes(100), "no MZ"),
-    (bytes(_pe(lfanew=8)), "e_lfanew"),
-    (bytes(_pe(lfanew=0xFFFFFFF0)), "e_lfanew"),
-    (bytes(_pe())[:0x90], "truncated"),
-    (bytes(_pe(machine=0x14C)), "i386"),
-    (bytes(_pe(machine=0x1C4)), "not supported"),
-    (bytes(_pe(magic=0x10B)), "PE32+"),
-    (bytes(_pe(opt_size=16)), "too small"),
-    (bytes(_pe(nsections=5000)), "sections"),
+T, M, U, L = DecodeKind.TRUNCATED, DecodeKind.MALFORMED, DecodeKind.UNSUPPORTED, DecodeKind.LIMIT
+
+
+@pytest.mark.parametrize("data,words,kind", [
+    (b"", "truncated", T),
+    (b"MZ" + bytes(10), "truncated", T),
+    (b"ZM" + bytes(100), "no MZ", M),
+    (bytes(_pe(lfanew=8)), "e_lfanew", M),
+    (bytes(_pe(lfanew=0xFFFFFFF0)), "e_lfanew", M),
+    (bytes(_pe())[:0x90], "truncated", T),
+    (bytes(_pe(machine=0x14C)), "i386", U),
+    (bytes(_pe(machine=0x1C4)), "not supported", U),
+    (bytes(_pe(magic=0x10B)), "PE32+", U),
+    (bytes(_pe(opt_size=16)), "too small", M),
+    (bytes(_pe(nsections=5000)), "sections", L),
 ])
-def test_bad_headers_are_one_clear_error(data, words):
-    with pytest.raises(DecodeError, match=words):
+def test_bad_headers_are_one_clear_error(data, words, kind):
+    with pytest.raises(DecodeError, match=words) as caught:
         pe.read_headers(pe.file_reader(data))
+    assert caught.value.kind == kind
 
 
 def test_no_pe_signature():
     data = _pe()
     data[0x80:0x84] = b"XX\0\0"
-    with pytest.raises(DecodeError, match="no PE signature"):
+    with pytest.raises(DecodeError, match="no PE signature") as caught:
         pe.read_headers(pe.file_reader(bytes(data)))
+    assert caught.value.kind == M
 
 
 def test_rva_outside_sections_and_raw_data():
     data = bytes(_pe())
     h = pe.read_headers(pe.file_reader(data))
     read = pe.rva_reader(pe.file_reader(data), h, "file")
-    with pytest.raises(DecodeError, match="in no section"):
+    with pytest.raises(DecodeError, match="in no section") as caught:
         read(0x5000, 4)
-    with pytest.raises(DecodeError, match="past the raw data"):
+    assert caught.value.kind == M
+    with pytest.raises(DecodeError, match="past the raw data") as caught:
         read(0x11FC, 8)
+    assert caught.value.kind == T
 
 
 def _reader(blob, at=0x2000):
@@ -84,30 +91,34 @@ def _reader(blob, at=0x2000):
 def test_looping_chain_is_bounded():
     # UNWIND_INFO at 0x2000, CHAININFO, no codes, chained RUNTIME_FUNCTION -> 0x2000 itself
     blob = bytes([0x21, 0, 0, 0]) + struct.pack("<III", 0x1000, 0x1010, 0x2000)
-    with pytest.raises(DecodeError, match="loops"):
+    with pytest.raises(DecodeError, match="loops") as caught:
         x64.chain(_reader(blob), x64.RuntimeFunction(0x1000, 0x1010, 0x2000))
+    assert caught.value.kind == L
 
 
 def test_long_chain_is_bounded():
     blob = b"".join(bytes([0x21, 0, 0, 0]) + struct.pack("<III", 0, 1, 0x2000 + 16 * (n + 1))
                     for n in range(100))
-    with pytest.raises(DecodeError, match="deeper than"):
+    with pytest.raises(DecodeError, match="deeper than") as caught:
         x64.chain(_reader(blob), x64.RuntimeFunction(0, 1, 0x2000))
+    assert caught.value.kind == L
 
 
-@pytest.mark.parametrize("codes,words", [
-    (bytes([0, 0x01]), "needs 2 slots"),            # ALLOC_LARGE info 0 with no operand slot
-    (bytes([0, 0x11, 0, 0]), "needs 3 slots"),      # ALLOC_LARGE info 1 with one
-    (bytes([0, 0x0B]), "unknown operation 11"),
+@pytest.mark.parametrize("codes,words,kind", [
+    (bytes([0, 0x01]), "needs 2 slots", T),            # ALLOC_LARGE info 0 with no operand slot
+    (bytes([0, 0x11, 0, 0]), "needs 3 slots", T),      # ALLOC_LARGE info 1 with one
+    (bytes([0, 0x0B]), "unknown operation 11", U),
 ])
-def test_bad_codes(codes, words):
-    with pytest.raises(DecodeError, match=words):
+def test_bad_codes(codes, words, kind):
+    with pytest.raises(DecodeError, match=words) as caught:
         x64.decode_codes(codes, len(codes) // 2, 1)
+    assert caught.value.kind == kind
 
 
 def test_bad_version_and_truncated_info():
-    with pytest.raises(DecodeError, match="version 3"):
+    with pytest.raises(DecodeError, match="version 3") as caught:
         x64.read_unwind_info(_reader(bytes([3, 0, 0, 0])), 0x2000)
+    assert caught.value.kind == U
     with pytest.raises(DecodeError, match="outside"):
         x64.read_unwind_info(_reader(bytes([1, 0, 4, 0])), 0x2000)   # 4 codes, none present
 
@@ -172,5 +183,32 @@ def test_arm64_opcodes_split_by_their_documented_lengths():
         ("add_fp", "e204"), ("end", "e4")]
     assert [a64.operand(op) for op in ops] == [256 * 16, 16, 0, 32, 0]
     assert a64.register(ops[1]) == "x19"
-    with pytest.raises(DecodeError, match="needs 4 bytes"):
+    with pytest.raises(DecodeError, match="needs 4 bytes") as caught:
         a64.opcodes(bytes([0xE0, 0]))
+    assert caught.value.kind == T
+
+
+PE_DECODERS = ("pe.py", "pdata_x64.py", "pdata_eval.py", "pdata_arm64.py", "pdata_arm64_eval.py",
+               "pdata_arm64_packed.py")
+
+
+def test_every_pe_decode_error_has_a_kind():
+    """Every DecodeError the PE and pdata decoders build names its DecodeKind (issue 32 item 5),
+    or passes on the one its helper was given (`kind`): read from their source, so a new raise
+    without one fails here."""
+    import ast
+
+    import plugin.formats
+    folder = os.path.dirname(plugin.formats.__file__)
+    built = 0
+    for name in PE_DECODERS:
+        tree = ast.parse(open(os.path.join(folder, name)).read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("DecodeError", "_fail"):
+                wanted = 4 if node.func.id == "DecodeError" else 2
+                kinds = node.args[wanted - 1:] + [k.value for k in node.keywords if k.arg == "kind"]
+                said = ast.unparse(kinds[0]) if len(kinds) == 1 else ""
+                assert said.startswith("DecodeKind.") or said == "kind", \
+                    "%s:%d: %s" % (name, node.lineno, ast.unparse(node))
+                built += 1
+    assert built >= 30
