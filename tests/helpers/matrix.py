@@ -287,7 +287,7 @@ def _lldb_remote(row, binary):
     if row.mode == "null":
         stop, late = ["continue"], "-k"
     else:
-        trap = _trap_address(_cross(row, False))
+        trap = _trap_address(row, _cross(row, False))
         stop = ["script (lldb.thread.GetFrameAtIndex(0).GetPC() == 0x%x) or (lldb.debugger.HandleCommand("
                 "'breakpoint set -a 0x%x'), lldb.debugger.HandleCommand('continue'))" % (trap, trap)]
         late = "-o"
@@ -295,8 +295,8 @@ def _lldb_remote(row, binary):
     lldbrun.use(version)
     try:
         argv = lldbrun.lldb_argv() + ["--no-lldbinit", "--batch"]
-        with qemu_user("qemu-aarch64", binary, [row.mode] if row.mode else [],
-                       options=("-cpu", "max,sve=off")) as address:
+        _, emulator, _, options = CROSS[row.arch]
+        with qemu_user(emulator, binary, [row.mode] if row.mode else [], options=options) as address:
             # LLDB 22's frame provider is on as loaded: "LLDB alone" is LLDB with it off.
             alone = ["unwind provider off"] if version >= PROVIDER_LLDB else []
             for line in ["command script import %s/lldb_commands" % ROOT, *alone, "gdb-remote %s" % address,
@@ -321,20 +321,19 @@ def _lldb_remote(row, binary):
     return {"lldb_alone": physical(frames), "lldb_walk": walk["frames"]}
 
 
-def _trap_address(twin):
-    """The address of the `brk` in stop_here (static twin: absolute)."""
-    objdump = need_tool("aarch64-linux-gnu-objdump")
+def _trap_address(row, twin):
+    """The address of the breakpoint instruction in stop_here (`brk`, Arm's `bkpt`; static twin: absolute)."""
+    objdump = need_tool(CROSS[row.arch][0] + "objdump")
     out = subprocess.run([objdump, "-d", "--disassemble=stop_here", str(twin)], capture_output=True, text=True,
                          check=True).stdout
-    return int(next(line for line in out.splitlines() if "\tbrk\t" in line).split(":")[0], 16)
+    return int(next(line for line in out.splitlines() if "\tbrk\t" in line or "\tbkpt\t" in line)
+               .split(":")[0], 16)
 
 
 def lldb_columns(row, binary) -> Dict[str, list]:
     if row.core:
         return {}               # GDB's row: LLDB loads a core's modules from its own mapping list
-    if row.arch in (ARM_THUMB, ARM_ARM, "i386"):
-        return {}               # LLDB is not run for them (its columns say "—")
-    if row.arch != "x86_64":
+    if row.arch not in NATIVE_FLAGS:
         return _lldb_remote(row, binary)
     from lldbrun import physical, run_lldb
     args = [row.mode] if row.mode else []
