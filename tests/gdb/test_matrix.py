@@ -35,6 +35,12 @@ ROWS = matrix.rows()
 _RESULTS = {}
 # Columns short of the truth, and why; the test asserts exactly these counts, so a change shows.
 KNOWN_GAPS = {
+    # arm32, a signal raised (sigstop.c) under qemu-arm: GDB's own arm-linux sigtramp unwinder takes
+    # glibc's restorer (`mov r7, #119; svc 0`) and reads the sigcontext at the wrong place (its caller:
+    # pc 0); the plugin's walk is right there (glibc's .ARM.exidx entry over the sigcontext), but under
+    # `claim auto` its unwinder leaves that frame to GDB, with guesses on too (a plugin defect, reported).
+    **{("arm32 %s raise signal -%s" % (arch, build), column): 3
+       for arch in ("Thumb-2", "Arm") for build in ("O2", "O0") for column in ("gdb_default", "gdb_fallback")},
 }
 
 

@@ -40,6 +40,8 @@ from typing import Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from matrix_signal import arm_sigstop, right_pcs, shadow_truth  # noqa: E402
+from qemu_arm import SYSROOT  # noqa: E402
 from support import BUILD, FIXTURES, ROOT, build, need_tool  # noqa: E402
 
 RESULTS = BUILD / "matrix-results.json"
@@ -77,7 +79,7 @@ class Row:
             return "%s core without its executable (%s -%s, to %s)" % (self.arch, self.mode, self.build, self.anchor)
         if self.program.startswith("/"):
             return "%s %s (Debian's, no tables)" % (self.arch, Path(self.program).name)
-        what = {"matrix.c": self.mode, "jit.c": "jit"}[self.program]
+        what = {"matrix.c": self.mode, "jit.c": "jit", "sigstop.c": "raise signal"}[self.program]
         strip = ", no symbols" if self.stripped else ""
         return "%s %s -%s%s" % (self.arch, what, self.build, strip)
 
@@ -91,6 +93,8 @@ def rows() -> List[Row]:
                     if mode == "signal" and arch in (ARM_THUMB, ARM_ARM):
                         continue        # GDB's own Arm signal frame is wrong under qemu-arm: no truth
                     out.append(Row(arch, "matrix.c", flags, mode, stripped))
+        if arch in (ARM_THUMB, ARM_ARM):     # a signal raised (sigstop.c): the truth is qemu's shadow call stack
+            out += [Row(arch, "sigstop.c", flags, "") for flags in ("O2", "O0")]
         out.append(Row(arch, "matrix.c", "O2", "thread", anchor="thread_main"))
         out.append(Row(arch, "matrix.c", "O2", "null"))
     out.append(Row("x86_64", "jit.c", "O2", "", tables_removed=False))
@@ -112,6 +116,9 @@ def binaries(row: Row) -> Tuple[Path, Path]:
     if row.core:
         twin = binaries(replace(row, core=False))[0]
         return twin, twin
+    if row.program == "sigstop.c":
+        name = "%s-%s" % ("thumb" if row.arch == ARM_THUMB else "arm", row.build)
+        return arm_sigstop(name, debug_frame=True), arm_sigstop(name)
     if row.arch in NATIVE_FLAGS:
         flags = FLAGS[row.build] + NATIVE_FLAGS[row.arch]
         tag = "" if row.arch == "x86_64" else "-" + row.arch
@@ -139,7 +146,7 @@ def _breakpoint(row):
     """Where the program is stopped: matrix.c stops itself (a breakpoint instruction)."""
     if row.program.startswith("/"):
         return "clock_nanosleep"            # libc (with tables), called through the program's own code
-    return "stop_here" if row.program == "jit.c" else None
+    return "stop_here" if row.program in ("jit.c", "sigstop.c") else None
 
 
 def _cross(row, under_test):
@@ -185,10 +192,10 @@ def core_of(row, binary) -> Path:
     return out
 
 
-def _gdb(row, binary, actions):
+def _gdb(row, binary, actions, breakpoint=None):
     from gdbrun import run_gdb
     args = [row.mode] if row.mode else []
-    breakpoint = _breakpoint(row)
+    breakpoint = breakpoint or _breakpoint(row)
     if row.core:
         gdb = "gdb" if row.arch in NATIVE_FLAGS else "gdb-multiarch"
         return run_gdb(binary, actions, core=core_of(row, binary), breakpoint=None, setup=NATIVE,
@@ -198,9 +205,17 @@ def _gdb(row, binary, actions):
         return run_gdb(binary, actions, args=args, breakpoint=breakpoint, setup=setup)[0]
     from qemu_user import qemu_user
     _, emulator, _, options = CROSS[row.arch]
-    with qemu_user(emulator, binary, args, options=options) as address:
-        return run_gdb(binary, actions, args=(), breakpoint=breakpoint, setup=NATIVE + QEMU_SETUP,
+    sysroot, setup = _sysroot(row)
+    with qemu_user(emulator, binary, args, sysroot=sysroot, options=options) as address:
+        return run_gdb(binary, actions, args=(), breakpoint=breakpoint, setup=NATIVE + QEMU_SETUP + setup,
                        gdb_program="gdb-multiarch", remote=address, timeout=300)[0]
+
+
+def _sysroot(row):
+    """(qemu's -L, GDB's extra setup): sigstop.c is dynamic, against Debian's armhf cross libc."""
+    if row.program != "sigstop.c":
+        return None, []
+    return SYSROOT, ["set sysroot %s" % SYSROOT, "handle SIGUSR1 nostop noprint pass"]
 
 
 def _frames(payload=None):
@@ -214,6 +229,10 @@ def truth_frames(row, twin) -> List[dict]:
         return None             # taken in the same session as the columns (see _jit_truth)
     if row.core:
         row = replace(row, core=False)
+    if row.program == "sigstop.c":
+        addresses = _gdb(row, twin, [("stop_here", "py", "int(gdb.parse_and_eval('(long)&stop_here'))"),
+                                     ("restorer", "py", "int(gdb.parse_and_eval('$lr'))")], breakpoint="*handler")
+        return shadow_truth(addresses, twin, row.anchor, _in_function(twin, row.arch, addresses["stop_here"]))
     results = _gdb(row, twin, [("off", "cmd", "disable unwinder global unwind-plugin"),
                                ("truth", "frames", _frames())])
     return _through(results["truth"], row.anchor)
@@ -284,8 +303,12 @@ def _lldb_remote(row, binary):
     if version is None:
         raise AssertionError("no LLDB %s: run tests/setup.sh" % " or ".join(map(str, REMOTE_LLDB)))
     after = [LLDB_SCRIPT, "unwind backtrace --json"]
+    sysroot, _ = _sysroot(row)
     if row.mode == "null":
         stop, late = ["continue"], "-k"
+    elif sysroot:
+        stop, late = ["process handle SIGUSR1 --stop false --notify false --pass true",
+                      "breakpoint set -n stop_here", "continue"], "-o"
     else:
         trap = _trap_address(row, _cross(row, False))
         stop = ["script (lldb.thread.GetFrameAtIndex(0).GetPC() == 0x%x) or (lldb.debugger.HandleCommand("
@@ -296,10 +319,12 @@ def _lldb_remote(row, binary):
     try:
         argv = lldbrun.lldb_argv() + ["--no-lldbinit", "--batch"]
         _, emulator, _, options = CROSS[row.arch]
-        with qemu_user(emulator, binary, [row.mode] if row.mode else [], options=options) as address:
+        with qemu_user(emulator, binary, [row.mode] if row.mode else [], sysroot=sysroot,
+                       options=options) as address:
             # LLDB 22's frame provider is on as loaded: "LLDB alone" is LLDB with it off.
             alone = ["unwind provider off"] if version >= PROVIDER_LLDB else []
-            for line in ["command script import %s/lldb_commands" % ROOT, *alone, "gdb-remote %s" % address,
+            libraries = ["settings append target.exec-search-paths %s/lib" % sysroot] if sysroot else []
+            for line in ["command script import %s/lldb_commands" % ROOT, *alone, *libraries, "gdb-remote %s" % address,
                          "process handle SIGALRM --stop false --notify false --pass true", *stop]:
                 argv += ["-o", line]
             for line in after:
@@ -359,6 +384,13 @@ def function_ranges(twin: Path, arch: str) -> List[Tuple[int, int, str]]:
     return ranges
 
 
+def _in_function(twin, arch, stop_here):
+    """The twin's function at a run-time pc (its load bias from stop_here's run-time address)."""
+    ranges = function_ranges(twin, arch)
+    bias = stop_here - next(start for start, _, name in ranges if name == "stop_here")
+    return lambda pc: _function_at(pc & ~1, ranges, bias)
+
+
 def _function_at(pc, ranges, bias):
     for start, end, name in ranges:
         if start + bias <= pc < end + bias:
@@ -404,6 +436,7 @@ class RowResult:
     row: str
     truth: int
     counts: Dict[str, Optional[int]] = field(default_factory=dict)
+    pcs_only: bool = False      # the truth has pcs only (qemu's shadow call stack): shown "N†"
 
 
 def run_row(row: Row) -> Tuple[RowResult, dict]:
@@ -413,11 +446,16 @@ def run_row(row: Row) -> Tuple[RowResult, dict]:
     truth = columns.pop("truth", None) or truth_frames(row, twin)
     columns.update(lldb_columns(row, binary))
     ranges = function_ranges(twin, row.arch)
-    bias = _pie_bias(truth, ranges)
-    result = RowResult(row.name, len(truth))
+    result = RowResult(row.name, len(truth), pcs_only=truth[0]["sp"] is None)
+    if result.pcs_only:
+        in_function = _in_function(twin, row.arch, truth[0]["pc"])
+        count = lambda frames: right_pcs(frames, truth, in_function)       # noqa: E731
+    else:
+        bias = _pie_bias(truth, ranges)
+        count = lambda frames: right_frames(frames, truth, ranges, bias)   # noqa: E731
     for key, _ in COLUMNS:
         frames = columns.get(key)
-        result.counts[key] = None if frames is None else right_frames(frames, truth, ranges, bias)
+        result.counts[key] = None if frames is None else count(frames)
     columns["truth"] = truth
     return result, columns
 
@@ -449,7 +487,8 @@ def table(results: List[dict]) -> str:
     lines = [head, "|" + " --- |" * (len(COLUMNS) + 2)]
     for r in results:
         cells = ["—" if r["counts"].get(k) is None else "%d" % r["counts"][k] for k, _ in COLUMNS]
-        lines.append("| %s | %d | %s |" % (r["row"], r["truth"], " | ".join(cells)))
+        truth = "%d%s" % (r["truth"], "†" if r.get("pcs_only") else "")
+        lines.append("| %s | %s | %s |" % (r["row"], truth, " | ".join(cells)))
     return "\n".join(lines)
 
 
