@@ -17,12 +17,13 @@ Asserted for every row:
 
 The counts are saved for docs/matrix.md's table (tests/.build/matrix-results.json;
 `python tests/helpers/matrix.py --update-readme` writes it; a run of some rows, `-k i386`,
-replaces theirs and keeps the others'). i386 runs natively (gcc -m32), arm32 (Thumb-2 and
-Arm, static) under qemu-arm; LLDB is not run for either (its columns say "—"), and arm32 has
-no signal rows: under qemu-arm GDB's own walk through the signal frame is wrong, so there is
-no truth (tests/emulated/test_signal_arm_i386.py checks that frame against qemu's shadow call
-stack instead). About 70 s for
-all rows here (23 rows, 3 debugger sessions each).
+replaces theirs and keeps the others'). i386 runs natively (gcc -m32; LLDB 16 as for x86_64),
+arm32 (Thumb-2 and Arm, static) under qemu-arm (LLDB 22's gdb-remote, as aarch64). arm32's signal
+rows are sigstop.c raising SIGUSR1 (dynamic, qemu-arm -L): under qemu-arm GDB's own walk through
+glibc's restorer is wrong, so their truth is qemu's shadow call stack and a frame is right by its
+pc (tests/helpers/matrix_signal.py). The table's last column, LLDB 22's `bt` as loaded, comes from
+tests/lldb/test_lldb_provider_matrix.py. About 4 minutes for all rows here (50 rows, 3 debugger
+sessions each).
 """
 from __future__ import annotations
 

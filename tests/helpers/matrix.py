@@ -5,7 +5,8 @@ its .eh_frame, .eh_frame_hdr and .debug_frame removed with objcopy (code
 and addresses unchanged), sometimes its symbols too; one is a real program
 nobody here wrote (Debian's /usr/bin/sleep, shipped without symbols, its
 tables removed the same way, stopped in libc's clock_nanosleep). The truth is GDB's own
-backtrace on the twin that keeps its tables; for the JIT row (JIT code
+backtrace on the twin that keeps its tables (arm32's signal rows: qemu's shadow call stack, pcs
+only, tests/helpers/matrix_signal.py); for the JIT row (JIT code
 never has tables) it is GDB's own backtrace below the JIT frame plus GDB's
 own backtrace after single-stepping out of the JIT code into its caller.
 
@@ -45,6 +46,9 @@ from qemu_arm import SYSROOT  # noqa: E402
 from support import BUILD, FIXTURES, ROOT, build, need_tool  # noqa: E402
 
 RESULTS = BUILD / "matrix-results.json"
+# LLDB 22's own `bt` as loaded (its frame provider on), counted by pc: tests/lldb/test_lldb_provider_matrix.py
+PROVIDER_RESULTS = BUILD / "matrix-lldb22-bt.json"
+PROVIDER_COLUMN = "LLDB 22 `bt` (as loaded)"
 README = ROOT / "docs" / "matrix.md"     # the table the README used to hold; the flag keeps its name
 BEGIN, END = "<!-- matrix: begin (tests/helpers/matrix.py) -->", "<!-- matrix: end -->"
 NO_TABLES = ["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
@@ -275,100 +279,6 @@ def gdb_columns(row, binary) -> Dict[str, list]:
     return out
 
 
-LLDB_FRAMES = "LLDB_FRAMES="
-LLDB_SCRIPT = ("script import json; fr = list(lldb.thread.frames); print('%s' + json.dumps("
-               "[{'pc': f.GetPC(), 'sp': f.GetSP(), 'cfa': f.GetCFA(), 'function': f.GetFunctionName(), "
-               "'inlined': f.IsInlined(), 'artificial': f.IsArtificial()} for f in fr[:%d]]))"
-               % (LLDB_FRAMES, FRAME_LIMIT))
-
-
-REMOTE_LLDB = (22, 19)        # LLDB versions for qemu-user's gdbstub, newest first (16 hangs there)
-REMOTE_LLDB_TIMEOUT = 120     # seconds a remote LLDB session may take
-PROVIDER_LLDB = 22            # LLDB's own bt gets the plugin's proven frames from this version (as loaded)
-
-
-def _lldb_remote(row, binary):
-    """LLDB attached with `gdb-remote` to qemu-user's gdbstub: its own frames and the plugin's walk.
-
-    LLDB 19 and 22 (LLDB 16 hangs once the program takes a signal, and at a stop in
-    code without symbols). For a program without symbols LLDB's connection already
-    runs it to the `brk` in stop_here; otherwise a breakpoint on that instruction
-    stops it there (the same pc and registers; LLDB's batch mode would end at the
-    stop by a signal). A program that stops by SIGSEGV (the null row) ends the batch:
-    the commands then run as its on-crash commands (-k)."""
-    import lldbrun
-    from lldbrun import physical
-    from qemu_user import qemu_user
-    version = next((v for v in REMOTE_LLDB if lldbrun.find_lldb(v) is not None), None)
-    if version is None:
-        raise AssertionError("no LLDB %s: run tests/setup.sh" % " or ".join(map(str, REMOTE_LLDB)))
-    after = [LLDB_SCRIPT, "unwind backtrace --json"]
-    sysroot, _ = _sysroot(row)
-    if row.mode == "null":
-        stop, late = ["continue"], "-k"
-    elif sysroot:
-        stop, late = ["process handle SIGUSR1 --stop false --notify false --pass true",
-                      "breakpoint set -n stop_here", "continue"], "-o"
-    else:
-        trap = _trap_address(row, _cross(row, False))
-        stop = ["script (lldb.thread.GetFrameAtIndex(0).GetPC() == 0x%x) or (lldb.debugger.HandleCommand("
-                "'breakpoint set -a 0x%x'), lldb.debugger.HandleCommand('continue'))" % (trap, trap)]
-        late = "-o"
-    previous = lldbrun.version()
-    lldbrun.use(version)
-    try:
-        argv = lldbrun.lldb_argv() + ["--no-lldbinit", "--batch"]
-        _, emulator, _, options = CROSS[row.arch]
-        with qemu_user(emulator, binary, [row.mode] if row.mode else [], sysroot=sysroot,
-                       options=options) as address:
-            # LLDB 22's frame provider is on as loaded: "LLDB alone" is LLDB with it off.
-            alone = ["unwind provider off"] if version >= PROVIDER_LLDB else []
-            libraries = ["settings append target.exec-search-paths %s/lib" % sysroot] if sysroot else []
-            for line in ["command script import %s/lldb_commands" % ROOT, *alone, *libraries, "gdb-remote %s" % address,
-                         "process handle SIGALRM --stop false --notify false --pass true", *stop]:
-                argv += ["-o", line]
-            for line in after:
-                argv += [late, line]
-            try:
-                proc = subprocess.run(argv + [str(binary)], env=lldbrun.lldb_env(), capture_output=True, text=True,
-                                      timeout=REMOTE_LLDB_TIMEOUT)
-            except subprocess.TimeoutExpired as exc:
-                raise AssertionError("LLDB %d on qemu-user's gdbstub did not finish in %d s: %s"
-                                     % (version, REMOTE_LLDB_TIMEOUT, (exc.stdout or b"")[-2000:])) from None
-    finally:
-        lldbrun.use(previous)
-    transcript = proc.stdout + proc.stderr
-    lldbrun.TRANSCRIPTS.append(transcript)
-    assert "Traceback" not in transcript and LLDB_FRAMES in transcript, transcript[-3000:]
-    frames = json.loads(transcript.rsplit(LLDB_FRAMES, 1)[1].splitlines()[0])   # the last one: not the echo
-    text = transcript.split("unwind backtrace --json", 1)[1]
-    walk = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
-    return {"lldb_alone": physical(frames), "lldb_walk": walk["frames"]}
-
-
-def _trap_address(row, twin):
-    """The address of the breakpoint instruction in stop_here (`brk`, Arm's `bkpt`; static twin: absolute)."""
-    objdump = need_tool(CROSS[row.arch][0] + "objdump")
-    out = subprocess.run([objdump, "-d", "--disassemble=stop_here", str(twin)], capture_output=True, text=True,
-                         check=True).stdout
-    return int(next(line for line in out.splitlines() if "\tbrk\t" in line or "\tbkpt\t" in line)
-               .split(":")[0], 16)
-
-
-def lldb_columns(row, binary) -> Dict[str, list]:
-    if row.core:
-        return {}               # GDB's row: LLDB loads a core's modules from its own mapping list
-    if row.arch not in NATIVE_FLAGS:
-        return _lldb_remote(row, binary)
-    from lldbrun import physical, run_lldb
-    args = [row.mode] if row.mode else []
-    breakpoint = _breakpoint(row)
-    results, _ = run_lldb(binary, [("lldb_alone", "frames", None),
-                                   ("lldb_walk", "json", "unwind backtrace --json")],
-                          args=args, breakpoint=breakpoint)
-    return {"lldb_alone": physical(results["lldb_alone"]), "lldb_walk": results["lldb_walk"]["frames"]}
-
-
 # -- judging ---------------------------------------------------------------------------
 
 def function_ranges(twin: Path, arch: str) -> List[Tuple[int, int, str]]:
@@ -444,6 +354,7 @@ def run_row(row: Row) -> Tuple[RowResult, dict]:
     twin, binary = binaries(row)
     columns = gdb_columns(row, binary)
     truth = columns.pop("truth", None) or truth_frames(row, twin)
+    from matrix_lldb import lldb_columns
     columns.update(lldb_columns(row, binary))
     ranges = function_ranges(twin, row.arch)
     result = RowResult(row.name, len(truth), pcs_only=truth[0]["sp"] is None)
@@ -482,22 +393,34 @@ def save(results: List[RowResult]) -> None:
     RESULTS.write_text(json.dumps([by_name[row.name] for row in rows() if row.name in by_name], indent=1))
 
 
-def table(results: List[dict]) -> str:
-    head = "| program | frames | " + " | ".join(title for _, title in COLUMNS) + " |"
-    lines = [head, "|" + " --- |" * (len(COLUMNS) + 2)]
+def save_provider_count(row: Row, count: int) -> None:
+    """Keep LLDB 22's `bt` count of one row (right frames by pc) for the table's provider column."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    saved = json.loads(PROVIDER_RESULTS.read_text()) if PROVIDER_RESULTS.exists() else {}
+    saved[row.name] = count
+    tmp = PROVIDER_RESULTS.with_suffix(".tmp%d" % os.getpid())
+    tmp.write_text(json.dumps(saved, indent=1))
+    tmp.rename(PROVIDER_RESULTS)
+
+
+def table(results: List[dict], provider: Dict[str, int]) -> str:
+    head = "| program | frames | " + " | ".join(title for _, title in COLUMNS) + " | %s |" % PROVIDER_COLUMN
+    lines = [head, "|" + " --- |" * (len(COLUMNS) + 3)]
     for r in results:
         cells = ["—" if r["counts"].get(k) is None else "%d" % r["counts"][k] for k, _ in COLUMNS]
+        cells.append("%d" % provider[r["row"]] if r["row"] in provider else "—")
         truth = "%d%s" % (r["truth"], "†" if r.get("pcs_only") else "")
         lines.append("| %s | %s | %s |" % (r["row"], truth, " | ".join(cells)))
     return "\n".join(lines)
 
 
 def update_readme(results: List[dict]) -> None:
+    provider = json.loads(PROVIDER_RESULTS.read_text()) if PROVIDER_RESULTS.exists() else {}
     text = README.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     if not pattern.search(text):
         raise SystemExit("docs/matrix.md has no matrix markers (%s ... %s)" % (BEGIN, END))
-    README.write_text(pattern.sub(lambda _: "%s\n%s\n%s" % (BEGIN, table(results), END), text))
+    README.write_text(pattern.sub(lambda _: "%s\n%s\n%s" % (BEGIN, table(results, provider), END), text))
 
 
 if __name__ == "__main__":

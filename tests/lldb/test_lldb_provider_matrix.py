@@ -8,7 +8,9 @@ plugin's walk, its frames with `unwind settings guesses on`, and with
 Asserted: the provider never loses a frame LLDB alone had right; every
 frame it supplies is one of the plugin's walk, before its first guessed
 frame; `unwind backtrace` is the same with the provider on and off. The
-counts (right frames from the innermost, by pc) are printed for docs.
+counts (right frames from the innermost, by pc) are printed, and the one as loaded is saved for
+docs/matrix.md's "LLDB 22 `bt` (as loaded)" column (tests/.build/matrix-lldb22-bt.json;
+`python tests/helpers/matrix.py --update-readme` writes it).
 """
 from __future__ import annotations
 
@@ -70,5 +72,6 @@ def test_lldb_bt_as_loaded_gets_the_proven_frames(row):
     assert supplied == [f["pc"] for f in walk[len(alone):len(alone) + len(supplied)]], (supplied, walk)
     assert len(alone) + len(supplied) <= max(proven, len(alone)), (supplied, proven)
     assert counts[1] >= counts[0]
+    matrix.save_provider_count(row, counts[1])         # docs/matrix.md's "LLDB 22 `bt` (as loaded)" column
     # With guesses on, LLDB's bt has every frame of the plugin's walk that LLDB alone lacks.
     assert counts[2] == counts[3] == len(truth), counts
