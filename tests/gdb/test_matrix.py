@@ -75,6 +75,8 @@ def test_row(row: Row):
     assert counts["gdb_fallback"] >= counts["gdb_alone"]
     if counts["lldb_alone"] is not None:
         assert counts["lldb_walk"] >= counts["lldb_alone"]
+    if counts.get("lldb22_bt") is not None:     # LLDB 22's bt as loaded (by pc) keeps what LLDB alone had
+        assert counts["lldb22_bt"] >= counts["lldb_alone"], (counts, _describe(columns["lldb22_bt"]))
 
 
 def test_signal_frame_is_explained_and_compare_agrees_there():

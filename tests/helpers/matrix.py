@@ -341,6 +341,21 @@ def right_frames(frames: List[dict], truth: List[dict], ranges, bias=0) -> int:
 SIGTRAMP_FRAME = 4          # gdb.SIGTRAMP_FRAME
 
 
+def right_by_pc(frames: List[dict], truth: List[dict], ranges, bias=0) -> int:
+    """How many frames from the innermost have the truth's pc (LLDB 22's provider supplies frames
+    without a stack pointer of their own); in the frame a signal interrupted, its function (the
+    signal's arrival varies)."""
+    count = 0
+    for level, (got, expected) in enumerate(zip(frames, truth)):
+        if got["pc"] != expected["pc"]:
+            interrupted = level > 0 and truth[level - 1].get("type") == SIGTRAMP_FRAME
+            function = _function_at(got["pc"], ranges, bias)
+            if not interrupted or function is None or function != _function_at(expected["pc"], ranges, bias):
+                break
+        count += 1
+    return count
+
+
 @dataclass
 class RowResult:
     row: str
@@ -360,13 +375,16 @@ def run_row(row: Row) -> Tuple[RowResult, dict]:
     result = RowResult(row.name, len(truth), pcs_only=truth[0]["sp"] is None)
     if result.pcs_only:
         in_function = _in_function(twin, row.arch, truth[0]["pc"])
-        count = lambda frames: right_pcs(frames, truth, in_function)       # noqa: E731
+        count = by_pc = lambda frames: right_pcs(frames, truth, in_function)       # noqa: E731
     else:
         bias = _pie_bias(truth, ranges)
         count = lambda frames: right_frames(frames, truth, ranges, bias)   # noqa: E731
+        by_pc = lambda frames: right_by_pc(frames, truth, ranges, bias)    # noqa: E731
     for key, _ in COLUMNS:
         frames = columns.get(key)
         result.counts[key] = None if frames is None else count(frames)
+    if "lldb22_bt" in columns:      # qemu-user rows: LLDB 22's bt as loaded, in the same session
+        result.counts["lldb22_bt"] = by_pc(columns["lldb22_bt"])
     columns["truth"] = truth
     return result, columns
 
@@ -408,7 +426,8 @@ def table(results: List[dict], provider: Dict[str, int]) -> str:
     lines = [head, "|" + " --- |" * (len(COLUMNS) + 3)]
     for r in results:
         cells = ["—" if r["counts"].get(k) is None else "%d" % r["counts"][k] for k, _ in COLUMNS]
-        cells.append("%d" % provider[r["row"]] if r["row"] in provider else "—")
+        loaded = r["counts"].get("lldb22_bt", provider.get(r["row"]))
+        cells.append("—" if loaded is None else "%d" % loaded)
         truth = "%d%s" % (r["truth"], "†" if r.get("pcs_only") else "")
         lines.append("| %s | %s | %s |" % (r["row"], truth, " | ".join(cells)))
     return "\n".join(lines)

@@ -12,11 +12,20 @@ from typing import Dict
 import matrix
 from support import need_tool
 
-LLDB_FRAMES = "LLDB_FRAMES="
-LLDB_SCRIPT = ("script import json; fr = list(lldb.thread.frames); print('%s' + json.dumps("
-               "[{'pc': f.GetPC(), 'sp': f.GetSP(), 'cfa': f.GetCFA(), 'function': f.GetFunctionName(), "
-               "'inlined': f.IsInlined(), 'artificial': f.IsArtificial()} for f in fr[:%d]]))"
-               % (LLDB_FRAMES, matrix.FRAME_LIMIT))
+LLDB_FRAMES, LLDB_LOADED = "LLDB_FRAMES=", "LLDB_LOADED="
+
+
+def _frames_script(marker):
+    """A line printing LLDB's frames (SBThread) as JSON after `marker`."""
+    return ("script import json; fr = list(lldb.thread.frames); print('%s' + json.dumps("
+            "[{'pc': f.GetPC(), 'sp': f.GetSP(), 'cfa': f.GetCFA(), 'function': f.GetFunctionName(), "
+            "'inlined': f.IsInlined(), 'artificial': f.IsArtificial()} for f in fr[:%d]]))"
+            % (marker, matrix.FRAME_LIMIT))
+
+
+def _printed(transcript, marker):
+    """The frames printed after `marker` (the last one: not the command's echo)."""
+    return json.loads(transcript.rsplit(marker, 1)[1].splitlines()[0])
 
 
 REMOTE_LLDB = (22, 19)        # LLDB versions for qemu-user's gdbstub, newest first (16 hangs there)
@@ -39,7 +48,9 @@ def _lldb_remote(row, binary):
     version = next((v for v in REMOTE_LLDB if lldbrun.find_lldb(v) is not None), None)
     if version is None:
         raise AssertionError("no LLDB %s: run tests/setup.sh" % " or ".join(map(str, REMOTE_LLDB)))
-    after = [LLDB_SCRIPT, "unwind backtrace --json"]
+    after = [_frames_script(LLDB_FRAMES), "unwind backtrace --json"]
+    if version >= PROVIDER_LLDB:        # LLDB 22's own frames as loaded: the provider back on
+        after += ["unwind provider on", _frames_script(LLDB_LOADED)]
     sysroot, _ = matrix._sysroot(row)
     if row.mode == "null":
         stop, late = ["continue"], "-k"
@@ -77,10 +88,13 @@ def _lldb_remote(row, binary):
     transcript = proc.stdout + proc.stderr
     lldbrun.TRANSCRIPTS.append(transcript)
     assert "Traceback" not in transcript and LLDB_FRAMES in transcript, transcript[-3000:]
-    frames = json.loads(transcript.rsplit(LLDB_FRAMES, 1)[1].splitlines()[0])   # the last one: not the echo
+    frames = _printed(transcript, LLDB_FRAMES)
     text = transcript.split("unwind backtrace --json", 1)[1]
     walk = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
-    return {"lldb_alone": physical(frames), "lldb_walk": walk["frames"]}
+    out = {"lldb_alone": physical(frames), "lldb_walk": walk["frames"]}
+    if version >= PROVIDER_LLDB:
+        out["lldb22_bt"] = physical(_printed(transcript, LLDB_LOADED))
+    return out
 
 
 def _trap_address(row, twin):

@@ -24,20 +24,6 @@ PROVIDER_VERSION = 22
 ROWS = [row for row in matrix.rows() if row.arch == "x86_64" and not row.core]
 
 
-def _right(frames, truth, ranges, bias):
-    """How many frames from the innermost have the truth's pc (a supplied frame has no sp to
-    compare); in the frame a signal interrupted, its function (the signal's arrival varies)."""
-    count = 0
-    for level, (got, expected) in enumerate(zip(frames, truth)):
-        if got["pc"] != expected["pc"]:
-            interrupted = level > 0 and truth[level - 1].get("type") == matrix.SIGTRAMP_FRAME
-            function = matrix._function_at(got["pc"], ranges, bias)
-            if not interrupted or function is None or function != matrix._function_at(expected["pc"], ranges, bias):
-                break
-        count += 1
-    return count
-
-
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 def test_lldb_bt_as_loaded_gets_the_proven_frames(row):
     twin, binary = matrix.binaries(row)
@@ -63,7 +49,7 @@ def test_lldb_bt_as_loaded_gets_the_proven_frames(row):
     ranges = matrix.function_ranges(twin, row.arch)
     bias = matrix._pie_bias(truth, ranges)
     guessed = physical(results["guessed"])
-    counts = tuple(_right(frames, truth, ranges, bias) for frames in (alone, loaded, guessed, walk)) + (len(truth),)
+    counts = tuple(matrix.right_by_pc(frames, truth, ranges, bias) for frames in (alone, loaded, guessed, walk)) + (len(truth),)
     print("MATRIX-LLDB22 %s alone=%d loaded=%d guesses-on=%d walk=%d truth=%d proven=%d %s" % (
         (row.name,) + counts + (proven, [f["method"] for f in walk])))
     assert loaded[:len(alone)] == alone, (loaded, alone)
