@@ -4,11 +4,12 @@
 # `apt-get download` through a private apt configuration
 # ($UNWIND_SYSROOTS/apt/ARCH: its own sources.list, lists, cache and dpkg
 # status; APT::Architectures set on the command line, so neither the system's
-# sources nor its dpkg architectures are touched) and unpacked (dpkg -x) into
+# sources nor its dpkg architectures are touched; tests/debian_apt.sh) and unpacked (dpkg -x) into
 # $UNWIND_SYSROOTS/ARCH (default /opt/unwind-sysroots). qemu-arm -L takes the
 # armhf one; i386 programs run natively through the sysroot's own ld.so.
 # Idempotent: a sysroot already unpacked is kept; delete it to fetch again.
 set -euo pipefail
+. "$(dirname "$0")/debian_apt.sh"
 root="${UNWIND_SYSROOTS:-/opt/unwind-sysroots}"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -17,21 +18,7 @@ for arch in armhf i386; do
     dest="$root/$arch"
     [ -x "$dest/usr/bin/sort" ] && continue
     echo "setup: unpacking Debian 12 $arch programs into $dest"
-    d="$root/apt/$arch"
-    opts=(-o APT::Architectures="$arch" -o APT::Architecture="$arch" -o Dir::Etc::SourceList="$d/sources.list"
-          -o Dir::Etc::SourceParts="$d/parts" -o Dir::State::Lists="$d/lists" -o Dir::Cache="$d/cache"
-          -o Dir::State::Status="$d/status" -o Dir::Etc::Preferences="$d/preferences"
-          -o Dir::Etc::PreferencesParts="$d/parts")
-    $SUDO mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/parts"
-    echo "deb [arch=$arch] http://deb.debian.org/debian bookworm main" | $SUDO tee "$d/sources.list" >/dev/null
-    $SUDO touch "$d/status" "$d/preferences"
-    compgen -G "$d/lists/*_Packages" >/dev/null || $SUDO apt-get "${opts[@]}" update -q
-    debs="$(mktemp -d)"
-    chmod 777 "$debs"       # apt's download sandbox user (_apt) writes there
-    (cd "$debs" && $SUDO apt-get "${opts[@]}" download -q "${packages[@]/%/:$arch}")
     $SUDO rm -rf "$dest.partial"
-    $SUDO mkdir -p "$dest.partial"
-    for deb in "$debs"/*.deb; do $SUDO dpkg -x "$deb" "$dest.partial"; done
-    rm -rf "$debs"
+    debian_fetch "$arch" "$root/apt/$arch" no "$dest.partial" "${packages[@]}"
     $SUDO mv "$dest.partial" "$dest"
 done

@@ -24,12 +24,13 @@ import pytest
 
 from gdb_actions import native_frames
 from gdbrun import run_gdb
+from matrix_signal import arm_sigstop
 from qemu_arm import SYSROOT, qemu_arm
 from shadow_stack import SIGNAL, shadow_stack
 from support import build, need_tool
 
 MODES = {"plain": [], "altstack": ["altstack"], "siginfo": ["siginfo"], "altstack-siginfo": ["altstack", "siginfo"]}
-ARM_BUILDS = {"thumb-O2": ["-O2", "-mthumb"], "arm-O2": ["-O2", "-marm"], "thumb-O0": ["-O0", "-mthumb"]}
+ARM_BUILDS = ("thumb-O2", "arm-O2", "thumb-O0")      # of matrix_signal.ARM_SIGSTOP_BUILDS (the matrix's rows too)
 SIGTRAMP_FRAME = 4                   # gdb.SIGTRAMP_FRAME
 QUIET = "handle SIGUSR1 nostop noprint pass"
 ACTIONS = [("ours", "json", "unwind backtrace -json"), ("bt", "cmd", "bt"), *native_frames(), ("bt-native", "cmd", "bt")]
@@ -55,10 +56,7 @@ def test_arm_signal_frame(name, mode):
     """GDB's own walk under qemu-arm goes astray after glibc's restorer (it names the handler
     again, then code that never ran): the oracle is qemu's shadow call stack instead, the signal
     delivered at raise's `svc` standing for the trampoline's frame and the interrupted one."""
-    need_tool("arm-linux-gnueabihf-gcc")
-    binary = build("sigstop.c", ["-g", *ARM_BUILDS[name]], name="sigstop-" + name,
-                   compiler="arm-linux-gnueabihf-gcc",
-                   post=[["arm-linux-gnueabihf-objcopy", "--remove-section", ".debug_frame", "{out}"]])
+    binary = arm_sigstop(name)
     with qemu_arm(binary, MODES[mode], sysroot=SYSROOT) as address:
         results, transcript = run_gdb(binary, [("entry", "py", 'int(gdb.parse_and_eval("(long)&stop_here"))'),
                                                ("code-only", "json", "unwind backtrace -json -sources analysis"),

@@ -17,12 +17,13 @@ Asserted for every row:
 
 The counts are saved for docs/matrix.md's table (tests/.build/matrix-results.json;
 `python tests/helpers/matrix.py --update-readme` writes it; a run of some rows, `-k i386`,
-replaces theirs and keeps the others'). i386 runs natively (gcc -m32), arm32 (Thumb-2 and
-Arm, static) under qemu-arm; LLDB is not run for either (its columns say "—"), and arm32 has
-no signal rows: under qemu-arm GDB's own walk through the signal frame is wrong, so there is
-no truth (tests/emulated/test_signal_arm_i386.py checks that frame against qemu's shadow call
-stack instead). About 70 s for
-all rows here (23 rows, 3 debugger sessions each).
+replaces theirs and keeps the others'). i386 runs natively (gcc -m32; LLDB 16 as for x86_64),
+arm32 (Thumb-2 and Arm, static) under qemu-arm (LLDB 22's gdb-remote, as aarch64). arm32's signal
+rows are sigstop.c raising SIGUSR1 (dynamic, qemu-arm -L): under qemu-arm GDB's own walk through
+glibc's restorer is wrong, so their truth is qemu's shadow call stack and a frame is right by its
+pc (tests/helpers/matrix_signal.py). The table's last column, LLDB 22's `bt` as loaded, comes from
+tests/lldb/test_lldb_provider_matrix.py. About 4 minutes for all rows here (50 rows, 3 debugger
+sessions each).
 """
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ ROWS = matrix.rows()
 _RESULTS = {}
 # Columns short of the truth, and why; the test asserts exactly these counts, so a change shows.
 KNOWN_GAPS = {
+    # arm32, a signal raised (sigstop.c) under qemu-arm: GDB's own arm-linux sigtramp unwinder takes
+    # glibc's restorer (`mov r7, #119; svc 0`) and reads the sigcontext at the wrong place (its caller:
+    # pc 0); the plugin's walk is right there (glibc's .ARM.exidx entry over the sigcontext), but under
+    # `claim auto` its unwinder leaves that frame to GDB, with guesses on too (a plugin defect, reported).
+    **{("arm32 %s raise signal -%s" % (arch, build), column): 3
+       for arch in ("Thumb-2", "Arm") for build in ("O2", "O0") for column in ("gdb_default", "gdb_fallback")},
 }
 
 
@@ -68,6 +75,8 @@ def test_row(row: Row):
     assert counts["gdb_fallback"] >= counts["gdb_alone"]
     if counts["lldb_alone"] is not None:
         assert counts["lldb_walk"] >= counts["lldb_alone"]
+    if counts.get("lldb22_bt") is not None:     # LLDB 22's bt as loaded (by pc) keeps what LLDB alone had
+        assert counts["lldb22_bt"] >= counts["lldb_alone"], (counts, _describe(columns["lldb22_bt"]))
 
 
 def test_signal_frame_is_explained_and_compare_agrees_there():

@@ -5,7 +5,8 @@ its .eh_frame, .eh_frame_hdr and .debug_frame removed with objcopy (code
 and addresses unchanged), sometimes its symbols too; one is a real program
 nobody here wrote (Debian's /usr/bin/sleep, shipped without symbols, its
 tables removed the same way, stopped in libc's clock_nanosleep). The truth is GDB's own
-backtrace on the twin that keeps its tables; for the JIT row (JIT code
+backtrace on the twin that keeps its tables (arm32's signal rows: qemu's shadow call stack, pcs
+only, tests/helpers/matrix_signal.py); for the JIT row (JIT code
 never has tables) it is GDB's own backtrace below the JIT frame plus GDB's
 own backtrace after single-stepping out of the JIT code into its caller.
 
@@ -40,9 +41,14 @@ from typing import Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from matrix_signal import arm_sigstop, right_pcs, shadow_truth  # noqa: E402
+from qemu_arm import SYSROOT  # noqa: E402
 from support import BUILD, FIXTURES, ROOT, build, need_tool  # noqa: E402
 
 RESULTS = BUILD / "matrix-results.json"
+# LLDB 22's own `bt` as loaded (its frame provider on), counted by pc: tests/lldb/test_lldb_provider_matrix.py
+PROVIDER_RESULTS = BUILD / "matrix-lldb22-bt.json"
+PROVIDER_COLUMN = "LLDB 22 `bt` (as loaded)"
 README = ROOT / "docs" / "matrix.md"     # the table the README used to hold; the flag keeps its name
 BEGIN, END = "<!-- matrix: begin (tests/helpers/matrix.py) -->", "<!-- matrix: end -->"
 NO_TABLES = ["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
@@ -77,7 +83,7 @@ class Row:
             return "%s core without its executable (%s -%s, to %s)" % (self.arch, self.mode, self.build, self.anchor)
         if self.program.startswith("/"):
             return "%s %s (Debian's, no tables)" % (self.arch, Path(self.program).name)
-        what = {"matrix.c": self.mode, "jit.c": "jit"}[self.program]
+        what = {"matrix.c": self.mode, "jit.c": "jit", "sigstop.c": "raise signal"}[self.program]
         strip = ", no symbols" if self.stripped else ""
         return "%s %s -%s%s" % (self.arch, what, self.build, strip)
 
@@ -91,6 +97,8 @@ def rows() -> List[Row]:
                     if mode == "signal" and arch in (ARM_THUMB, ARM_ARM):
                         continue        # GDB's own Arm signal frame is wrong under qemu-arm: no truth
                     out.append(Row(arch, "matrix.c", flags, mode, stripped))
+        if arch in (ARM_THUMB, ARM_ARM):     # a signal raised (sigstop.c): the truth is qemu's shadow call stack
+            out += [Row(arch, "sigstop.c", flags, "") for flags in ("O2", "O0")]
         out.append(Row(arch, "matrix.c", "O2", "thread", anchor="thread_main"))
         out.append(Row(arch, "matrix.c", "O2", "null"))
     out.append(Row("x86_64", "jit.c", "O2", "", tables_removed=False))
@@ -112,6 +120,9 @@ def binaries(row: Row) -> Tuple[Path, Path]:
     if row.core:
         twin = binaries(replace(row, core=False))[0]
         return twin, twin
+    if row.program == "sigstop.c":
+        name = "%s-%s" % ("thumb" if row.arch == ARM_THUMB else "arm", row.build)
+        return arm_sigstop(name, debug_frame=True), arm_sigstop(name)
     if row.arch in NATIVE_FLAGS:
         flags = FLAGS[row.build] + NATIVE_FLAGS[row.arch]
         tag = "" if row.arch == "x86_64" else "-" + row.arch
@@ -139,7 +150,7 @@ def _breakpoint(row):
     """Where the program is stopped: matrix.c stops itself (a breakpoint instruction)."""
     if row.program.startswith("/"):
         return "clock_nanosleep"            # libc (with tables), called through the program's own code
-    return "stop_here" if row.program == "jit.c" else None
+    return "stop_here" if row.program in ("jit.c", "sigstop.c") else None
 
 
 def _cross(row, under_test):
@@ -185,10 +196,10 @@ def core_of(row, binary) -> Path:
     return out
 
 
-def _gdb(row, binary, actions):
+def _gdb(row, binary, actions, breakpoint=None):
     from gdbrun import run_gdb
     args = [row.mode] if row.mode else []
-    breakpoint = _breakpoint(row)
+    breakpoint = breakpoint or _breakpoint(row)
     if row.core:
         gdb = "gdb" if row.arch in NATIVE_FLAGS else "gdb-multiarch"
         return run_gdb(binary, actions, core=core_of(row, binary), breakpoint=None, setup=NATIVE,
@@ -198,9 +209,17 @@ def _gdb(row, binary, actions):
         return run_gdb(binary, actions, args=args, breakpoint=breakpoint, setup=setup)[0]
     from qemu_user import qemu_user
     _, emulator, _, options = CROSS[row.arch]
-    with qemu_user(emulator, binary, args, options=options) as address:
-        return run_gdb(binary, actions, args=(), breakpoint=breakpoint, setup=NATIVE + QEMU_SETUP,
+    sysroot, setup = _sysroot(row)
+    with qemu_user(emulator, binary, args, sysroot=sysroot, options=options) as address:
+        return run_gdb(binary, actions, args=(), breakpoint=breakpoint, setup=NATIVE + QEMU_SETUP + setup,
                        gdb_program="gdb-multiarch", remote=address, timeout=300)[0]
+
+
+def _sysroot(row):
+    """(qemu's -L, GDB's extra setup): sigstop.c is dynamic, against Debian's armhf cross libc."""
+    if row.program != "sigstop.c":
+        return None, []
+    return SYSROOT, ["set sysroot %s" % SYSROOT, "handle SIGUSR1 nostop noprint pass"]
 
 
 def _frames(payload=None):
@@ -214,6 +233,10 @@ def truth_frames(row, twin) -> List[dict]:
         return None             # taken in the same session as the columns (see _jit_truth)
     if row.core:
         row = replace(row, core=False)
+    if row.program == "sigstop.c":
+        addresses = _gdb(row, twin, [("stop_here", "py", "int(gdb.parse_and_eval('(long)&stop_here'))"),
+                                     ("restorer", "py", "int(gdb.parse_and_eval('$lr'))")], breakpoint="*handler")
+        return shadow_truth(addresses, twin, row.anchor, _in_function(twin, row.arch, addresses["stop_here"]))
     results = _gdb(row, twin, [("off", "cmd", "disable unwinder global unwind-plugin"),
                                ("truth", "frames", _frames())])
     return _through(results["truth"], row.anchor)
@@ -256,95 +279,6 @@ def gdb_columns(row, binary) -> Dict[str, list]:
     return out
 
 
-LLDB_FRAMES = "LLDB_FRAMES="
-LLDB_SCRIPT = ("script import json; fr = list(lldb.thread.frames); print('%s' + json.dumps("
-               "[{'pc': f.GetPC(), 'sp': f.GetSP(), 'cfa': f.GetCFA(), 'function': f.GetFunctionName(), "
-               "'inlined': f.IsInlined(), 'artificial': f.IsArtificial()} for f in fr[:%d]]))"
-               % (LLDB_FRAMES, FRAME_LIMIT))
-
-
-REMOTE_LLDB = (22, 19)        # LLDB versions for qemu-user's gdbstub, newest first (16 hangs there)
-REMOTE_LLDB_TIMEOUT = 120     # seconds a remote LLDB session may take
-PROVIDER_LLDB = 22            # LLDB's own bt gets the plugin's proven frames from this version (as loaded)
-
-
-def _lldb_remote(row, binary):
-    """LLDB attached with `gdb-remote` to qemu-user's gdbstub: its own frames and the plugin's walk.
-
-    LLDB 19 and 22 (LLDB 16 hangs once the program takes a signal, and at a stop in
-    code without symbols). For a program without symbols LLDB's connection already
-    runs it to the `brk` in stop_here; otherwise a breakpoint on that instruction
-    stops it there (the same pc and registers; LLDB's batch mode would end at the
-    stop by a signal). A program that stops by SIGSEGV (the null row) ends the batch:
-    the commands then run as its on-crash commands (-k)."""
-    import lldbrun
-    from lldbrun import physical
-    from qemu_user import qemu_user
-    version = next((v for v in REMOTE_LLDB if lldbrun.find_lldb(v) is not None), None)
-    if version is None:
-        raise AssertionError("no LLDB %s: run tests/setup.sh" % " or ".join(map(str, REMOTE_LLDB)))
-    after = [LLDB_SCRIPT, "unwind backtrace --json"]
-    if row.mode == "null":
-        stop, late = ["continue"], "-k"
-    else:
-        trap = _trap_address(_cross(row, False))
-        stop = ["script (lldb.thread.GetFrameAtIndex(0).GetPC() == 0x%x) or (lldb.debugger.HandleCommand("
-                "'breakpoint set -a 0x%x'), lldb.debugger.HandleCommand('continue'))" % (trap, trap)]
-        late = "-o"
-    previous = lldbrun.version()
-    lldbrun.use(version)
-    try:
-        argv = lldbrun.lldb_argv() + ["--no-lldbinit", "--batch"]
-        with qemu_user("qemu-aarch64", binary, [row.mode] if row.mode else [],
-                       options=("-cpu", "max,sve=off")) as address:
-            # LLDB 22's frame provider is on as loaded: "LLDB alone" is LLDB with it off.
-            alone = ["unwind provider off"] if version >= PROVIDER_LLDB else []
-            for line in ["command script import %s/lldb_commands" % ROOT, *alone, "gdb-remote %s" % address,
-                         "process handle SIGALRM --stop false --notify false --pass true", *stop]:
-                argv += ["-o", line]
-            for line in after:
-                argv += [late, line]
-            try:
-                proc = subprocess.run(argv + [str(binary)], env=lldbrun.lldb_env(), capture_output=True, text=True,
-                                      timeout=REMOTE_LLDB_TIMEOUT)
-            except subprocess.TimeoutExpired as exc:
-                raise AssertionError("LLDB %d on qemu-user's gdbstub did not finish in %d s: %s"
-                                     % (version, REMOTE_LLDB_TIMEOUT, (exc.stdout or b"")[-2000:])) from None
-    finally:
-        lldbrun.use(previous)
-    transcript = proc.stdout + proc.stderr
-    lldbrun.TRANSCRIPTS.append(transcript)
-    assert "Traceback" not in transcript and LLDB_FRAMES in transcript, transcript[-3000:]
-    frames = json.loads(transcript.rsplit(LLDB_FRAMES, 1)[1].splitlines()[0])   # the last one: not the echo
-    text = transcript.split("unwind backtrace --json", 1)[1]
-    walk = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
-    return {"lldb_alone": physical(frames), "lldb_walk": walk["frames"]}
-
-
-def _trap_address(twin):
-    """The address of the `brk` in stop_here (static twin: absolute)."""
-    objdump = need_tool("aarch64-linux-gnu-objdump")
-    out = subprocess.run([objdump, "-d", "--disassemble=stop_here", str(twin)], capture_output=True, text=True,
-                         check=True).stdout
-    return int(next(line for line in out.splitlines() if "\tbrk\t" in line).split(":")[0], 16)
-
-
-def lldb_columns(row, binary) -> Dict[str, list]:
-    if row.core:
-        return {}               # GDB's row: LLDB loads a core's modules from its own mapping list
-    if row.arch in (ARM_THUMB, ARM_ARM, "i386"):
-        return {}               # LLDB is not run for them (its columns say "—")
-    if row.arch != "x86_64":
-        return _lldb_remote(row, binary)
-    from lldbrun import physical, run_lldb
-    args = [row.mode] if row.mode else []
-    breakpoint = _breakpoint(row)
-    results, _ = run_lldb(binary, [("lldb_alone", "frames", None),
-                                   ("lldb_walk", "json", "unwind backtrace --json")],
-                          args=args, breakpoint=breakpoint)
-    return {"lldb_alone": physical(results["lldb_alone"]), "lldb_walk": results["lldb_walk"]["frames"]}
-
-
 # -- judging ---------------------------------------------------------------------------
 
 def function_ranges(twin: Path, arch: str) -> List[Tuple[int, int, str]]:
@@ -358,6 +292,13 @@ def function_ranges(twin: Path, arch: str) -> List[Tuple[int, int, str]]:
             start, size = int(parts[0], 16) & ~1, int(parts[1], 16)       # bit 0: Thumb code
             ranges.append((start, start + size, parts[3]))
     return ranges
+
+
+def _in_function(twin, arch, stop_here):
+    """The twin's function at a run-time pc (its load bias from stop_here's run-time address)."""
+    ranges = function_ranges(twin, arch)
+    bias = stop_here - next(start for start, _, name in ranges if name == "stop_here")
+    return lambda pc: _function_at(pc & ~1, ranges, bias)
 
 
 def _function_at(pc, ranges, bias):
@@ -400,11 +341,27 @@ def right_frames(frames: List[dict], truth: List[dict], ranges, bias=0) -> int:
 SIGTRAMP_FRAME = 4          # gdb.SIGTRAMP_FRAME
 
 
+def right_by_pc(frames: List[dict], truth: List[dict], ranges, bias=0) -> int:
+    """How many frames from the innermost have the truth's pc (LLDB 22's provider supplies frames
+    without a stack pointer of their own); in the frame a signal interrupted, its function (the
+    signal's arrival varies)."""
+    count = 0
+    for level, (got, expected) in enumerate(zip(frames, truth)):
+        if got["pc"] != expected["pc"]:
+            interrupted = level > 0 and truth[level - 1].get("type") == SIGTRAMP_FRAME
+            function = _function_at(got["pc"], ranges, bias)
+            if not interrupted or function is None or function != _function_at(expected["pc"], ranges, bias):
+                break
+        count += 1
+    return count
+
+
 @dataclass
 class RowResult:
     row: str
     truth: int
     counts: Dict[str, Optional[int]] = field(default_factory=dict)
+    pcs_only: bool = False      # the truth has pcs only (qemu's shadow call stack): shown "N†"
 
 
 def run_row(row: Row) -> Tuple[RowResult, dict]:
@@ -412,13 +369,22 @@ def run_row(row: Row) -> Tuple[RowResult, dict]:
     twin, binary = binaries(row)
     columns = gdb_columns(row, binary)
     truth = columns.pop("truth", None) or truth_frames(row, twin)
+    from matrix_lldb import lldb_columns
     columns.update(lldb_columns(row, binary))
     ranges = function_ranges(twin, row.arch)
-    bias = _pie_bias(truth, ranges)
-    result = RowResult(row.name, len(truth))
+    result = RowResult(row.name, len(truth), pcs_only=truth[0]["sp"] is None)
+    if result.pcs_only:
+        in_function = _in_function(twin, row.arch, truth[0]["pc"])
+        count = by_pc = lambda frames: right_pcs(frames, truth, in_function)       # noqa: E731
+    else:
+        bias = _pie_bias(truth, ranges)
+        count = lambda frames: right_frames(frames, truth, ranges, bias)   # noqa: E731
+        by_pc = lambda frames: right_by_pc(frames, truth, ranges, bias)    # noqa: E731
     for key, _ in COLUMNS:
         frames = columns.get(key)
-        result.counts[key] = None if frames is None else right_frames(frames, truth, ranges, bias)
+        result.counts[key] = None if frames is None else count(frames)
+    if "lldb22_bt" in columns:      # qemu-user rows: LLDB 22's bt as loaded, in the same session
+        result.counts["lldb22_bt"] = by_pc(columns["lldb22_bt"])
     columns["truth"] = truth
     return result, columns
 
@@ -445,21 +411,35 @@ def save(results: List[RowResult]) -> None:
     RESULTS.write_text(json.dumps([by_name[row.name] for row in rows() if row.name in by_name], indent=1))
 
 
-def table(results: List[dict]) -> str:
-    head = "| program | frames | " + " | ".join(title for _, title in COLUMNS) + " |"
-    lines = [head, "|" + " --- |" * (len(COLUMNS) + 2)]
+def save_provider_count(row: Row, count: int) -> None:
+    """Keep LLDB 22's `bt` count of one row (right frames by pc) for the table's provider column."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    saved = json.loads(PROVIDER_RESULTS.read_text()) if PROVIDER_RESULTS.exists() else {}
+    saved[row.name] = count
+    tmp = PROVIDER_RESULTS.with_suffix(".tmp%d" % os.getpid())
+    tmp.write_text(json.dumps(saved, indent=1))
+    tmp.rename(PROVIDER_RESULTS)
+
+
+def table(results: List[dict], provider: Dict[str, int]) -> str:
+    head = "| program | frames | " + " | ".join(title for _, title in COLUMNS) + " | %s |" % PROVIDER_COLUMN
+    lines = [head, "|" + " --- |" * (len(COLUMNS) + 3)]
     for r in results:
         cells = ["—" if r["counts"].get(k) is None else "%d" % r["counts"][k] for k, _ in COLUMNS]
-        lines.append("| %s | %d | %s |" % (r["row"], r["truth"], " | ".join(cells)))
+        loaded = r["counts"].get("lldb22_bt", provider.get(r["row"]))
+        cells.append("—" if loaded is None else "%d" % loaded)
+        truth = "%d%s" % (r["truth"], "†" if r.get("pcs_only") else "")
+        lines.append("| %s | %s | %s |" % (r["row"], truth, " | ".join(cells)))
     return "\n".join(lines)
 
 
 def update_readme(results: List[dict]) -> None:
+    provider = json.loads(PROVIDER_RESULTS.read_text()) if PROVIDER_RESULTS.exists() else {}
     text = README.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     if not pattern.search(text):
         raise SystemExit("docs/matrix.md has no matrix markers (%s ... %s)" % (BEGIN, END))
-    README.write_text(pattern.sub(lambda _: "%s\n%s\n%s" % (BEGIN, table(results), END), text))
+    README.write_text(pattern.sub(lambda _: "%s\n%s\n%s" % (BEGIN, table(results, provider), END), text))
 
 
 if __name__ == "__main__":
