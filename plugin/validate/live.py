@@ -89,7 +89,8 @@ def truth_at_entry(arch, registers: Dict[int, int], read_memory) -> Truth:
         raise ValueError("the return address is not known at 0x%x" % pc)
     saved = {n: registers[n] for n in arch.callee_saved
              if n in registers and n not in (arch.ra, arch.sp, arch.pc)}
-    return Truth(pc, result.cfa, arch.strip_pointer_auth(ra), saved)
+    # the pc the caller resumes at (on Arm without the Thumb bit of lr)
+    return Truth(pc, result.cfa, arch.return_to(arch.strip_pointer_auth(ra), registers, {}), saved)
 
 
 @dataclass
