@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# Debian 12's own armhf and i386 programs as an oracle (issue 33, item 6):
-# coreutils, bash and libc6 of each architecture, downloaded with
+# Debian 12's own armhf, i386 and arm64 programs as an oracle (issue 33, item 6):
+# coreutils, bash, python3.11 and libc6 of each architecture, downloaded with
 # `apt-get download` through a private apt configuration
 # ($UNWIND_SYSROOTS/apt/ARCH: its own sources.list, lists, cache and dpkg
 # status; APT::Architectures set on the command line, so neither the system's
 # sources nor its dpkg architectures are touched) and unpacked (dpkg -x) into
 # $UNWIND_SYSROOTS/ARCH (default /opt/unwind-sysroots). qemu-arm -L takes the
-# armhf one; i386 programs run natively through the sysroot's own ld.so.
+# armhf one, qemu-aarch64 -L the arm64 one; i386 programs run natively through the sysroot's own ld.so.
 # Idempotent: a sysroot already unpacked is kept; delete it to fetch again.
 set -euo pipefail
 root="${UNWIND_SYSROOTS:-/opt/unwind-sysroots}"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-packages=(coreutils libc6 bash libtinfo6 libselinux1 libgmp10 libattr1 libacl1 libpcre2-8-0 libssl3 libc6-dbg)
-for arch in armhf i386; do
+packages=(coreutils libc6 bash libtinfo6 libselinux1 libgmp10 libattr1 libacl1 libpcre2-8-0 libssl3 libc6-dbg
+          python3.11-minimal libpython3.11-minimal zlib1g libexpat1)
+for arch in armhf i386 arm64; do
     dest="$root/$arch"
-    [ -x "$dest/usr/bin/sort" ] && continue
+    [ -x "$dest/usr/bin/sort" ] && [ -x "$dest/usr/bin/python3.11" ] && continue
     echo "setup: unpacking Debian 12 $arch programs into $dest"
     d="$root/apt/$arch"
     opts=(-o APT::Architectures="$arch" -o APT::Architecture="$arch" -o Dir::Etc::SourceList="$d/sources.list"
@@ -33,5 +34,6 @@ for arch in armhf i386; do
     $SUDO mkdir -p "$dest.partial"
     for deb in "$debs"/*.deb; do $SUDO dpkg -x "$deb" "$dest.partial"; done
     rm -rf "$debs"
+    $SUDO rm -rf "$dest"
     $SUDO mv "$dest.partial" "$dest"
 done

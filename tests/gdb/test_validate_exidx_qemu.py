@@ -1,0 +1,119 @@
+"""`unwind validate` live on 32-bit Arm: EHABI rows judged in a program run under qemu-arm (issue 33, item 5).
+
+tests/fixtures/validate_planted_exidx.S plants a wrong `.save`, `.pad` and
+`.setfp` (Arm code; arm-linux-gnueabihf-as writes the opcodes), called from
+a Thumb-2 main (validate_planted_exidx_main.c: every call and return
+interworks). The program runs under `qemu-arm -g PORT` and gdb-multiarch
+steps one real call of each function. Where each error lies comes from the
+assembler's symbols (bad_N_begin/bad_N_end, nm) and objdump's instruction
+list; the truth is what the function's entry said (plugin.validate.live).
+The planted call is wrong at exactly its instruction, the twin built with
+-DCORRECT is clean, and the live verdicts equal the offline ones
+(`python -m plugin validate`) on the instructions the call went through.
+
+Then Debian 12's own armhf libc (tests/setup_debian_sysroots.sh), stepped
+while Debian's `sort` runs: every EHABI row judged is right.
+"""
+
+import subprocess
+
+import pytest
+
+from debian_sysroot import sysroot as debian_sysroot
+from gdbrun import run_gdb
+from qemu_arm import qemu_arm
+from support import BUILD, FIXTURES, build, need_tool
+from validate_support import planted_ranges, validate, wrong, wrong_by_source
+
+ARM = "arm-linux-gnueabihf-"
+# each function the planted program calls, in order, and its planted error (validate_planted_exidx.S)
+CALLS = (("save_wrong", 12), ("pad_wrong", 13), ("setfp_wrong", 14))
+
+
+def _programs(correct):
+    """(program with the bad_N labels, the same without local symbols: GDB would take a label for a function)."""
+    flags = ["-O1", "-mthumb", "-static", "-funwind-tables", str(FIXTURES / "validate_planted_exidx.S")]
+    labelled = build("validate_planted_exidx_main.c", flags + (["-DCORRECT"] if correct else []),
+                     name="validate_exidx_live_%s" % ("twin" if correct else "planted"),
+                     compiler=need_tool(ARM + "gcc"))
+    bare = BUILD / (labelled.name + "-bare")
+    if not bare.exists():
+        tmp = bare.with_suffix(".tmp")
+        subprocess.run([need_tool(ARM + "objcopy"), "--discard-all", str(labelled), str(tmp)], check=True)
+        tmp.rename(bare)
+    return labelled, bare
+
+
+def _validate_calls(bare):
+    actions = [(name, "json", "unwind validate -json %s" % name) for name, _ in CALLS]
+    with qemu_arm(bare, []) as address:
+        results, transcript = run_gdb(bare, actions, gdb_program="gdb-multiarch", remote=address, timeout=300)
+    for name, _ in CALLS:
+        assert "error" not in results[name], (name, results[name], transcript[-2000:])
+        assert results[name]["complete"], (name, results[name]["ending_detail"])
+    return results
+
+
+@pytest.fixture(scope="module")
+def planted():
+    labelled, bare = _programs(correct=False)
+    return labelled, _validate_calls(bare)
+
+
+def test_each_planted_ehabi_error_is_found_live_at_its_call(planted):
+    labelled, reports = planted
+    for name, number in CALLS:
+        report = reports[name]
+        expected = planted_ranges(labelled, (number,), ARM)
+        assert len(expected) == 1 and set(expected) <= set(report["path"]), name
+        assert wrong_by_source(report)["exidx"] == expected, name
+        [miss] = report["wrong"]
+        assert miss["instruction"].startswith("bl") and miss["row"], miss
+        assert "cfa" in {i["item"] for i in miss["items"]}, miss        # each planted error moves the CFA
+        # judged where EHABI claims to be exact: the entry and the call; the rest is not judged
+        exidx = report["sources"]["exidx"]
+        assert exidx["checked"] == 2 and exidx["right"] == 1 and exidx["unknown"] == []
+        assert exidx["not_judged"] == report["instructions"] - 2
+
+
+def test_live_equals_offline_on_the_path(planted):
+    labelled, reports = planted
+    offline = wrong(validate(labelled), "exidx")
+    for name, _ in CALLS:
+        path = set(reports[name]["path"])
+        assert wrong_by_source(reports[name])["exidx"] == [a for a in offline if a in path], name
+
+
+def test_the_correct_twin_is_clean_live():
+    _, bare = _programs(correct=True)
+    reports = _validate_calls(bare)
+    for name, _ in CALLS:
+        report = reports[name]
+        exidx = report["sources"]["exidx"]
+        assert report["wrong"] == [] and exidx["right"] == exidx["checked"] == 2, (name, report)
+        assert report["return_address"] & 1 == 0      # main is Thumb: the pc it resumes at, without bit 0
+
+
+def test_debian_armhf_libc_rows_are_right_live():
+    """Debian's sort (no .symtab, no CFI: .ARM.exidx only) calling libc's fclose, _IO_file_write, fflush."""
+    sysroot = debian_sysroot("armhf")
+    binary = sysroot / "usr/bin/sort"
+    names = ("fclose", "_IO_file_write", "fflush")
+    actions = [("delete", "cmd", "delete"), ("fclose", "json", "unwind validate -json")]
+    actions += [(name, "json", "unwind validate -json %s" % name) for name in names[1:]]
+    with qemu_arm(binary, ["/etc/hostname"], sysroot=sysroot) as address:
+        results, transcript = run_gdb(binary, actions, breakpoint="fclose", gdb_program="gdb-multiarch",
+                                      remote=address, timeout=300,
+                                      setup=["set sysroot %s" % sysroot, "set breakpoint pending on"])
+    checked = 0
+    for name in names:
+        report = results[name]
+        assert "error" not in report, (name, report, transcript[-2000:])
+        exidx = report["sources"]["exidx"]
+        print("%s: %d steps, exidx %d checked, %d right, wrong %s, undecided %s, %d not judged"
+              % (name, report["steps"], exidx["checked"], exidx["right"], exidx["wrong"], exidx["unknown"],
+                 exidx["not_judged"]))
+        assert report["complete"], (name, report["ending_detail"])
+        assert report["wrong"] == [] and exidx["unknown"] == [] and exidx["right"] == exidx["checked"] >= 2, name
+        checked += exidx["checked"]
+    assert checked >= 9
