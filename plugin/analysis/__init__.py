@@ -46,11 +46,12 @@ def supported(arch) -> bool:
     return arch.name in FACTS
 
 
-def instruction_sets(arch, functions: Dict[int, int], symbol) -> Dict[bool, Dict[int, int]]:
+def instruction_sets(arch, functions: Dict[int, int], symbol, read=None) -> Dict[bool, Dict[int, int]]:
     """{thumb: {start: end}}: on Arm a function is Thumb code when its symbol's value (symbol(address)
     -> (name, value)) is its start + 1; one with no symbol of its own (a static function of a stripped
     library: .ARM.exidx addresses carry no Thumb bit) is coded as the nearest one below that has one
-    (the same object file, the same flags), else above; elsewhere all is one set."""
+    (the same object file, the same flags), else above; when none has, its code decides
+    (arm.looks_like_arm, with read(address, size)); elsewhere all is one set."""
     if arch.name != "arm":
         return {False: functions}
     starts = sorted(functions)
@@ -60,10 +61,11 @@ def instruction_sets(arch, functions: Dict[int, int], symbol) -> Dict[bool, Dict
         if found and found[1] in (start, start | 1):
             known[start] = found[1] == start | 1
     out: Dict[bool, Dict[int, int]] = {False: {}, True: {}}
-    thumb = next((known[s] for s in starts if s in known), False)
+    thumb = next((known[s] for s in starts if s in known), None)
     for start in starts:
         thumb = known.get(start, thumb)
-        out[thumb][start] = functions[start]
+        coded = thumb if thumb is not None else read is None or not arm.looks_like_arm(read, start)
+        out[coded][start] = functions[start]
     return out
 
 
