@@ -7,16 +7,16 @@
 # sources nor its dpkg architectures are touched) and unpacked (dpkg -x) into
 # $UNWIND_SYSROOTS/ARCH (default /opt/unwind-sysroots). qemu-arm -L takes the
 # armhf one, qemu-aarch64 -L the arm64 one; i386 programs run natively through the sysroot's own ld.so.
-# Idempotent: a sysroot already unpacked is kept; delete it to fetch again.
+# Idempotent: a sysroot unpacked from the same package list ($dest/.packages) is kept.
 set -euo pipefail
 root="${UNWIND_SYSROOTS:-/opt/unwind-sysroots}"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 packages=(coreutils libc6 bash libtinfo6 libselinux1 libgmp10 libattr1 libacl1 libpcre2-8-0 libssl3 libc6-dbg
-          python3.11-minimal libpython3.11-minimal zlib1g libexpat1)
+          python3.11-minimal libpython3.11-minimal zlib1g libexpat1 libgcc-s1)
 for arch in armhf i386 arm64; do
     dest="$root/$arch"
-    [ -x "$dest/usr/bin/sort" ] && [ -x "$dest/usr/bin/python3.11" ] && continue
+    [ "$(cat "$dest/.packages" 2>/dev/null)" = "${packages[*]}" ] && continue
     echo "setup: unpacking Debian 12 $arch programs into $dest"
     d="$root/apt/$arch"
     opts=(-o APT::Architectures="$arch" -o APT::Architecture="$arch" -o Dir::Etc::SourceList="$d/sources.list"
@@ -34,6 +34,7 @@ for arch in armhf i386 arm64; do
     $SUDO mkdir -p "$dest.partial"
     for deb in "$debs"/*.deb; do $SUDO dpkg -x "$deb" "$dest.partial"; done
     rm -rf "$debs"
+    echo "${packages[*]}" | $SUDO tee "$dest.partial/.packages" >/dev/null
     $SUDO rm -rf "$dest"
     $SUDO mv "$dest.partial" "$dest"
 done
