@@ -1,4 +1,4 @@
-"""Debian 12's own armhf programs as the oracle (issue 33, item 6).
+"""Debian 12's own armhf, i386 and arm64 programs as the oracle (issue 33, item 6).
 
 tests/setup_debian_sysroots.sh unpacks Debian's armhf coreutils, bash and
 libc6 into /opt/unwind-sysroots/armhf (their code ships .ARM.exidx, no
@@ -26,7 +26,9 @@ and libc carry .eh_frame, GDB's walk reaches __libc_start_main and _start,
 and the plugin's must equal it whole, and so must GDB's bt with the plugin.
 
 python3 (Debian's python3.11, no .symtab, no unwind table on armhf) runs
-`-c 'print(1)'` to its write, on each architecture.
+`-c 'print(1)'` to its write, on each architecture. A signal handler:
+coreutils' timeout stopped in the kill its SIGALRM handler makes (i386 and
+arm64; arm64 without SVE, whose signal frame GDB cannot read under qemu).
 """
 import shlex
 
@@ -50,11 +52,19 @@ STOPS = {
     "bash-write": ("bin/bash", ["-c", "echo hi"], "write"),
     "bash-malloc": ("bin/bash", ["-c", "echo hi"], "malloc"),
     "python3-write": ("usr/bin/python3.11", ["-c", "print(1)"], "write"),
+    # a signal handler: timeout's SIGALRM handler (cleanup) sends the child SIGTERM, interrupting sigsuspend
+    "timeout-kill": ("usr/bin/timeout", ["0.2", "sleep", "5"], "kill"),
 }
+# GDB passes the signals timeout lives by (its alarm, its child's end) to the program without stopping
+SIGNALS = "handle SIGALRM SIGCHLD nostop noprint pass"
 # python3.11 on armhf: GDB stops at frame 1 (its prologue analyser: "previous frame identical");
 # past it the plugin's walk is a stack scan (python3.11 has no table, and the static function
 # holding the return address has no symbol, no exidx neighbour, no direct call reaching it, and
 # the Arm analysis reads no code forward from a pc), which takes 2 stale return addresses for frames.
+# Not on armhf: timeout's handler has no table and no symbol, the plugin's walk takes a stale return
+# address by stack scan instead of glibc's restorer (which lr held at the handler's entry) and loses
+# the frames below; and the shadow stack, from a second run, sees the alarm land elsewhere.
+NOT_ON_ARMHF = ("timeout-kill",)
 ARMHF_KNOWN_WRONG = {"python3-write": "2 stale return addresses taken by the stack scan (no forward Arm analysis)"}
 
 
@@ -73,12 +83,12 @@ def _bt(results):
                  in results.splitlines() if line.startswith("#")]
 
 
-@pytest.mark.parametrize("stop", sorted(STOPS))
+@pytest.mark.parametrize("stop", sorted(set(STOPS) - set(NOT_ON_ARMHF)))
 def test_armhf_walk_equals_gdb(stop):
     sysroot = _sysroot("armhf")
     program, args, breakpoint = STOPS[stop]
     binary = sysroot / program
-    setup = ["set sysroot %s" % sysroot, "set breakpoint pending on"]
+    setup = ["set sysroot %s" % sysroot, "set breakpoint pending on", SIGNALS]
     with qemu_arm(binary, args, sysroot=sysroot) as address:
         results, transcript = run_gdb(binary, [
             ("entry", "py", 'int(gdb.parse_and_eval("(long)&%s")) & 0xffffffff' % breakpoint),
@@ -152,7 +162,7 @@ def test_i386_walk_equals_gdb(stop):
         *native_frames(),
         ("bt-native", "cmd", "bt"),
     ], args=["--library-path", libraries, str(sysroot / program), *map(shlex.quote, args)], breakpoint=breakpoint,
-        setup=["set breakpoint pending on"], timeout=300)
+        setup=["set breakpoint pending on", SIGNALS], timeout=300)
     _check(stop, results, transcript, whole=True)
 
 
@@ -163,13 +173,14 @@ def test_arm64_walk_equals_gdb(stop):
     sysroot = _sysroot("arm64")
     program, args, breakpoint = STOPS[stop]
     binary = sysroot / program
-    with qemu_user("qemu-aarch64", binary, args, sysroot=sysroot) as address:
+    # no SVE: GDB 13 cannot read the signal frame of qemu's SVE vector length ("Invalid vector length")
+    with qemu_user("qemu-aarch64", binary, args, sysroot=sysroot, options=("-cpu", "max,sve=off")) as address:
         results, transcript = run_gdb(binary, [
             ("ours", "json", "unwind backtrace -json"),
             ("bt", "cmd", "bt"),
             *native_frames(),
             ("bt-native", "cmd", "bt"),
         ], breakpoint=breakpoint, setup=["set sysroot %s" % sysroot, "set breakpoint pending on",
-                                         "set backtrace past-main on"],
+                                         "set backtrace past-main on", SIGNALS],
             gdb_program="gdb-multiarch", remote=address, timeout=300)
     _check(stop, results, transcript, whole=True)
