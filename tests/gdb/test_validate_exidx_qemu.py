@@ -22,28 +22,11 @@ import subprocess
 import pytest
 
 from debian_sysroot import sysroot as debian_sysroot
+from exidx_live import ARM, CALLS, programs
 from gdbrun import run_gdb
 from qemu_arm import qemu_arm
-from support import BUILD, FIXTURES, build, need_tool
+from support import need_tool
 from validate_support import planted_ranges, validate, wrong, wrong_by_source
-
-ARM = "arm-linux-gnueabihf-"
-# each function the planted program calls, in order, and its planted error (validate_planted_exidx.S)
-CALLS = (("save_wrong", 12), ("pad_wrong", 13), ("setfp_wrong", 14))
-
-
-def _programs(correct):
-    """(program with the bad_N labels, the same without local symbols: GDB would take a label for a function)."""
-    flags = ["-O1", "-mthumb", "-static", "-funwind-tables", str(FIXTURES / "validate_planted_exidx.S")]
-    labelled = build("validate_planted_exidx_main.c", flags + (["-DCORRECT"] if correct else []),
-                     name="validate_exidx_live_%s" % ("twin" if correct else "planted"),
-                     compiler=need_tool(ARM + "gcc"))
-    bare = BUILD / (labelled.name + "-bare")
-    if not bare.exists():
-        tmp = bare.with_suffix(".tmp")
-        subprocess.run([need_tool(ARM + "objcopy"), "--discard-all", str(labelled), str(tmp)], check=True)
-        tmp.rename(bare)
-    return labelled, bare
 
 
 def _validate_calls(bare):
@@ -58,7 +41,7 @@ def _validate_calls(bare):
 
 @pytest.fixture(scope="module")
 def planted():
-    labelled, bare = _programs(correct=False)
+    labelled, bare = programs(correct=False)
     return labelled, _validate_calls(bare)
 
 
@@ -87,7 +70,7 @@ def test_live_equals_offline_on_the_path(planted):
 
 
 def test_the_correct_twin_is_clean_live():
-    _, bare = _programs(correct=True)
+    _, bare = programs(correct=True)
     reports = _validate_calls(bare)
     for name, _ in CALLS:
         report = reports[name]
