@@ -149,7 +149,7 @@ def run_validate(state, given, explicit_sources):
         found = target.symbol(truth.entry)
         name = given.value or (found[0] if found and found[1] == truth.entry else "0x%x" % truth.entry)
         check = live.LiveValidation(lambda s: UnwindContext(target, modules, (s,)), arch, sources, STRATEGIES,
-                                    truth, target.symbol, stepping.decoder(arch, target.read_memory))
+                                    truth, target.symbol, stepping.decoder(arch, target.read_memory, registers))
         check.function_end = stepping.function_end(target, modules, truth.entry)
         limit = given.steps or VALIDATE_STEPS
         ending, steps, detail = stepping.run(check, stepper, limit)

@@ -106,12 +106,13 @@ class ValidateCommand(_Command):
                 raise UsageError("0x%x is not a function's first instruction; stop at one "
                                  "(breakpoint set -a FUNCTION) or name it: unwind validate FUNCTION" % pc)
             stepper = LldbStepper(process, thread, target)
-            truth = live.truth_at_entry(arch, stepper.registers(), target.read_memory)
+            registers = stepper.registers()
+            truth = live.truth_at_entry(arch, registers, target.read_memory)
             found = target.symbol(truth.entry)
             name = given.value or (found[0] if found and found[1] == truth.entry else "0x%x" % truth.entry)
             check = live.LiveValidation(lambda s: UnwindContext(target, modules, (s,)), arch, sources,
                                         STRATEGIES, truth, target.symbol,
-                                        stepping.decoder(arch, target.read_memory))
+                                        stepping.decoder(arch, target.read_memory, registers))
             check.function_end = stepping.function_end(target, modules, truth.entry)
             ending, steps, detail = stepping.run(check, stepper, given.steps or VALIDATE_STEPS)
             stopped_at = stepper.where() if process.GetState() not in ENDED else ""

@@ -46,15 +46,26 @@ def supported(arch) -> bool:
     return arch.name in FACTS
 
 
-def instruction_sets(arch, functions: Dict[int, int], symbol) -> Dict[bool, Dict[int, int]]:
+def instruction_sets(arch, functions: Dict[int, int], symbol, read=None) -> Dict[bool, Dict[int, int]]:
     """{thumb: {start: end}}: on Arm a function is Thumb code when its symbol's value (symbol(address)
-    -> (name, value)) is its start + 1; elsewhere all is one set."""
+    -> (name, value)) is its start + 1; one with no symbol of its own (a static function of a stripped
+    library: .ARM.exidx addresses carry no Thumb bit) is coded as the nearest one below that has one
+    (the same object file, the same flags), else above; when none has, its code decides
+    (arm.looks_like_arm, with read(address, size)); elsewhere all is one set."""
     if arch.name != "arm":
         return {False: functions}
-    out: Dict[bool, Dict[int, int]] = {False: {}, True: {}}
-    for start, end in functions.items():
+    starts = sorted(functions)
+    known = {}
+    for start in starts:
         found = symbol(start | 1) if symbol else None
-        out[bool(found and found[1] == start | 1)][start] = end
+        if found and found[1] in (start, start | 1):
+            known[start] = found[1] == start | 1
+    out: Dict[bool, Dict[int, int]] = {False: {}, True: {}}
+    thumb = next((known[s] for s in starts if s in known), None)
+    for start in starts:
+        thumb = known.get(start, thumb)
+        coded = thumb if thumb is not None else read is None or not arm.looks_like_arm(read, start)
+        out[coded][start] = functions[start]
     return out
 
 

@@ -32,8 +32,9 @@ SHOWN_WRONG = 12                # wrong addresses listed in a summary line befor
 # Sources exact only at some instructions: compact unwind describes a
 # function's body, so it is judged where callers are stopped (calls) and
 # where the ABI's rule replaces it (the entry, returns); elsewhere it is
-# counted apart, never wrong.
-EXACT_ONLY_AT = {"compact": (Flow.CALL, Flow.RET)}
+# counted apart, never wrong. EHABI opcodes likewise describe the body where
+# it calls (plugin.validate.ehabi_live judges the entry's own row).
+EXACT_ONLY_AT = {"compact": (Flow.CALL, Flow.RET), "exidx": (Flow.CALL,)}
 
 # A failure with a row in force is a wrong answer when it comes from the
 # row's own values (it pointed at unreadable memory, or gave no return
@@ -88,7 +89,8 @@ def truth_at_entry(arch, registers: Dict[int, int], read_memory) -> Truth:
         raise ValueError("the return address is not known at 0x%x" % pc)
     saved = {n: registers[n] for n in arch.callee_saved
              if n in registers and n not in (arch.ra, arch.sp, arch.pc)}
-    return Truth(pc, result.cfa, arch.strip_pointer_auth(ra), saved)
+    # the pc the caller resumes at (on Arm without the Thumb bit of lr)
+    return Truth(pc, result.cfa, arch.return_to(arch.strip_pointer_auth(ra), registers, {}), saved)
 
 
 @dataclass
@@ -154,7 +156,8 @@ class LiveValidation:
         self.arch = arch
         self.truth = truth
         self.sources = [s for s in sources if s in strategies]
-        self.steps = {s: strategies[s] for s in self.sources}
+        from plugin.validate.ehabi_live import TABLE_STEPS
+        self.steps = {s: TABLE_STEPS.get(s, strategies[s]) for s in self.sources}
         self.contexts = {s: ctx_for_source(s) for s in self.sources}
         self.symbol = symbol
         self.decode = decode

@@ -134,7 +134,7 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
             if on_function is not None:
                 on_function(report, function)
 
-    for thumb, subset in code_analysis.instruction_sets(arch, plan.functions, symbol).items():
+    for thumb, subset in code_analysis.instruction_sets(arch, plan.functions, symbol, target.read_memory).items():
         analysis = code_analysis.CodeAnalysis(arch, target.read_memory, sorted(subset.items()),
                                               symbol=symbol_name, got_names=got, stubs=stubs, thumb=thumb,
                                               lsda={s: f.lsda for s, f in plan.fdes.items() if f.lsda})

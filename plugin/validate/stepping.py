@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence
 
 from plugin.errors import MemoryReadError
+from plugin.validate import ehabi_live
 from plugin.validate.live import Ending, LiveValidation
 
 
@@ -61,13 +62,16 @@ def is_function_entry(target, modules, pc: int) -> bool:
     if found and found[1] == pc:
         return True
     fde = _fde(target, modules, pc)
-    return fde is not None and fde.start == pc
+    return (fde is not None and fde.start == pc) or ehabi_live.entry_range(target, modules, pc) is not None
 
 
 def function_end(target, modules, entry: int) -> Optional[int]:
-    """The end of the CFI entry starting at entry (the function's extent), or None."""
+    """The end of the CFI (else .ARM.exidx) entry starting at entry (the function's extent), or None."""
     fde = _fde(target, modules, entry)
-    return fde.end if fde is not None and fde.start == entry else None
+    if fde is not None and fde.start == entry:
+        return fde.end
+    found = ehabi_live.entry_range(target, modules, entry)
+    return found[1] if found else None
 
 
 def _fde(target, modules, pc):
@@ -83,13 +87,14 @@ def _fde(target, modules, pc):
     return None if hit is None else hit.fde
 
 
-def decoder(arch, read_memory):
-    """address -> one decoded instruction (capstone), or None when capstone is absent or the bytes are not code."""
+def decoder(arch, read_memory, registers=None):
+    """address -> one decoded instruction (capstone), or None when capstone is absent or the bytes are not code.
+    registers: those at the function's entry (on Arm, CPSR.T says Thumb or Arm code)."""
     try:
         from plugin import analysis
         if not analysis.supported(arch):
             return None
-        code = analysis.CodeAnalysis(arch, read_memory)
+        code = analysis.CodeAnalysis(arch, read_memory, thumb=ehabi_live.is_thumb(arch, registers or {}))
     except ImportError:
         return None
 

@@ -1,4 +1,4 @@
-"""Debian 12's own armhf programs as the oracle (issue 33, item 6).
+"""Debian 12's own armhf, i386 and arm64 programs as the oracle (issue 33, item 6).
 
 tests/setup_debian_sysroots.sh unpacks Debian's armhf coreutils, bash and
 libc6 into /opt/unwind-sysroots/armhf (their code ships .ARM.exidx, no
@@ -20,21 +20,28 @@ the sysroot's libc (--library-path); the program is added to GDB as a
 symbol file at its load address so GDB reads its .eh_frame. There GDB's
 walk reaches __libc_start_main and the program's _start, and the plugin's
 must equal it whole, and so must GDB's bt with the plugin loaded.
+
+arm64 runs under `qemu-aarch64 -L SYSROOT -g PORT`: Debian's arm64 programs
+and libc carry .eh_frame, GDB's walk reaches __libc_start_main and _start,
+and the plugin's must equal it whole, and so must GDB's bt with the plugin.
+
+python3 (Debian's python3.11, no .symtab, no unwind table on armhf) runs
+`-c 'print(1)'` to its write, on each architecture. A signal handler:
+coreutils' timeout stopped in the kill its SIGALRM handler makes (i386 and
+arm64; arm64 without SVE, whose signal frame GDB cannot read under qemu).
 """
-import os
-import subprocess
-from pathlib import Path
+import shlex
 
 import pytest
 
+from debian_sysroot import sysroot as _sysroot
 from gdb_actions import native_frames
 from gdbrun import run_gdb
 from qemu_arm import qemu_arm
+from qemu_user import qemu_user
 from shadow_stack import shadow_stack
 from support import need_tool
 
-ROOT = Path(os.environ.get("UNWIND_SYSROOTS", "/opt/unwind-sysroots"))
-SETUP = Path(__file__).resolve().parents[1] / "setup_debian_sysroots.sh"
 # name: (program, arguments, breakpoint)
 STOPS = {
     "sort-write": ("usr/bin/sort", ["/etc/hostname"], "write"),
@@ -44,13 +51,27 @@ STOPS = {
     "ptx-qsort": ("usr/bin/ptx", ["/etc/passwd"], "qsort"),
     "bash-write": ("bin/bash", ["-c", "echo hi"], "write"),
     "bash-malloc": ("bin/bash", ["-c", "echo hi"], "malloc"),
+    "python3-write": ("usr/bin/python3.11", ["-c", "print(1)"], "write"),
+    # a signal handler: timeout's SIGALRM handler (cleanup) sends the child SIGTERM, interrupting sigsuspend
+    "timeout-kill": ("usr/bin/timeout", ["0.2", "sleep", "5"], "kill"),
 }
+# GDB passes the signals timeout lives by (its alarm, its child's end) to the program without stopping
+SIGNALS = "handle SIGALRM SIGCHLD nostop noprint pass"
+# python3.11 on armhf: GDB stops at frame 1 (its prologue analyser: "previous frame identical");
+# past it the plugin's walk is a stack scan (python3.11 has no table, and the static function
+# holding the return address has no symbol, no exidx neighbour, no direct call reaching it, and
+# the Arm analysis reads no code forward from a pc), which takes 2 stale return addresses for frames.
+# Not on armhf: timeout's handler has no table and no symbol, the plugin's walk takes a stale return
+# address by stack scan instead of glibc's restorer (which lr held at the handler's entry) and loses
+# the frames below; and the shadow stack, from a second run, sees the alarm land elsewhere.
+NOT_ON_ARMHF = ("timeout-kill",)
+ARMHF_KNOWN_WRONG = {"python3-write": "2 stale return addresses taken by the stack scan (no forward Arm analysis)"}
 
 
-def _sysroot(arch):
-    if not (ROOT / arch / "usr/bin/sort").exists():
-        subprocess.run(["bash", str(SETUP)], check=True)
-    return ROOT / arch
+def _in_order(frames, within):
+    """Is `frames` a subsequence of `within` (each one found, in order)?"""
+    rest = iter(within)
+    return all(any(f == w for w in rest) for f in frames)
 
 
 def _hex(addresses):
@@ -62,12 +83,12 @@ def _bt(results):
                  in results.splitlines() if line.startswith("#")]
 
 
-@pytest.mark.parametrize("stop", sorted(STOPS))
+@pytest.mark.parametrize("stop", sorted(set(STOPS) - set(NOT_ON_ARMHF)))
 def test_armhf_walk_equals_gdb(stop):
     sysroot = _sysroot("armhf")
     program, args, breakpoint = STOPS[stop]
     binary = sysroot / program
-    setup = ["set sysroot %s" % sysroot, "set breakpoint pending on"]
+    setup = ["set sysroot %s" % sysroot, "set breakpoint pending on", SIGNALS]
     with qemu_arm(binary, args, sysroot=sysroot) as address:
         results, transcript = run_gdb(binary, [
             ("entry", "py", 'int(gdb.parse_and_eval("(long)&%s")) & 0xffffffff' % breakpoint),
@@ -86,6 +107,9 @@ def test_armhf_walk_equals_gdb(stop):
     native = [f["pc"] & ~1 for f in results["native"][1:]]
     print("%s: shadow stack %s; GDB %s; ours %s" % (stop, _hex(oracle), _hex(native), _hex(ours)))
     assert oracle[:len(native)] == native, transcript      # the oracle agrees with GDB where GDB goes
+    if stop in ARMHF_KNOWN_WRONG and ours != oracle:
+        assert _in_order(oracle, ours), transcript         # the scan adds stale frames and loses none
+        pytest.xfail(ARMHF_KNOWN_WRONG[stop])
     assert ours == oracle, transcript
 
 
@@ -105,7 +129,17 @@ def _check(stop, results, transcript, whole=False):
     assert _bt(results["bt"])[:len(alone)] == alone, transcript
     if whole:
         assert len(ours) == len(truth) and _bt(results["bt"]) == alone, transcript
-        assert any(f["name"] == "__libc_start_main" for f in native), transcript
+        # the process's first frame: past __libc_start_main to _start, or ld.so's _start (a stop in the loader)
+        names = [f["name"] or "" for f in native]
+        assert any(n.startswith("__libc_start_main") for n in names) or "_dl_start" in names, transcript
+
+
+def _link_base(path):
+    """The lowest PT_LOAD address of an ELF file, page-aligned (0 for a PIE)."""
+    from elftools.elf.elffile import ELFFile
+    with open(path, "rb") as handle:
+        loads = [s["p_vaddr"] for s in ELFFile(handle).iter_segments() if s["p_type"] == "PT_LOAD"]
+    return min(loads) & ~0xfff
 
 
 @pytest.mark.parametrize("stop", sorted(STOPS))
@@ -117,15 +151,36 @@ def test_i386_walk_equals_gdb(stop):
     libraries = "%s:%s" % (sysroot / "lib/i386-linux-gnu", sysroot / "usr/lib/i386-linux-gnu")
     # GDB's file is ld.so, which maps the program itself: GDB holds no objfile for it (no
     # .eh_frame read) until it is added at its load address, the first mapping of the file
-    add = ('gdb.execute("add-symbol-file -o 0x%%x %s" %% int(next(line.split()[0] for line in '
-           'gdb.execute("info proc mappings", to_string=True).splitlines() if line.endswith("%s")), 16))'
-           % (sysroot / program, program))
+    # (less the file's own link address: python3.11 is not PIE, linked at 0x8048000)
+    add = ('gdb.execute("add-symbol-file -o 0x%%x %s" %% (int(next(line.split()[0] for line in '
+           'gdb.execute("info proc mappings", to_string=True).splitlines() if line.endswith("%s")), 16) - %d))'
+           % (sysroot / program, program, _link_base(sysroot / program)))
     results, transcript = run_gdb(loader, [
         ("add", "py", add),
         ("ours", "json", "unwind backtrace -json"),
         ("bt", "cmd", "bt"),
         *native_frames(),
         ("bt-native", "cmd", "bt"),
-    ], args=["--library-path", libraries, str(sysroot / program), *args], breakpoint=breakpoint,
-        setup=["set breakpoint pending on"], timeout=300)
+    ], args=["--library-path", libraries, str(sysroot / program), *map(shlex.quote, args)], breakpoint=breakpoint,
+        setup=["set breakpoint pending on", SIGNALS], timeout=300)
+    _check(stop, results, transcript, whole=True)
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_arm64_walk_equals_gdb(stop):
+    """arm64 under qemu-aarch64: GDB reads the programs' and libc's .eh_frame to _start (past main:
+    bash exports `main`, where GDB's bt would stop)."""
+    sysroot = _sysroot("arm64")
+    program, args, breakpoint = STOPS[stop]
+    binary = sysroot / program
+    # no SVE: GDB 13 cannot read the signal frame of qemu's SVE vector length ("Invalid vector length")
+    with qemu_user("qemu-aarch64", binary, args, sysroot=sysroot, options=("-cpu", "max,sve=off")) as address:
+        results, transcript = run_gdb(binary, [
+            ("ours", "json", "unwind backtrace -json"),
+            ("bt", "cmd", "bt"),
+            *native_frames(),
+            ("bt-native", "cmd", "bt"),
+        ], breakpoint=breakpoint, setup=["set sysroot %s" % sysroot, "set breakpoint pending on",
+                                         "set backtrace past-main on", SIGNALS],
+            gdb_program="gdb-multiarch", remote=address, timeout=300)
     _check(stop, results, transcript, whole=True)
