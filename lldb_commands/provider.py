@@ -9,7 +9,8 @@ adds, as the GDB unwinder does:
   so they keep their registers and variables;
 - where LLDB's list ends (its unwinder stopped) the plugin walks the stack
   from the innermost frame; if every physical frame LLDB had agrees with
-  the plugin's (same pc and sp), the plugin's further frames are supplied,
+  the plugin's (same pc and sp; the pc alone where LLDB has no sp, as
+  after a signal trampoline it cannot read), the plugin's further frames are supplied,
   each by its pc, until the plugin's walk ends or, with `unwind settings
   guesses off` (the default), until its first guessed frame (frame-pointer
   chain, stack scan): LLDB's `bt` gets only what the plugin proves.
@@ -43,6 +44,8 @@ from plugin.settings import is_guess
 from . import native
 from .state import state_for
 from .target import arch_of
+
+UNKNOWN_SP = 0xFFFFFFFFFFFFFFFF         # LLDB_INVALID_ADDRESS: LLDB could not compute the frame's sp
 
 CLASS_NAME = __name__ + ".UnwindFrameProvider"
 HOOK_CLASS = __name__ + ".RegisterAtStop"
@@ -191,13 +194,18 @@ class UnwindFrameProvider(ScriptedFrameProvider):
             self._seen = None       # a frame was skipped and cannot be read later: supply nothing
             return
         frame = self.input_frames.GetFrameAtIndex(index)
+        arch = arch_of(self.target)
         if index == 0:
-            self._registers = native.registers(frame, arch_of(self.target))
-        sp = frame.GetSP()
-        if not self._seen or self._seen[-1]["sp"] != sp:
-            self._seen.append({"index": index, "pc": frame.GetPC(), "sp": sp})
+            self._registers = native.registers(frame, arch)
+        sp, pc = frame.GetSP(), frame.GetPC()
+        newer = self._seen[-1] if self._seen else None
+        # LLDB gives an inlined frame its concrete frame's pc and sp. Where a call leaves the
+        # return address in a register (aarch64, Arm: ra is not the pc), a leaf's caller has
+        # the leaf's sp too, so only the pc tells them apart.
+        if newer is not None and newer["sp"] == sp and (newer["pc"] == pc or arch.ra == arch.pc):
+            newer["index"] = index
         else:
-            self._seen[-1]["index"] = index
+            self._seen.append({"index": index, "pc": pc, "sp": sp})
 
     def _walk(self, frames: int):
         """(LldbTarget, the plugin's frames from frame #0, at most `frames` of them)."""
@@ -217,7 +225,8 @@ class UnwindFrameProvider(ScriptedFrameProvider):
         if len(ours) <= len(theirs):
             return []
         for mine, lldbs in zip(ours, theirs):
-            if mine.pc != lldbs["pc"] or lldbs["sp"] != mine.registers.get(target.arch.sp):
+            known_sp = lldbs["sp"] != UNKNOWN_SP        # LLDB's frame after a trampoline it cannot read
+            if mine.pc != lldbs["pc"] or (known_sp and lldbs["sp"] != mine.registers.get(target.arch.sp)):
                 return []
         out = []
         for offset, frame in enumerate(ours[len(theirs):]):
