@@ -38,8 +38,9 @@ _RESULTS = {}
 KNOWN_GAPS = {
     # arm32, a signal raised (sigstop.c) under qemu-arm: GDB's own arm-linux sigtramp unwinder takes
     # glibc's restorer (`mov r7, #119; svc 0`) and reads the sigcontext at the wrong place (its caller:
-    # pc 0); the plugin's walk is right there (glibc's .ARM.exidx entry over the sigcontext), but under
-    # `claim auto` its unwinder leaves that frame to GDB, with guesses on too (a plugin defect, reported).
+    # pc 0), because qemu-arm writes uc_flags 0 where Linux writes 0x5ac3c35a (GDB then takes the
+    # pre-2.6.18 layout); the plugin's walk is right there, and its unwinder leaves the trampoline's
+    # frame to GDB, which reads that layout itself (docs/matrix.md).
     **{("arm32 %s raise signal -%s" % (arch, build), column): 3
        for arch in ("Thumb-2", "Arm") for build in ("O2", "O0") for column in ("gdb_default", "gdb_fallback")},
 }
