@@ -70,7 +70,7 @@ def test_instruction_sets_of_nameless_functions_agree_with_the_symbols():
     """Half of libc's named functions shown to instruction_sets without their symbol: each is coded
     as its neighbour, and with no symbol at all as its code looks; readelf's Thumb bit is the oracle."""
     from plugin.analysis import instruction_sets
-    from plugin.targets import load
+    from plugin.file_targets import load
     path = sysroot("armhf") / LIBC
     target, modules = load(str(path))
     truth = _functions(path)
