@@ -92,14 +92,21 @@ class GdbState:
         self.epoch = 0                   # counts reconsider_claims: the unwinder drops its decisions when it moves
         self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
         self.pending = PendingEvents()
+        self._last_selected = (None, None)    # (gdb.Inferior, its InferiorState) of the last inferior_of
 
     # -- the selected inferior's -------------------------------------------------
     def inferior(self):
-        self.catch_up()
+        pending = self.pending
+        if pending.modules or pending.resumed or pending.stopped:
+            self.catch_up()
         try:
-            return self.inferior_of(gdb.selected_inferior())
+            selected = gdb.selected_inferior()
         except (gdb.error, RuntimeError):
-            return self.inferior_of(None)
+            selected = None
+        last, state = self._last_selected       # asked once per frame GDB builds (kernel_frames): kept
+        if selected is last and selected is not None:
+            return state
+        return self.inferior_of(selected)
 
     def inferior_of(self, selected):
         """The InferiorState of a gdb.Inferior (None: the one numbered 0), made on first use."""
@@ -107,6 +114,7 @@ class GdbState:
         state = self.inferiors.get(number)
         if state is None:
             state = self.inferiors[number] = InferiorState(self.shared)
+        self._last_selected = (selected, state)
         return state
 
     @property
@@ -160,6 +168,7 @@ class GdbState:
 
     def _inferior_deleted(self, event):
         self.inferiors.pop(getattr(event.inferior, "num", None), None)
+        self._last_selected = (None, None)
         self.reconsider_claims()
 
     def reconsider_claims(self):
