@@ -16,6 +16,7 @@ import weakref
 
 import gdb
 
+from plugin.cache import BoundedCache
 from plugin.engine import DEFAULT_SOURCES, UnwindContext
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, is_guess
 from plugin.modules import ModuleMap
@@ -26,6 +27,9 @@ from .compat import connect
 from .target import GdbTarget
 
 
+CLAIMED_CACHE_SIZE = 1 << 17      # claimed frames remembered (for `unwind explain`) until the next resume
+
+
 class InferiorState:
     """One inferior's target, modules, unwinder context and stop-scoped caches."""
 
@@ -34,8 +38,11 @@ class InferiorState:
         self.modules = ModuleMap(self.target)
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
-        self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
-        self.claimed = {}                # sp -> pc of each caller frame GDB's bt took from the unwinder
+        # What it remembers (plugin.cache), each with its bound and hit counts; until the modules change:
+        self.inline_depths = BoundedCache("inline depths", 1 << 16)   # pc -> inlined-function blocks around it
+        # until the next resume (for `unwind explain`):
+        self.claimed = BoundedCache("claimed frames", CLAIMED_CACHE_SIZE)   # sp -> pc of each caller frame
+        #   GDB's bt took from the unwinder
         self.unwinder_context = None
         self.plans = PlanCache()         # lookup pc -> the engine's accepted row, for the unwinder
 

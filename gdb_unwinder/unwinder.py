@@ -32,7 +32,6 @@ from .handover import Asked, Found, LastClaim, hand_over
 from .registers import PendingRegisters
 
 NAME = "unwind-plugin"
-CLAIMED_CACHE_SIZE = 1 << 17      # claimed frames remembered (for `unwind explain`) until the next resume
 
 
 class PluginUnwinder(Unwinder):
@@ -48,8 +47,8 @@ class PluginUnwinder(Unwinder):
         self._epoch = state.epoch       # the state's epoch the decisions below were made in
         self._quiet = None      # the gdb.Inferior whose every frame is left to GDB (leaves_all_to_gdb)
         self._loud = set()      # the gdb.Inferiors found to need a look at each frame
-        self._by_pc = None      # (gdb.Inferior, gdb.Architecture, its pc register, pc mask, CallerVerdicts.verdicts):
-        #                         the decline by pc of __call__, kept by _covered_by_pc
+        self._by_pc = None      # the decline by pc of __call__, kept by _covered_by_pc: (gdb.Inferior,
+        #   gdb.Architecture, its pc register, pc mask, the dict of CallerVerdicts.verdicts and that cache)
         self._may_be_quiet = True
 
     @property
@@ -96,7 +95,7 @@ class PluginUnwinder(Unwinder):
                 # Decline, the common case under auto: a caller frame whose return address GDB
                 # covers, decided from its pc alone (what _covered_by_pc keeps, inline: every
                 # frame GDB covers comes here, and a call costs as much as the rest).
-                _, gdb_arch, pc_register, mask, verdicts = quick
+                _, gdb_arch, pc_register, mask, verdicts, cache = quick
                 if pending_frame.architecture() is gdb_arch:
                     level = pending_frame.level()
                     if level > 0:
@@ -106,6 +105,7 @@ class PluginUnwinder(Unwinder):
                             pc = None
                         depth, reason = verdicts.get(pc, NOT_COVERED)
                         if level > depth:
+                            cache.hits += 1
                             self.declines.append((level, pc, reason))
                             return None
         else:
@@ -209,7 +209,8 @@ class PluginUnwinder(Unwinder):
         if level <= 0 or callers.key != (target.generation, target.trap_handler_names, pending_frame.architecture()):
             return None
         if hasattr(pending_frame, "level"):     # GDB 11 and later; before, levels are counted
-            self._by_pc = (selected, callers.key[2], callers.pc_register, target.arch.mask, callers.verdicts)
+            verdicts = callers.verdicts
+            self._by_pc = (selected, callers.key[2], callers.pc_register, target.arch.mask, verdicts.backing(), verdicts)
         pc_value = pending_frame.read_register(callers.pc_register)
         try:
             pc = int(pc_value) & target.arch.mask
@@ -362,10 +363,7 @@ class PluginUnwinder(Unwinder):
     def handed(self, inferior, level, record, pc, sp, thread):
         """Remember a claim: for the next call (GDB asks for the caller next) and for `unwind explain`
         (which frames GDB took from the plugin: their sp and pc, nothing heavier per frame)."""
-        claimed = inferior.claimed
-        if len(claimed) >= CLAIMED_CACHE_SIZE:
-            claimed.clear()
-        claimed[sp] = pc
+        inferior.claimed.put(sp, pc)
         self._last = LastClaim(level, inferior, record, pc, sp, thread)
         self.claimed += 1
 
