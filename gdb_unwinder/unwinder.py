@@ -208,16 +208,17 @@ class PluginUnwinder(Unwinder):
         level = pending_level(pending_frame)
         if level <= 0 or callers.key != (target.generation, target.trap_handler_names, pending_frame.architecture()):
             return None
+        verdicts = callers.verdicts
         if hasattr(pending_frame, "level"):     # GDB 11 and later; before, levels are counted
-            verdicts = callers.verdicts
             self._by_pc = (selected, callers.key[2], callers.pc_register, target.arch.mask, verdicts.backing(), verdicts)
         pc_value = pending_frame.read_register(callers.pc_register)
         try:
             pc = int(pc_value) & target.arch.mask
         except gdb.error:       # optimized out: the slow path says why
             pc = None
-        depth, reason = callers.verdicts.get(pc, NOT_COVERED)
+        depth, reason = verdicts.backing().get(pc, NOT_COVERED)     # counted by covered_caller where not declined
         if level > depth:
+            verdicts.hits += 1
             return self._decline(level, pc, reason)
         return pc_value
 
