@@ -11,10 +11,10 @@ unwinders do not give, and declines the rest:
 - declined: every frame whose lookup pc lies in an FDE of those sections in
   a module GDB has loaded as an objfile; a frame where GDB's own prologue
   analyser gives the very caller the analysis proves (same pc, sp and
-  registers: plugin.heuristic.same_as_debugger, kept per pc in
+  registers: plugin.debugger_heuristic.same_as_debugger, kept per pc in
   GdbCoverage.heuristic); a guess (frame-pointer, scan) unless `set unwind
   guesses on`, and then still where GDB's heuristic gives another caller the
-  checks accept (plugin.heuristic.yields_to_debugger);
+  checks accept (plugin.debugger_heuristic.yields_to_debugger);
 - claimed: SFrame-only code, compact unwind, ARM EHABI where GDB's own EHABI
   unwinder does not apply (it reads .ARM.exidx of its objfiles, but trusts
   it only at call sites: not for the innermost frame nor a frame a signal
@@ -42,6 +42,7 @@ from typing import Optional
 
 import gdb
 
+from plugin.cache import BoundedCache
 from plugin.debugger_heuristic import modelled_answer
 from plugin.settings import SourceKind, gdb_sections, is_fallback, kind_of
 from plugin.strategies.analysis_forward import FORWARD
@@ -144,17 +145,20 @@ class CallerVerdicts:
     """Under auto, per return address pc: (inline depth at pc, why GDB covers the caller frame
     there), or NOT_COVERED; the unwinder declines a caller frame from this and its pc alone,
     before anything else. Valid while the modules, the trap handler names and the gdb
-    architecture stay (key); pc_register reads that architecture's pc."""
-    __slots__ = ("key", "pc_register", "verdicts")
+    architecture stay (key: the cache's generation); pc_register reads that architecture's pc."""
+    __slots__ = ("pc_register", "verdicts")
 
     def __init__(self):
-        self.key = None
         self.pc_register = None
-        self.verdicts = {}
+        self.verdicts = BoundedCache("caller verdicts", VERDICT_CACHE_SIZE)
+
+    @property
+    def key(self):
+        return self.verdicts.generation
 
     def reset(self, key, pc_register):
-        self.key, self.pc_register = key, pc_register
-        self.verdicts.clear()
+        self.pc_register = pc_register
+        self.verdicts.for_generation(key)
 
 
 def covered_caller(pc, ctx, pending_frame, inferior):
@@ -182,10 +186,7 @@ def covered_caller(pc, ctx, pending_frame, inferior):
             reason = None
         if reason is not None:
             verdict = (inline_depth(pc, inferior.inline_depths), reason)
-    if len(callers.verdicts) >= VERDICT_CACHE_SIZE:
-        callers.verdicts.clear()
-    callers.verdicts[pc] = verdict
-    return verdict
+    return callers.verdicts.put(pc, verdict)
 
 
 class GdbCoverage:
@@ -195,29 +196,33 @@ class GdbCoverage:
         self.callers = CallerVerdicts()
         self._modules_verdict = None     # (ModuleMap generation, leaves_all_to_gdb's answer for the modules)
         self._loaded = None
-        self._pauth = {}
-        self._verdicts = {}     # lookup pc -> why GDB covers it, or None
-        self._exidx_verdicts = {}   # lookup pc of a call site -> why GDB's EHABI unwinder covers it, or None
-        self.signal_pcs = set()     # covered lookup pcs in a signal trampoline (CIE augmentation 'S')
-        self.heuristic = {}         # (lookup pc, exact) -> why GDB's prologue analyser gives the analysis' caller
+        # For one module generation (GdbTarget.generation; _for_generation):
+        self.covers = BoundedCache("GDB covers", VERDICT_CACHE_SIZE)     # lookup pc -> why GDB covers it, or None
+        self.exidx_covers = BoundedCache("GDB's EHABI covers", VERDICT_CACHE_SIZE)  # call site -> why, or None
+        self.signal_pcs = BoundedCache("signal trampoline pcs", VERDICT_CACHE_SIZE)  # covered lookup pc -> True
+        #   (in a signal trampoline: CIE augmentation 'S')
+        self.heuristic = BoundedCache("GDB's heuristic agrees", VERDICT_CACHE_SIZE)
+        #   (lookup pc, exact) -> why GDB's prologue analyser gives the analysis' caller
+        self.pauth = BoundedCache("pauth feature", 16)      # gdb architecture name -> has the pauth registers
         self._generation = None
+
+    def _for_generation(self, generation):
+        """Drop what rests on another generation of the module list."""
+        self._generation = generation
+        for cache in (self.covers, self.exidx_covers, self.signal_pcs, self.heuristic):
+            cache.for_generation(generation)
 
     def invalidate(self):
         self._modules_verdict = None
         self._loaded = None
-        self._pauth.clear()
-        self._verdicts.clear()
-        self._exidx_verdicts.clear()
-        self.signal_pcs.clear()
-        self.heuristic.clear()
+        for cache in (self.pauth, self.covers, self.exidx_covers, self.signal_pcs, self.heuristic):
+            cache.clear()
 
     def heuristic_gives(self, lookup, exact, why):
         """Remember that GDB's own prologue analyser gives the very caller the analysis proves at
-        this lookup pc (plugin.heuristic.same_as_debugger; both rows depend on the pc alone)."""
-        if len(self.heuristic) >= VERDICT_CACHE_SIZE:
-            self.heuristic.clear()
-        self.heuristic[(lookup, exact)] = why
-        self.callers.verdicts.pop(lookup + 1, None)     # the caller verdict of that return address, decided again
+        this lookup pc (plugin.debugger_heuristic.same_as_debugger; both rows depend on the pc alone)."""
+        self.heuristic.put((lookup, exact), why)
+        self.callers.verdicts.discard(lookup + 1)     # the caller verdict of that return address, decided again
 
     def _loaded_sets(self):
         if self._loaded is None:
@@ -248,38 +253,30 @@ class GdbCoverage:
         return self._modules_verdict[1]
 
     def has_pauth(self, pending_frame, arch_name) -> bool:
-        if arch_name not in self._pauth:
+        known = self.pauth.get(arch_name)
+        if known is None:
             try:
                 pending_frame.read_register(PAUTH_REGISTER)
-                self._pauth[arch_name] = True
+                known = True
             except (ValueError, gdb.error):
-                self._pauth[arch_name] = False
-        return self._pauth[arch_name]
+                known = False
+            self.pauth.put(arch_name, known)
+        return known
 
     def gdb_covers(self, pc, ctx, pending_frame, call_site=False) -> Optional[str]:
         """Why GDB's own DWARF unwinder handles the frame whose lookup pc is `pc` from the
         same table, or None if it does not. call_site: the frame is a caller whose callee
         is a normal frame, where GDB's EHABI unwinder trusts .ARM.exidx too."""
-        if self._generation != ctx.target.generation:      # the module list changed
-            self._generation = ctx.target.generation
-            self._verdicts.clear()
-            self._exidx_verdicts.clear()
-            self.signal_pcs.clear()
-            self.heuristic.clear()
-        try:
-            verdict = self._verdicts[pc]
-        except KeyError:
-            if len(self._verdicts) >= VERDICT_CACHE_SIZE:
-                self._verdicts.clear()
-                self.signal_pcs.clear()
-            verdict = self._verdicts[pc] = self._covers(pc, ctx, pending_frame)
+        generation = ctx.target.generation
+        if self._generation != generation:      # the module list changed
+            self._for_generation(generation)
+        verdict = self.covers.get(pc, False)
+        if verdict is False:
+            verdict = self.covers.put(pc, self._covers(pc, ctx, pending_frame))
         if verdict is None and call_site and ctx.arch.name == "arm":
-            try:
-                verdict = self._exidx_verdicts[pc]
-            except KeyError:
-                if len(self._exidx_verdicts) >= VERDICT_CACHE_SIZE:
-                    self._exidx_verdicts.clear()
-                verdict = self._exidx_verdicts[pc] = self._exidx_covers(pc, ctx)
+            verdict = self.exidx_covers.get(pc, False)
+            if verdict is False:
+                verdict = self.exidx_covers.put(pc, self._exidx_covers(pc, ctx))
         return verdict
 
     def _exidx_covers(self, pc, ctx):
@@ -320,7 +317,7 @@ class GdbCoverage:
         if row.ra_signed and not self.has_pauth(pending_frame, ctx.arch.name):
             return None     # GDB would keep the PAC signature in the return address
         if fde.cie.signal_frame:
-            self.signal_pcs.add(pc)
+            self.signal_pcs.put(pc, True)
         return "GDB's DWARF unwinder covers 0x%x (%s FDE 0x%x-0x%x in %s): left to GDB (set unwind claim auto)" \
             % (pc, section, fde.start, fde.end, module.name)
 

@@ -196,6 +196,14 @@ def run_modules(state, given):
     return reports.modules_report(state.modules)
 
 
+def run_cache(state, given):
+    inferior = state.inferior()
+    unwinder = (inferior, inferior.coverage, inferior.coverage.callers, inferior.plans, inferior.unwinder_context,
+                inferior.target)
+    return reports.cache_report([("GDB's bt (the plugin's unwinder, inferior %d)" % gdb.selected_inferior().num,
+                                  unwinder)], inferior.modules)
+
+
 def run_validate(state, given):
     _need_process()
     from .validate import run_validate as validate
@@ -203,7 +211,7 @@ def run_validate(state, given):
 
 
 RUN = {"backtrace": run_backtrace, "explain": run_explain, "tables": run_tables,
-       "compare": run_compare, "modules": run_modules, "validate": run_validate}
+       "compare": run_compare, "modules": run_modules, "validate": run_validate, "cache": run_cache}
 
 
 # -- commands, built from their declarations ----------------------------------------

@@ -16,6 +16,7 @@ import weakref
 
 import gdb
 
+from plugin.cache import BoundedCache
 from plugin.engine import DEFAULT_SOURCES, UnwindContext
 from plugin.settings import DEFAULT_MAX_FRAMES, DEFAULT_SCAN_WORDS, is_guess
 from plugin.modules import ModuleMap
@@ -26,6 +27,9 @@ from .compat import connect
 from .target import GdbTarget
 
 
+CLAIMED_CACHE_SIZE = 1 << 17      # claimed frames remembered (for `unwind explain`) until the next resume
+
+
 class InferiorState:
     """One inferior's target, modules, unwinder context and stop-scoped caches."""
 
@@ -34,8 +38,11 @@ class InferiorState:
         self.modules = ModuleMap(self.target)
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
-        self.inline_depths = {}          # pc -> inlined-function blocks around it (debug info is fixed)
-        self.claimed = {}                # sp -> pc of each caller frame GDB's bt took from the unwinder
+        # What it remembers (plugin.cache), each with its bound and hit counts; until the modules change:
+        self.inline_depths = BoundedCache("inline depths", 1 << 16)   # pc -> inlined-function blocks around it
+        # until the next resume (for `unwind explain`):
+        self.claimed = BoundedCache("claimed frames", CLAIMED_CACHE_SIZE)   # sp -> pc of each caller frame
+        #   GDB's bt took from the unwinder
         self.unwinder_context = None
         self.plans = PlanCache()         # lookup pc -> the engine's accepted row, for the unwinder
 
@@ -92,14 +99,21 @@ class GdbState:
         self.epoch = 0                   # counts reconsider_claims: the unwinder drops its decisions when it moves
         self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
         self.pending = PendingEvents()
+        self._last_selected = (None, None)    # (gdb.Inferior, its InferiorState) of the last inferior_of
 
     # -- the selected inferior's -------------------------------------------------
     def inferior(self):
-        self.catch_up()
+        pending = self.pending
+        if pending.modules or pending.resumed or pending.stopped:
+            self.catch_up()
         try:
-            return self.inferior_of(gdb.selected_inferior())
+            selected = gdb.selected_inferior()
         except (gdb.error, RuntimeError):
-            return self.inferior_of(None)
+            selected = None
+        last, state = self._last_selected       # asked once per frame GDB builds (kernel_frames): kept
+        if selected is last and selected is not None:
+            return state
+        return self.inferior_of(selected)
 
     def inferior_of(self, selected):
         """The InferiorState of a gdb.Inferior (None: the one numbered 0), made on first use."""
@@ -107,6 +121,7 @@ class GdbState:
         state = self.inferiors.get(number)
         if state is None:
             state = self.inferiors[number] = InferiorState(self.shared)
+        self._last_selected = (selected, state)
         return state
 
     @property
@@ -160,6 +175,7 @@ class GdbState:
 
     def _inferior_deleted(self, event):
         self.inferiors.pop(getattr(event.inferior, "num", None), None)
+        self._last_selected = (None, None)
         self.reconsider_claims()
 
     def reconsider_claims(self):

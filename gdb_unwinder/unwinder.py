@@ -32,7 +32,6 @@ from .handover import Asked, Found, LastClaim, hand_over
 from .registers import PendingRegisters
 
 NAME = "unwind-plugin"
-CLAIMED_CACHE_SIZE = 1 << 17      # claimed frames remembered (for `unwind explain`) until the next resume
 
 
 class PluginUnwinder(Unwinder):
@@ -48,7 +47,8 @@ class PluginUnwinder(Unwinder):
         self._epoch = state.epoch       # the state's epoch the decisions below were made in
         self._quiet = None      # the gdb.Inferior whose every frame is left to GDB (leaves_all_to_gdb)
         self._loud = set()      # the gdb.Inferiors found to need a look at each frame
-        self._declines_by_pc = {}   # gdb.Inferior -> (CallerVerdicts, gdb.Architecture, pc mask): see _declined_by_pc
+        self._by_pc = None      # the decline by pc of __call__, kept by _covered_by_pc: (gdb.Inferior,
+        #   gdb.Architecture, its pc register, pc mask, the dict of CallerVerdicts.verdicts and that cache)
         self._may_be_quiet = True
 
     @property
@@ -67,7 +67,7 @@ class PluginUnwinder(Unwinder):
         self._epoch = self.state.epoch
         self._quiet = None
         self._loud.clear()
-        self._declines_by_pc.clear()
+        self._by_pc = None
         self.fast.clear()
 
     def _catch_up(self):
@@ -83,11 +83,33 @@ class PluginUnwinder(Unwinder):
     # -- the policy ----------------------------------------------------------------------
     def __call__(self, pending_frame):
         state = self.state
-        state.catch_up()                # events since the last call: this may move the epoch
+        pending = state.pending
+        if pending.modules or pending.resumed or pending.stopped:
+            state.catch_up()            # events since the last call: this may move the epoch
         if self._epoch != state.epoch:
             self.reconsider()
-        last, self._last = self._last, None
-        if last is not None:
+        last = self._last
+        if last is None:
+            quick = self._by_pc
+            if quick is not None and gdb.selected_inferior() is quick[0]:
+                # Decline, the common case under auto: a caller frame whose return address GDB
+                # covers, decided from its pc alone (what _covered_by_pc keeps, inline: every
+                # frame GDB covers comes here, and a call costs as much as the rest).
+                _, gdb_arch, pc_register, mask, verdicts, cache = quick
+                if pending_frame.architecture() is gdb_arch:
+                    level = pending_frame.level()
+                    if level > 0:
+                        try:
+                            pc = int(pending_frame.read_register(pc_register)) & mask
+                        except Exception:       # an optimized-out pc and the like: the full path says why
+                            pc = None
+                        depth, reason = verdicts.get(pc, NOT_COVERED)
+                        if level > depth:
+                            cache.hits += 1
+                            self.declines.append((level, pc, reason))
+                            return None
+        else:
+            self._last = None
             info = self.fast.answered(pending_frame, last)      # replay: an answer computed ahead
             if info is not None:
                 return info
@@ -95,8 +117,6 @@ class PluginUnwinder(Unwinder):
         claim = state.claim             # a Claim value (a str): passed down, not read back
         if selected is self._quiet or claim == Claim.NONE:
             return None         # decline: nothing the plugin could claim, or claiming is off
-        if last is None and self._declined_by_pc(pending_frame, selected):
-            return None
         inferior = state.inferior_of(selected)
         target = inferior.target
         target.inside_unwinder = True
@@ -157,33 +177,13 @@ class PluginUnwinder(Unwinder):
                 return None
         if asked.trap:
             inferior.after_signal.add((found.registers[asked.ctx.arch.pc], found.registers.get(asked.ctx.arch.sp)))
-            self._declines_by_pc.clear()       # frames above it are looked up at their exact pc (LLDB's rule)
+            self._by_pc = None       # frames above it are looked up at their exact pc (LLDB's rule)
         return self._hand_over(pending_frame, asked, inferior, found)
 
     # -- decline ---------------------------------------------------------------------------
     def _decline(self, level, pc, reason):
         self.declines.append((level, pc, reason))
         return True
-
-    def _declined_by_pc(self, pending_frame, selected):
-        """Under auto, a caller frame whose return address GDB covers, decided from its pc alone
-        (_covered_by_pc, with what it needs kept from the last time it held; a change of
-        setting, modules or process drops it: reconsider)."""
-        declines = self._declines_by_pc.get(selected)
-        if declines is None:
-            return False
-        callers, gdb_arch, mask = declines
-        try:
-            level = pending_frame.level()
-            if level > 0 and pending_frame.architecture() is gdb_arch:
-                pc = int(pending_frame.read_register(callers.pc_register)) & mask
-                depth, reason = callers.verdicts.get(pc, NOT_COVERED)
-                if level > depth:
-                    self.declines.append((level, pc, reason))     # (_decline, inline: every frame GDB covers)
-                    return True
-        except Exception:       # an optimized-out pc and the like: the full path says why
-            pass
-        return False
 
     def _nothing_to_add(self, pending_frame, selected, inferior):
         """Under auto: no trap handler names, and GDB's DWARF unwinder reads every table the plugin
@@ -208,15 +208,17 @@ class PluginUnwinder(Unwinder):
         level = pending_level(pending_frame)
         if level <= 0 or callers.key != (target.generation, target.trap_handler_names, pending_frame.architecture()):
             return None
+        verdicts = callers.verdicts
         if hasattr(pending_frame, "level"):     # GDB 11 and later; before, levels are counted
-            self._declines_by_pc[selected] = (callers, callers.key[2], target.arch.mask)
+            self._by_pc = (selected, callers.key[2], callers.pc_register, target.arch.mask, verdicts.backing(), verdicts)
         pc_value = pending_frame.read_register(callers.pc_register)
         try:
             pc = int(pc_value) & target.arch.mask
         except gdb.error:       # optimized out: the slow path says why
             pc = None
-        depth, reason = callers.verdicts.get(pc, NOT_COVERED)
+        depth, reason = verdicts.backing().get(pc, NOT_COVERED)     # counted by covered_caller where not declined
         if level > depth:
+            verdicts.hits += 1
             return self._decline(level, pc, reason)
         return pc_value
 
@@ -332,7 +334,7 @@ class PluginUnwinder(Unwinder):
             # a Python unwinder cannot. The interrupted frame above it is ours
             # again, looked up at its exact pc.
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
-            self._declines_by_pc.clear()       # frames above it are looked up at their exact pc
+            self._by_pc = None       # frames above it are looked up at their exact pc
             self._decline(level, pc, "signal trampoline: left to GDB's sigtramp unwinder")
             return None
         yielded = yields_to_debugger(outcome, frame, ctx)
@@ -362,10 +364,7 @@ class PluginUnwinder(Unwinder):
     def handed(self, inferior, level, record, pc, sp, thread):
         """Remember a claim: for the next call (GDB asks for the caller next) and for `unwind explain`
         (which frames GDB took from the plugin: their sp and pc, nothing heavier per frame)."""
-        claimed = inferior.claimed
-        if len(claimed) >= CLAIMED_CACHE_SIZE:
-            claimed.clear()
-        claimed[sp] = pc
+        inferior.claimed.put(sp, pc)
         self._last = LastClaim(level, inferior, record, pc, sp, thread)
         self.claimed += 1
 
@@ -382,7 +381,7 @@ class PluginUnwinder(Unwinder):
         if outcome is not None and outcome.signal_frame and outcome.registers:
             arch = ctx.arch
             inferior.after_signal.add((outcome.registers.get(arch.pc), outcome.registers.get(arch.sp)))
-            self._declines_by_pc.clear()       # frames above it are looked up at their exact pc
+            self._by_pc = None       # frames above it are looked up at their exact pc
 
 
 def _descriptors(gdb_arch):

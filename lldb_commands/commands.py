@@ -241,6 +241,18 @@ def lldb_version():
     return words[2] if len(words) > 2 and words[:2] == ["lldb", "version"] else " ".join(words)
 
 
+class CacheCommand(_Command):
+    spec = catalog.CACHE
+
+    def run(self, given, exe_ctx):
+        sbtarget = _need_target(exe_ctx)
+        if live_process(sbtarget) is None:
+            raise UsageError("the program is not being run: its caches are made by a process's walks")
+        target, modules = self.state.live(sbtarget)
+        return reports.cache_report([("unwind backtrace (the plugin's walks of this target)", (target, target.plans))],
+                                    modules)
+
+
 def _need_target(exe_ctx):
     sbtarget = exe_ctx.GetTarget()
     if not sbtarget.IsValid():

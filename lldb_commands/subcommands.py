@@ -7,6 +7,6 @@ before the core is importable.
 
 SUBCOMMANDS = (("backtrace", "BacktraceCommand"), ("explain", "ExplainCommand"),
                ("tables", "TablesCommand"), ("compare", "CompareCommand"),
-               ("modules", "ModulesCommand"), ("settings", "SettingsCommand"),
+               ("modules", "ModulesCommand"), ("cache", "CacheCommand"), ("settings", "SettingsCommand"),
                ("validate", "ValidateCommand"),
                ("provider", "ProviderCommand"))

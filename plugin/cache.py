@@ -13,7 +13,7 @@ hits and misses can be printed (`stats`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Hashable, Optional
+from typing import Any, Callable, Dict, Hashable, Iterable, List, Optional
 
 @dataclass(frozen=True)
 class CacheStats:
@@ -23,12 +23,18 @@ class CacheStats:
     entries: int
     hits: int
     misses: int
+    caches: int = 1     # how many caches of this name are summed up here (one per module, say)
 
     def text(self) -> str:
         asked = self.hits + self.misses
         rate = " (%.0f%%)" % (100.0 * self.hits / asked) if asked else ""
-        return "%s: %d of %d entries, %d hits%s, %d misses" % (self.name, self.entries, self.bound, self.hits,
+        name = self.name if self.caches == 1 else "%s (%d caches)" % (self.name, self.caches)
+        return "%s: %d of %d entries, %d hits%s, %d misses" % (name, self.entries, self.bound, self.hits,
                                                                rate, self.misses)
+
+    def as_json(self) -> dict:
+        return {"name": self.name, "caches": self.caches, "bound": self.bound, "entries": self.entries,
+                "hits": self.hits, "misses": self.misses}
 
 
 class BoundedCache:
@@ -49,6 +55,15 @@ class BoundedCache:
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._entries
+
+    def backing(self) -> Dict[Hashable, Any]:
+        """The dict itself, for a hot path that reads it directly and counts its own hits (it is
+        cleared in place, never replaced)."""
+        return self._entries
+
+    def discard(self, key: Hashable) -> None:
+        """Forget key's entry, if there is one."""
+        self._entries.pop(key, None)
 
     def clear(self) -> None:
         """Drop every entry (the counts stay: they describe the session)."""
@@ -78,6 +93,8 @@ class BoundedCache:
         self._entries[key] = value
         return value
 
+    __setitem__ = put
+
     def lookup(self, key: Hashable, compute: Callable[..., Any], *args: Any) -> Any:
         """The entry for key, computed by compute(*args) and remembered on a miss (None included).
         (Hits are the common case: a dict lookup, no closure made.)"""
@@ -91,3 +108,33 @@ class BoundedCache:
 
     def stats(self) -> CacheStats:
         return CacheStats(self.name, self.bound, len(self._entries), self.hits, self.misses)
+
+
+def caches_of(owners: Iterable[object]) -> List[BoundedCache]:
+    """The BoundedCaches held in the declared fields of each owner (its attributes), in order."""
+    found: List[BoundedCache] = []
+    for owner in owners:
+        if owner is None:
+            continue
+        found.extend(value for value in _fields(owner) if isinstance(value, BoundedCache) and value not in found)
+    return found
+
+
+def _fields(owner: object) -> List[Any]:
+    fields = getattr(owner, "__dict__", None)
+    if fields is not None:
+        return list(fields.values())
+    return [getattr(owner, name, None) for name in getattr(type(owner), "__slots__", ())]
+
+
+def summed(caches: Iterable[BoundedCache]) -> List[CacheStats]:
+    """Each name's stats, the caches of one name (one per module, say) summed, in first-seen order."""
+    by_name: Dict[str, CacheStats] = {}
+    for cache in caches:
+        stats = cache.stats()
+        seen = by_name.get(stats.name)
+        if seen is not None:
+            stats = CacheStats(stats.name, seen.bound + stats.bound, seen.entries + stats.entries,
+                               seen.hits + stats.hits, seen.misses + stats.misses, seen.caches + 1)
+        by_name[stats.name] = stats
+    return list(by_name.values())

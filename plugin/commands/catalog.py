@@ -140,7 +140,21 @@ carry a pc only: LLDB 22.1 cannot show their registers or variables.""",
     json_keys=("provider", "lldb_version"),
     debuggers=(LLDB,))
 
-COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, SETTINGS, VALIDATE, PROVIDER)
+CACHE = CommandSpec(
+    "cache", "Show each of the plugin's caches: entries, bound, hits and misses.",
+    ("json",),
+    about="""One line per cache the plugin keeps for the selected program, grouped by what
+holds it: entries now and the bound at which it is cleared, and how often it
+answered (hits) or had to work the answer out (misses) since it was made.
+Caches of one kind kept per module (CFI rows, say) are summed, with how
+many there are.""",
+    notes={GDB: """The unwinder's caches are those GDB's own bt fills (declines by pc, the
+plans it replays, GDB's coverage); a "bt" moves their counts.""",
+           LLDB: """The plans are those "unwind backtrace" (and, in LLDB 22, "unwind provider")
+replay; "unwind backtrace" moves their counts."""},
+    json_keys=("caches",))
+
+COMMANDS = (BACKTRACE, EXPLAIN, TABLES, COMPARE, MODULES, CACHE, SETTINGS, VALIDATE, PROVIDER)
 COMMAND_BY_NAME: Dict[str, CommandSpec] = {c.name: c for c in COMMANDS}
 
 PREFIX_SUMMARY = "Recover the stack from unwind tables and explain every frame."

@@ -6,6 +6,7 @@ gather registers and native frames, call these, and print one of the two.
 
 from __future__ import annotations
 
+from plugin.cache import caches_of, summed
 from plugin.validate import compare as comparing
 from plugin.render import explain, tables
 from plugin.render.style import Styled, plain
@@ -150,6 +151,24 @@ def _cell(style, kind, text, width):
     if not text:
         return "-".ljust(width)
     return style(kind, text) + " " * (width - len(text))
+
+
+def cache_report(holders, modules):
+    """`unwind cache`: holders is [(what holds them, [objects whose fields hold caches])]; then
+    the caches of the tables of `modules` (a ModuleMap), each kind summed over the modules."""
+    groups = [(group, summed(caches_of(owners))) for group, owners in holders]
+    tables = [tables for module in modules.modules for tables in module.cache.values()]
+    groups.append(("the tables of %d modules" % len(modules.modules), summed(caches_of(tables))))
+    data = {"caches": []}
+    lines = []
+    for group, stats in groups:
+        lines.append("%s:" % group)
+        for one in stats:
+            data["caches"].append(dict(one.as_json(), group=group))
+            lines.append("  " + one.text())
+        if not stats:
+            lines.append("  none yet")
+    return data, "\n".join(lines)
 
 
 def modules_report(modules):

@@ -11,7 +11,7 @@ walk is its own top-level command (in GDB 13, walks through a Python
 unwinder slow down when GDB's own unwinder walked earlier in the same
 command). Modes, interleaved round by round in one session, each round
 starting with the next mode:
-  native  the plugin's unwinder disabled (GDB's own unwinders only)
+  native  the plugin's unwinders disabled (GDB's own unwinders only)
   auto    the default: declines what GDB's DWARF unwinder covers
   all     claims every frame it can
   none    called by GDB for every frame, claims nothing
@@ -65,6 +65,9 @@ FLOOR = Floor()
 register_unwinder(None, FLOOR)
 def use(mode):
     STATE.unwinder.enabled = mode not in ("native", "floor")
+    kernel = getattr(STATE, "kernel_frames", None)     # the plugin's second unwinder: off for GDB alone too
+    if kernel is not None:
+        kernel.enabled = STATE.unwinder.enabled
     FLOOR.enabled = mode == "floor"
     if STATE.unwinder.enabled:
         gdb.execute("set unwind claim %%s" %% mode, to_string=True)

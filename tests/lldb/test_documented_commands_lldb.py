@@ -41,7 +41,7 @@ def documented_lldb_commands() -> Dict[str, List[str]]:
 
 def test_the_lldb_docs_parse():
     commands = documented_lldb_commands()
-    assert set(commands) == {"backtrace", "explain", "tables", "compare", "modules", "validate"}, commands
+    assert set(commands) == {"backtrace", "explain", "tables", "compare", "modules", "cache", "validate"}, commands
     assert {"--json", "--sources"} <= set(commands["backtrace"]) and "--all" in commands["tables"], commands
     assert "--steps" in commands["validate"] and "--verbose" in commands["explain"], commands
 

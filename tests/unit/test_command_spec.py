@@ -34,7 +34,7 @@ def test_usage_lines_spell_options_in_each_debuggers_style():
     assert EXPLAIN.usage(GDB) == "unwind explain [-json] [-sources LIST] [-verbose] [LEVEL|all]"
     assert TABLES.usage(LLDB) == "unwind tables [--json] [--all] ADDRESS|FUNCTION"
     assert [c.name for c in commands_for(GDB)] == ["backtrace", "explain", "tables", "compare", "modules",
-                                                   "validate"]
+                                                   "cache", "validate"]
     assert [c.name for c in commands_for(LLDB)][-3:] == ["settings", "validate", "provider"]
     assert VALIDATE.usage(GDB) == "unwind validate [-json] [-sources LIST] [-steps N] [FUNCTION|ADDRESS]"
     assert VALIDATE.usage(LLDB) == "unwind validate [--json] [--sources LIST] [--steps N] [FUNCTION|ADDRESS]"
