@@ -195,10 +195,10 @@ def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
         count, pad, ips, entries = struct.unpack_from("<IIQQ", block, offset)
         if not 0 < count < 1 << 20 or pad or not _in_area(ips) or not _in_area(entries) or ips % 4:
             continue
+        if not _apart((address, STRUCT_MODULE_SCAN), (ips, 4 * count), (entries, orc.ENTRY_SIZE * count)):
+            continue        # a table inside the struct itself, or the two tables overlapping
         try:
-            first = ips + struct.unpack("<i", read(ips, 4))[0]
-            last_at = ips + 4 * (count - 1)
-            last = last_at + struct.unpack("<i", read(last_at, 4))[0]
+            first, last = _sorted_ips(ips, count, read)
         except (MemoryReadError, OSError, ValueError):
             continue
         if not (_in_area(first) and first <= last < first + (64 << 20)):
@@ -211,6 +211,28 @@ def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
         module.cache["kernel release"] = kernel.cache.get("kernel release")
         return module
     return None
+
+
+def _apart(*areas: Tuple[int, int]) -> bool:
+    """Do the (start, size) areas not overlap?"""
+    ordered = sorted(areas)
+    return all(a + size <= b for (a, size), (b, _) in zip(ordered, ordered[1:]))
+
+
+SORT_SAMPLE = 64        # ips of a candidate table checked in order (the kernel sorts a module's table at load)
+
+
+def _sorted_ips(ips: int, count: int, read: Read) -> Tuple[int, int]:
+    """(first, last) ip of a candidate ip table; ValueError unless its first SORT_SAMPLE ips and its last
+    are in order, as the kernel leaves them (unwind_module_init sorts the table)."""
+    sample = min(count, SORT_SAMPLE)
+    raw = struct.unpack("<%di" % sample, read(ips, 4 * sample))
+    decoded = [ips + 4 * i + rel for i, rel in enumerate(raw)]
+    last_at = ips + 4 * (count - 1)
+    decoded.append(last_at + struct.unpack("<i", read(last_at, 4))[0])
+    if any(a > b for a, b in zip(decoded, decoded[1:])):
+        raise ValueError("not in order")
+    return decoded[0], decoded[-1]
 
 
 def orc_table(module: Module, read: Read) -> Tuple[orc.OrcTable, orc.LayoutFoundBy, List[str]]:
