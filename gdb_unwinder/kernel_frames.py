@@ -183,4 +183,10 @@ class KernelEnd:
                 pc = sp = None
             if self.frames.is_outermost(pc, sp):
                 return      # not asking GDB for the frame past it
-            frame = frame.older()
+            try:
+                frame = frame.older()
+            except gdb.error:
+                # GDB made the older frame, then looked past it (frame_info_to_frame_object asks for its
+                # caller) and failed there: the frame's caller is now noted as absent, so asking again
+                # gives the frame. A second error is the walk's own.
+                frame = frame.older()

@@ -24,7 +24,7 @@ import struct
 from functools import lru_cache
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.formats import orc
 from plugin.modules.model import Module, Segment, TableLocation
 
@@ -241,7 +241,8 @@ def orc_table(module: Module, read: Read) -> Tuple[orc.OrcTable, orc.LayoutFound
     DecodeError when the tables are missing or disagree; MemoryReadError when unreadable."""
     ips, entries = module.tables.get(".orc_unwind_ip"), module.tables.get(".orc_unwind")
     if ips is None or entries is None:
-        raise DecodeError(".orc_unwind", None, "the kernel's symbols do not give both ORC tables")
+        raise DecodeError(".orc_unwind", None, "the kernel's symbols do not give both ORC tables",
+                          DecodeKind.MALFORMED)
     count = orc.check_sizes(ips.size, entries.size)
     header_at = module.tables.get(".orc_header")
     header = read(header_at.address, header_at.size) if header_at is not None else None

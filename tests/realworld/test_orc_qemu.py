@@ -42,11 +42,15 @@ KASLR_RELEASES = sorted(RELEASES) if every("UNWIND_ORC_EVERY") else ["6.1.0-50-a
 REPO = Path(__file__).resolve().parents[2]
 WALKER = REPO / "tests/helpers/orc_gdb_walk.py"
 MARKER = "version_proc_show"
+# Every page fault emits exceptions:page_fault_user or page_fault_kernel (exc_page_fault, before
+# anything else runs); not every one reaches handle_mm_fault (a fault the uaccess fixup ends). Its
+# stacktrace trigger is the fault entry's truth.
+FAULT_EVENT = "page_fault"
 # (name, function GDB stops at, function traced for its truth): in the order the kernel reaches them
 STOPS = [("timer", "update_process_times", "update_process_times"),   # a tick's handler, below the interrupt
          ("irq entry", "asm_common_interrupt", "handle_irq_event"),    # an interrupt's first instruction
          ("syscall", "do_sys_openat2", "do_sys_openat2"),              # a syscall from user mode
-         ("fault entry", "asm_exc_page_fault", "handle_mm_fault"),     # a page fault's first instruction
+         ("fault entry", "asm_exc_page_fault", FAULT_EVENT),           # a page fault's first instruction
          ("fault below", "handle_mm_fault", "handle_mm_fault"),        # below the page fault's pt_regs
          ("panic", "panic", None)]
 # unwindsyms=1 on the command line (init's environment): print the symbols and exit. Else the
@@ -62,9 +66,13 @@ if [ -n "$unwindsyms" ]; then /bin/busybox cat /proc/kallsyms; echo KALLSYMS-DON
 echo %s > /t/set_ftrace_filter
 echo function > /t/current_tracer
 echo 1 > /t/options/func_stack_trace
+echo 1 > /t/options/sym-offset
 /bin/busybox cat /proc/version > /dev/null
 /bin/busybox head -c 300000 /proc/kallsyms > /dev/null
 echo %s >> /t/set_ftrace_filter
+echo stacktrace > /t/events/exceptions/page_fault_user/trigger
+echo stacktrace > /t/events/exceptions/page_fault_kernel/trigger
+echo 1 > /t/events/exceptions/enable
 echo WINDOW
 /bin/busybox cat /proc/version > /dev/null
 /bin/busybox true
@@ -73,7 +81,8 @@ echo TRACE-START
 /bin/busybox cat /t/trace
 echo TRACE-END
 exit 0
-""" % (MARKER + " update_process_times", " ".join(sorted({traced for _, _, traced in STOPS[1:] if traced})))
+""" % (MARKER + " update_process_times",
+       " ".join(sorted({traced for _, _, traced in STOPS[1:] if traced not in (None, FAULT_EVENT)})))
 
 
 def _tools(root):
@@ -167,35 +176,49 @@ def _name(pc, ordered, return_address):
 
 
 def _trace(serial):
-    """ftrace's records between TRACE-START and TRACE-END: [(function, [frame names])], the frames
-    as the kernel's unwinder gave them from the traced function on (before it: ftrace's trampoline)."""
+    """ftrace's records between TRACE-START and TRACE-END: [(function, [frame names], [frames as printed])],
+    the frames as the kernel's unwinder gave them from the traced function on (before it: ftrace's
+    trampoline), printed with sym-offset ("do_sys_openat2+0x0/0x90")."""
     text = serial.split("TRACE-START\n", 1)[-1].split("TRACE-END", 1)[0]
     records = []
     for line in text.splitlines():
         called = re.search(r"\] \S+ +[0-9.]+: (\S+) <-\S+$", line)
-        if called:
-            records.append((called.group(1), []))
+        event = re.search(r"\] \S+ +[0-9.]+: (page_fault)_(user|kernel): ", line)
+        if called or event:
+            records.append(((called or event).group(1).split("+")[0], []))
         elif line.startswith(" => ") and records:
-            records[-1][1].append(line[4:].strip())
-    return [(function, frames[frames.index(function):]) for function, frames in records if function in frames]
+            records[-1][1].append(line[4:].strip().split("/")[0])
+    kept = []
+    for function, printed in records:
+        names = [frame.split("+")[0] for frame in printed]
+        if function == FAULT_EVENT and "asm_exc_page_fault" in names:
+            kept.append((function, names, printed))
+        elif function in names:
+            at = names.index(function)
+            kept.append((function, names[at:], printed[at:]))
+    return kept
 
 
-def _truths(records):
+def _truths(records, tick):
     """Each stop's truth: the frames of the first record of its traced function after the previous
-    stop's record (the first after the marker's), from the stop's function on; the timer's: the first
-    tick that interrupted the kernel (GDB's condition $rdi == 0, user_tick)."""
-    at = [function for function, _ in records].index(MARKER)
+    stop's record, from the stop's function on. The marker's record is written after GDB's stop at
+    its first instruction, and a tick pending then is taken there, before it: so the timer's truth is
+    the tick, from the record before the marker's on, whose interrupted pc (after the entry) is the
+    one GDB read from the tick's pt_regs (`__irq_regs`), TICK (symbol+offset)."""
+    at = max([function for function, _, _ in records].index(MARKER) - 1, 0)
     truths = {}
     for name, function, traced in STOPS:
-        if traced is None:
-            continue
-        for i in range(at, len(records)):
-            frames = records[i][1]
-            entry = [n for n, frame in enumerate(frames) if frame.startswith("asm_")][:1]
-            if records[i][0] == traced and (name != "timer" or (entry and len(frames) > entry[0] + 1)):
-                at = i
-                truths[name] = frames[frames.index(function):]
-                break
+        for i in range(at, len(records) if traced else 0):
+            names, printed = records[i][1], records[i][2]
+            if records[i][0] != traced:
+                continue
+            if name == "timer":
+                entry = [n for n, frame in enumerate(names) if frame.startswith("asm_")][:1]
+                if not entry or printed[entry[0] + 1:entry[0] + 2] != [tick]:
+                    continue
+            at = i
+            truths[name] = names[names.index(function):]
+            break
     return truths
 
 
@@ -205,17 +228,24 @@ def booted(request, tmp_path_factory):
     _tools(root)
     tmp = tmp_path_factory.mktemp("qemu")
     initrd = _initrd(tmp)
-    symbols, symbol_file, _ = _first_boot(root, initrd, tmp)
+    symbols, symbol_file, text = _first_boot(root, initrd, tmp)
     second = tmp / "second.txt"
     walk = ["python exec(open(%r).read())" % str(WALKER), "echo BT-START\\n", "bt", "echo BT-END\\n"]
-    commands = ["hbreak *0x%x" % symbols[MARKER], "continue"]
+    # `finish`: the marker's own ftrace call (its stack trace recorded) is over before GDB waits for a tick,
+    # so no tick it stops at interrupted ftrace's code (its dynamic trampolines have no ORC entries: see docs)
+    commands = ["hbreak *0x%x" % symbols[MARKER], "continue", "delete", "finish"]
+    # the tick's pt_regs (per-cpu __irq_regs, at gs_base + its offset): the interrupted pc, read by GDB
+    per_cpu = int(re.search(r"^([0-9a-f]{16}) A __irq_regs$", text, re.M).group(1), 16)
+    tick_ip = ("python read = lambda a: int.from_bytes(bytes(gdb.selected_inferior().read_memory(a, 8)), 'little'); "
+               "print('TICK-IP 0x%%x' %% read(read((int(gdb.parse_and_eval('$gs_base')) & (1 << 64) - 1) + 0x%x) + 128))"
+               % per_cpu)
     for name, function, _ in STOPS:
         condition = " if $rdi == 0" if name == "timer" else ""      # update_process_times(user_tick)
         commands += ["delete", "hbreak *0x%x%s" % (symbols[function], condition), "continue"] + walk
         if name == "timer":
-            commands += ["unwind modules"]
+            commands += ["unwind modules", tick_ip]
     # GDB's bt without the plugin's frame filter: the error past the last frame (GDB's Python unwinders cannot end a walk)
-    commands += ["echo NO-FILTERS\\n", "bt -no-filters"]
+    commands += ["maint flush register-cache", "echo NO-FILTERS\\n", "bt -no-filters"]
     env = dict(os.environ, ORC_VMLINUX=str(root / "vmlinux"),
                ORC_SYS_PATH=":".join([str(REPO)] + [p for p in sys.path if "site-packages" in p]))
     gdb = _gdb_on_qemu(root, initrd, second, symbol_file, commands + ["unwind explain 1", "delete", "continue"],
@@ -230,8 +260,9 @@ def booted(request, tmp_path_factory):
     assert len(bts) == len(STOPS), gdb.stdout[-3000:]
     names = [stop[0] for stop in STOPS]
     serial = second.read_text(errors="replace").replace("\r", "")
+    tick = _name(int(re.search(r"^TICK-IP (0x[0-9a-f]+)$", gdb.stdout, re.M).group(1), 16), ordered, False)
     return (dict(zip(names, named)), serial, dict(zip(names, bts)),
-            dict(zip(names, walks)), gdb.stdout + "\nSTDERR\n" + gdb.stderr, root.name, _truths(_trace(serial)))
+            dict(zip(names, walks)), gdb.stdout + "\nSTDERR\n" + gdb.stderr, root.name, _truths(_trace(serial), tick))
 
 
 def test_syscall_stop_walks_to_user_mode(booted):
@@ -281,7 +312,7 @@ def test_walk_and_gdb_bt_equal_ftraces_stack_of_the_same_call(booted, stop):
     truth = truths.get(stop)
     assert truth, (stop, truths)
     ours = [name.split("+")[0] for name, _, _, _, _ in walks[stop]]
-    print(stop, "ftrace:", truth, "walk:", ours)
+    print(stop, "ftrace:", truth, "walk:", ours, "GDB:", [name for _, name in bts[stop]])
     assert ours == truth
     # GDB prints a clone's name without its number (file_tty_write.constprop.0: "file_tty_write.constprop")
     assert [name for _, name in bts[stop]] == [re.sub(r"\.\d+$", "", name) for name in truth]
@@ -423,7 +454,8 @@ def test_a_loaded_modules_frames_come_from_its_own_orc_table(release, tmp_path):
     assert "found by struct module crc32c_generic at 0x" in out
     walk = re.findall(r"^#(\d+) +(0x[0-9a-f]+) in (\S+) from (\S+)  \[found by: (.+?)\]", out, re.M)
     assert walk[1][2].startswith("chksum_") and walk[1][3] == "[crc32c_generic]", walk
-    assert all(how == "ORC .orc_unwind" for *_, how in walk[1:]) and walk[-1][2] in ("ret_from_fork", "ret_from_fork_asm"), walk
+    assert all(how == "ORC .orc_unwind" for *_, how in walk[1:]), walk
+    assert walk[-1][2] in ("ret_from_fork", "ret_from_fork_asm"), walk      # 6.12: ret_from_fork_asm
     assert "the entry marks the end of the stack" in out
     bt = _gdb_bt(out)[0]
     assert [pc for pc, _ in bt] == [int(pc, 16) for _, pc, _, _, _ in walk], (bt, walk)
