@@ -191,7 +191,8 @@ def check(entries: List[OrcEntry], decode: Callable, name: Callable[[int], str] 
             insn = judged[-1][0]
             report.disagreements.append(checks.Disagreement(
                 insn.address, name(cur.ip), "orc", insn.text, "%s -> %s" % (orc.entry_text(cur), orc.entry_text(nxt)),
-                "", [checks.Finding("cfa", checks.Verdict.WRONG, orc.entry_text(nxt), why)]))
+                why, [checks.Finding("bp" if "saves rbp" in why else "cfa", checks.Verdict.WRONG,
+                                     orc.entry_text(nxt), why)]))
         else:
             report.undecided += 1
             report.reasons[why.split(":")[0] if ": a value" in why else why] += 1

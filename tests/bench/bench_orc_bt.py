@@ -74,8 +74,8 @@ def main():
     result = json.loads(found[0][6:])
     plugin, alone = result["plugin"], result["gdb"]
     print("kernel %s, timer-tick stop, %d rounds" % (args.release, args.rounds))
-    print("  GDB + plugin: %s frames, median %.3f s (cold %.3f s)" % (plugin["frames"], plugin["median"], plugin["cold"]))
-    print("  GDB alone:    %s frames, median %.3f s (cold %.3f s)" % (alone["frames"], alone["median"], alone["cold"]))
+    for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone)):
+        print("  %s: %s frames, median %.3f s (cold %.3f s)" % (label, row["frames"], row["median"], row["cold"]))
     print("  ratio (median): %.2f" % (plugin["median"] / alone["median"]))
 
 

@@ -237,14 +237,14 @@ def booted(request, tmp_path_factory):
     # the tick's pt_regs (per-cpu __irq_regs, at gs_base + its offset): the interrupted pc, read by GDB
     per_cpu = int(re.search(r"^([0-9a-f]{16}) A __irq_regs$", text, re.M).group(1), 16)
     tick_ip = ("python read = lambda a: int.from_bytes(bytes(gdb.selected_inferior().read_memory(a, 8)), 'little'); "
-               "print('TICK-IP 0x%%x' %% read(read((int(gdb.parse_and_eval('$gs_base')) & (1 << 64) - 1) + 0x%x) + 128))"
-               % per_cpu)
+               "base = int(gdb.parse_and_eval('$gs_base')) & (1 << 64) - 1; "
+               "print('TICK-IP 0x%%x' %% read(read(base + 0x%x) + 128))" % per_cpu)
     for name, function, _ in STOPS:
         condition = " if $rdi == 0" if name == "timer" else ""      # update_process_times(user_tick)
         commands += ["delete", "hbreak *0x%x%s" % (symbols[function], condition), "continue"] + walk
         if name == "timer":
             commands += ["unwind modules", tick_ip]
-    # GDB's bt without the plugin's frame filter: the error past the last frame (GDB's Python unwinders cannot end a walk)
+    # GDB's bt without the plugin's frame filter: the error past the last frame (no Python unwinder can end a walk)
     commands += ["maint flush register-cache", "echo NO-FILTERS\\n", "bt -no-filters"]
     env = dict(os.environ, ORC_VMLINUX=str(root / "vmlinux"),
                ORC_SYS_PATH=":".join([str(REPO)] + [p for p in sys.path if "site-packages" in p]))
