@@ -75,8 +75,10 @@ def main():
     plugin, alone = result["plugin"], result["gdb"]
     print("kernel %s, timer-tick stop, %d rounds" % (args.release, args.rounds))
     for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone)):
-        print("  %s: %s frames, median %.3f s (cold %.3f s)" % (label, row["frames"], row["median"], row["cold"]))
-    print("  ratio (median): %.2f" % (plugin["median"] / alone["median"]))
+        per_frame = row["median"] / row["frames"] * 1000 if isinstance(row["frames"], int) and row["frames"] else 0
+        print("  %s: %s frames, median %.2f ms (%.2f ms a frame), cold %.2f ms"
+              % (label, row["frames"], row["median"] * 1000, per_frame, row["cold"] * 1000))
+    print("  ratio of the medians: %.1f (GDB alone stops after its first frames)" % (plugin["median"] / alone["median"]))
 
 
 if __name__ == "__main__":
