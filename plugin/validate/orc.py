@@ -172,12 +172,16 @@ def _transition(cur, nxt, insn, regs, saved_at, judged):
     return "right", "", judged
 
 
-def check(entries: List[OrcEntry], decode: Callable, name: Callable[[int], str] = hex) -> OrcReport:
-    """Judge each pair of adjacent rows (entries sorted by ip); decode(pc) -> the analysis' Insn or None."""
+def check(entries: List[OrcEntry], decode: Callable, name: Callable[[int], str] = hex,
+          select: Optional[Callable[[int, int], bool]] = None) -> OrcReport:
+    """Judge each pair of adjacent rows (entries sorted by ip; those whose range select(start, end) accepts);
+    decode(pc) -> the analysis' Insn or None."""
     began = time.perf_counter()
     report = OrcReport()
     summary = report.instructions
     for cur, nxt in zip(entries, entries[1:]):
+        if select is not None and not select(cur.ip, nxt.ip):
+            continue
         report.rows += 1
         verdict, why, judged = judge(cur, nxt, decode)
         for _, insn_verdict in judged:
@@ -200,7 +204,7 @@ def check(entries: List[OrcEntry], decode: Callable, name: Callable[[int], str] 
     return report
 
 
-def check_file(path: str, arch, read: Callable[[int, int], bytes]) -> Optional[OrcReport]:
+def check_file(path: str, arch, read: Callable[[int, int], bytes], select=None) -> Optional[OrcReport]:
     """The ORC rows of the ELF file at path (a vmlinux), or None when it has no ORC sections."""
     from elftools.elf.elffile import ELFFile
 
@@ -219,14 +223,21 @@ def check_file(path: str, arch, read: Callable[[int, int], bytes]) -> Optional[O
             fresh["analysis"] = CodeAnalysis(arch, read)
         fresh["decoded"] += 1
         return fresh["analysis"].decode_at(pc)
-    return check(sorted(image.entries(), key=lambda e: e.ip), decode)
+    return check(sorted(image.entries(), key=lambda e: e.ip), decode, select=select)
 
 
-def add_to(report, target, module) -> None:
+def add_to(report, target, module, select=None) -> None:
     """A module's ORC rows into its validate report (x86-64 ELF files with ORC sections)."""
     if module.arch.name != "x86_64" or module.format != "elf" or not module.path:
         return
-    found = check_file(module.path, module.arch, target.read_memory)
+    from plugin.errors import bad_file_errors
+    from plugin.modules import on_disk
+    try:
+        if ".orc_unwind_ip" not in on_disk.sections(module.path):
+            return      # not a kernel image: its file is not read again
+    except bad_file_errors():
+        return          # the file's own problems are reported by the other checks
+    found = check_file(module.path, module.arch, target.read_memory, select)
     if found is None:
         return
     report.sources["orc"] = found.instructions
