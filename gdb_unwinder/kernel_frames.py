@@ -173,7 +173,7 @@ class KernelEnd:
             def function(self):
                 inferior_frame = self.inferior_frame()
                 name = inferior_frame.name()
-                return name if name is not None else inferior_frame.pc()
+                return name if name else inferior_frame.pc()     # no name: GDB prints ?? as its bt does
 
         while frame is not None:
             yield Named(frame)

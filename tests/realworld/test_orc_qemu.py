@@ -6,13 +6,15 @@ A first boot, without GDB, prints the kernel's symbols (/proc/kallsyms; addresse
 nokaslr). In the second, the initramfs's /init turns on ftrace's `function` tracer with
 `func_stack_trace`, filtered to the functions the stops are at (or run below them): each call
 of one records the kernel's own ORC unwinder's stack trace, printed to the serial console at
-the end. GDB first stops at a marker (version_proc_show, `cat /proc/version`), then (STOPS) at
-the next timer tick that interrupted the kernel (update_process_times), an interrupt's first
-instruction, do_sys_openat2 (a syscall from user mode), a page fault's first instruction and
-below it (handle_mm_fault), and panic (/init exits: "Attempted to kill init"). The guest has
-one CPU, so the trace's records are in the order the calls ran: each stop's truth is the
-first record of its traced function after the previous stop's (an entry stop's: the trace of
-the handler below it, from the entry on). At panic the truth is the kernel's printed trace.
+the end. GDB first stops at a marker (version_proc_show, `cat /proc/version`) and finishes it,
+then (STOPS) at the next timer tick that interrupted the kernel (update_process_times), an
+interrupt's first instruction, do_sys_openat2 (a syscall from user mode), a page fault's first
+instruction and below it (handle_mm_fault), and panic (/init exits: "Attempted to kill init").
+The guest has one CPU, so the trace's records are in the order the calls ran: each stop's truth
+is the first record of its traced function after the previous stop's (an interrupt entry's: the
+trace of handle_irq_event below it, from the entry on; a fault entry's: the page_fault_* event's
+stacktrace trigger); the tick's is the one whose interrupted pc GDB read from its pt_regs
+(_truths). At panic the truth is the kernel's printed trace.
 Both the plugin's walk and GDB's own `bt` with the plugin loaded (and a symbol file made from
 the kallsyms lines, `python -m plugin kallsyms`) must name those frames; `unwind modules`
 lists the kernel with its ORC table; a loaded module (crc32c_generic) is walked by its own
