@@ -8,7 +8,7 @@ def install():
     import gdb.unwinder
 
     from .commands import register
-    from .kernel_frames import KernelFrames
+    from .kernel_frames import KernelEnd, KernelFrames
     from .state import GdbState
     from .unwinder import PluginUnwinder
 
@@ -23,6 +23,8 @@ def install():
     # registered first, so GDB asks it after the plugin's unwinder (each goes to the list's front)
     state.kernel_frames = KernelFrames(state)
     gdb.unwinder.register_unwinder(None, state.kernel_frames, replace=True)
+    state.kernel_end = KernelEnd(state.kernel_frames)       # ends `bt` at the kernel stack's proved end
+    gdb.frame_filters[state.kernel_end.name] = state.kernel_end
     gdb.unwinder.register_unwinder(None, unwinder, replace=True)
     state.connect_events()
     register(state)

@@ -14,8 +14,15 @@ source:
   the pt_regs (or iret frame) at the CFA; the plugin's unwinder looks that
   frame up at its exact pc (it noted it in after_signal when it declined);
 - an end of the stack (END_OF_STACK, UNDEFINED, or a pt_regs from user
-  mode): a frame that saves no pc, so GDB's bt ends there ("Backtrace
-  stopped: frame did not save the PC") instead of inventing a caller.
+  mode): a frame that saves no pc, so GDB does not invent a caller.
+
+GDB's Python unwinder API cannot mark a frame outermost (py-unwind.c: the
+frame id is built by frame_id_build/_wild/_special, never outer_frame_id,
+and the stop reason is default_frame_unwind_stop_reason, which says
+UNWIND_OUTERMOST only for that id), so unwinding past such a frame raises
+"PC not saved". KernelEnd, a frame filter enabled only where a kernel is
+among the modules, ends `bt`'s frames at the frame this unwinder proved
+outermost, so `bt` ends there cleanly (`bt -no-filters` still ends with the error).
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ from .compat import FrameId, pending_level
 from .registers import PendingRegisters
 
 NAME = "unwind-plugin-kernel"
+END_NAME = "unwind-plugin-kernel-end"
 
 
 class KernelFrames(Unwinder):
@@ -41,6 +49,7 @@ class KernelFrames(Unwinder):
         self.state = state
         self.declined = collections.deque(maxlen=64)    # (level, pc, why) of its last answers
         self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
+        self._outermost = (None, set())     # ((id(target), generation, stops), {(pc, sp)} proved outermost)
 
     def __call__(self, pending_frame):
         state = self.state
@@ -58,6 +67,30 @@ class KernelFrames(Unwinder):
             return None
         finally:
             target.inside_unwinder = False
+
+    def kernel_here(self) -> bool:
+        """Is a kernel among the selected inferior's modules (the plugin on, with orc)?"""
+        state = self.state
+        try:
+            if state.claim == "none" or "orc" not in state.sources:
+                return False
+            inferior = state.inferior()
+            return inferior.target.arch is not None and inferior.target.arch.name == "x86_64" \
+                and self._has_kernel(inferior)
+        except Exception:       # no process, no target: not a kernel
+            return False
+
+    def is_outermost(self, pc: int, sp: int) -> bool:
+        """Did this unwinder prove the frame at (pc, sp) outermost at this stop?"""
+        try:
+            key = self._stop_key(self.state.inferior().target)
+        except Exception:
+            return False
+        return self._outermost[0] == key and (pc, sp) in self._outermost[1]
+
+    @staticmethod
+    def _stop_key(target):
+        return (id(target), target.generation, getattr(target, "stops", 0))
 
     def _has_kernel(self, inferior):
         """Is a kernel among the inferior's modules? Kept per module-list generation and stop."""
@@ -91,6 +124,10 @@ class KernelFrames(Unwinder):
             # rsp only: the caller's pc is "not saved", and GDB's bt ends at this frame.
             info.add_saved_register("rsp", pending_frame.read_register("rsp"))
             self.declined.append((level, pc, "outermost: " + outcome.reason))
+            key = self._stop_key(target)
+            if self._outermost[0] != key:
+                self._outermost = (key, set())
+            self._outermost[1].add((pc, sp))
             return info
         caller = outcome.registers
         for number, value in sorted(caller.items()):
@@ -99,3 +136,58 @@ class KernelFrames(Unwinder):
             info.add_saved_register(name, gdb.Value(value & arch.mask).cast(kind))
         inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
         return info
+
+
+class KernelEnd:
+    """GDB frame filter: `bt`'s frames end at the one KernelFrames proved outermost (the end of the
+    kernel stack, a pt_regs from user mode), not at GDB's error unwinding past it. Enabled only
+    where a kernel is among the modules, so a process's `bt` keeps GDB's own printing.
+
+    It walks the frames itself from the newest (gdb.FrameIterator asks for a frame's older one
+    before it hands the frame out, which past the last frame raises the error), so it runs first
+    (the highest priority) and leaves the iterator it is given unused; other filters apply to its
+    frames. Each frame is named as GDB's own bt names it (gdb.Frame.name(): a caller by its pc - 1),
+    not by FrameDecorator's default (a symbol-less frame by its pc: a return address at the end of a
+    .cold part would name the next function)."""
+
+    def __init__(self, frames: KernelFrames):
+        self.name = END_NAME
+        self.priority = 1 << 30
+        self.frames = frames
+        self.wanted = True      # `disable frame-filter global unwind-plugin-kernel-end` sets False
+
+    @property
+    def enabled(self) -> bool:
+        return self.wanted and self.frames.kernel_here()
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self.wanted = bool(value)
+
+    def filter(self, frame_iter):
+        return self._until_outermost(gdb.newest_frame())
+
+    def _until_outermost(self, frame):
+        from gdb.FrameDecorator import FrameDecorator
+
+        class Named(FrameDecorator):
+            def function(self):
+                inferior_frame = self.inferior_frame()
+                name = inferior_frame.name()
+                return name if name else inferior_frame.pc()     # no name: GDB prints ?? as its bt does
+
+        while frame is not None:
+            yield Named(frame)
+            try:
+                pc, sp = frame.pc(), int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
+            except gdb.error:
+                pc = sp = None
+            if self.frames.is_outermost(pc, sp):
+                return      # not asking GDB for the frame past it
+            try:
+                frame = frame.older()
+            except gdb.error:
+                # GDB made the older frame, then looked past it (frame_info_to_frame_object asks for its
+                # caller) and failed there: the frame's caller is now noted as absent, so asking again
+                # gives the frame. A second error is the walk's own.
+                frame = frame.older()

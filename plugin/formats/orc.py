@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
-from plugin.errors import DecodeError
+from plugin.errors import DecodeError, DecodeKind
 
 ENTRY_SIZE = 6
 IP_SIZE = 4
@@ -188,7 +188,8 @@ def choose_layout(header: Optional[bytes], release: Optional[str],
     if header is not None:
         layout = layout_from_header(header)
         if layout is None:
-            raise DecodeError(".orc_header", 0, "an unknown layout hash %s" % bytes(header).hex())
+            raise DecodeError(".orc_header", 0, "an unknown layout hash %s" % bytes(header).hex(),
+                              DecodeKind.UNSUPPORTED)
         return layout, LayoutFoundBy.HEADER, notes
     by_bits = layout_from_flags(flags)
     by_version = layout_from_version(release) if release else None
@@ -199,7 +200,7 @@ def choose_layout(header: Optional[bytes], release: Optional[str],
         return by_version, LayoutFoundBy.KERNEL_VERSION, notes
     if by_bits is None:
         raise DecodeError(".orc_unwind", None, "the entries' bits fit no ORC layout "
-                          "(and no .orc_header or kernel version says which)")
+                          "(and no .orc_header or kernel version says which)", DecodeKind.MALFORMED)
     return by_bits, LayoutFoundBy.ENTRY_BITS, notes
 
 
@@ -255,8 +256,9 @@ def decode_all(ip_bytes: bytes, entry_bytes: bytes, ip_address: int, layout: Lay
 def check_sizes(ip_size: int, entries_size: int) -> int:
     """The entry count of tables of these sizes; DecodeError unless they agree."""
     if ip_size % IP_SIZE or entries_size % ENTRY_SIZE or ip_size // IP_SIZE != entries_size // ENTRY_SIZE:
+        kind = DecodeKind.TRUNCATED if ip_size % IP_SIZE or entries_size % ENTRY_SIZE else DecodeKind.MALFORMED
         raise DecodeError(".orc_unwind", None, ".orc_unwind_ip (%d bytes) and .orc_unwind (%d bytes) do not "
-                          "hold the same number of entries" % (ip_size, entries_size))
+                          "hold the same number of entries" % (ip_size, entries_size), kind)
     return ip_size // IP_SIZE
 
 

@@ -24,7 +24,7 @@ import struct
 from functools import lru_cache
 from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from plugin.errors import DecodeError, MemoryReadError
+from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.formats import orc
 from plugin.modules.module import Module, ModuleFormat, Segment, TableLocation
 
@@ -195,10 +195,10 @@ def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
         count, pad, ips, entries = struct.unpack_from("<IIQQ", block, offset)
         if not 0 < count < 1 << 20 or pad or not _in_area(ips) or not _in_area(entries) or ips % 4:
             continue
+        if not _apart((address, STRUCT_MODULE_SCAN), (ips, 4 * count), (entries, orc.ENTRY_SIZE * count)):
+            continue        # a table inside the struct itself, or the two tables overlapping
         try:
-            first = ips + struct.unpack("<i", read(ips, 4))[0]
-            last_at = ips + 4 * (count - 1)
-            last = last_at + struct.unpack("<i", read(last_at, 4))[0]
+            first, last = _sorted_ips(ips, count, read)
         except (MemoryReadError, OSError, ValueError):
             continue
         if not (_in_area(first) and first <= last < first + (64 << 20)):
@@ -213,13 +213,36 @@ def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
     return None
 
 
+def _apart(*areas: Tuple[int, int]) -> bool:
+    """Do the (start, size) areas not overlap?"""
+    ordered = sorted(areas)
+    return all(a + size <= b for (a, size), (b, _) in zip(ordered, ordered[1:]))
+
+
+SORT_SAMPLE = 64        # ips of a candidate table checked in order (the kernel sorts a module's table at load)
+
+
+def _sorted_ips(ips: int, count: int, read: Read) -> Tuple[int, int]:
+    """(first, last) ip of a candidate ip table; ValueError unless its first SORT_SAMPLE ips and its last
+    are in order, as the kernel leaves them (unwind_module_init sorts the table)."""
+    sample = min(count, SORT_SAMPLE)
+    raw = struct.unpack("<%di" % sample, read(ips, 4 * sample))
+    decoded = [ips + 4 * i + rel for i, rel in enumerate(raw)]
+    last_at = ips + 4 * (count - 1)
+    decoded.append(last_at + struct.unpack("<i", read(last_at, 4))[0])
+    if any(a > b for a, b in zip(decoded, decoded[1:])):
+        raise ValueError("not in order")
+    return decoded[0], decoded[-1]
+
+
 def orc_table(module: Module, read: Read) -> Tuple[orc.OrcTable, orc.LayoutFoundBy, List[str]]:
     """The module's ORC table over read (a page cache: the tables never change), its layout chosen
     by .orc_header, else the kernel's release, else the first page of entries' bits.
     DecodeError when the tables are missing or disagree; MemoryReadError when unreadable."""
     ips, entries = module.tables.get(".orc_unwind_ip"), module.tables.get(".orc_unwind")
     if ips is None or entries is None:
-        raise DecodeError(".orc_unwind", None, "the kernel's symbols do not give both ORC tables")
+        raise DecodeError(".orc_unwind", None, "the kernel's symbols do not give both ORC tables",
+                          DecodeKind.MALFORMED)
     count = orc.check_sizes(ips.size, entries.size)
     header_at = module.tables.get(".orc_header")
     header = read(header_at.address, header_at.size) if header_at is not None else None

@@ -182,8 +182,8 @@ def run(args) -> int:
         if known is not None:
             print("baseline %s: %d known disagreement(s) not shown; %d new"
                   % (args.baseline, dropped, sum(len(r.disagreements) for r in reports)))
-        for module in chosen:
-            if not module.tables:
+        for module, report in zip(chosen, reports):
+            if not module.tables and not report.sources:
                 print("%s: no unwind tables (nothing to check)" % module.name)
     return 2 if damaged else 1 if any(r.disagreements for r in reports) else 0
 

@@ -118,6 +118,8 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
                                % (", ".join(sorted(code_analysis.FACTS)), arch.name))
         return report
     plan = _plan(target, module, report.problems, keep_detail)
+    from plugin.validate import orc as orc_rows     # a kernel image's ORC rows, judged row by row
+    orc_rows.add_to(report, target, module, select)
     stubs = sources.plt_stubs(module, report.problems)
     got = sources.got_names(target, module.load_bias)
     symbol = plan.symbol

@@ -1,0 +1,85 @@
+"""Benchmark (not a test): GDB's `bt` of a Linux kernel under QEMU's gdbstub, the plugin on vs off.
+
+    python3 tests/bench/bench_orc_bt.py [--release 6.1.0-50-amd64] [--rounds R]
+
+Boots Debian's kernel as tests/realworld/test_orc_qemu.py does (TCG, nokaslr, symbols from
+kallsyms), stops at the first timer tick that interrupted the kernel after the initramfs's
+marker (the deepest stop of that test: the tick's handler on the IRQ stack, the interrupted
+syscall below it), and times `bt` there with the plugin loaded (its unwinders and its frame
+filter) and with all three disabled (GDB alone), alternating, GDB's frame cache dropped before
+each. Prints the frames each gives and the median wall time of R rounds, and the first (cold)
+round of each: the plugin's tables are read over the gdbstub then, and kept afterwards.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent / "helpers"), str(HERE.parent / "realworld")]
+
+import test_orc_qemu as qemu  # noqa: E402
+
+INSIDE_GDB = r'''
+import gdb, json, statistics, time
+state = gdb._unwind_plugin_state
+def plugin(on):
+    state.unwinder.enabled = state.kernel_frames.enabled = on
+    state.kernel_end.enabled = on
+def timed():
+    gdb.invalidate_cached_frames()
+    start = time.perf_counter()
+    out = gdb.execute("bt", to_string=True)
+    return time.perf_counter() - start, sum(1 for line in out.splitlines() if line.startswith("#"))
+times = {True: [], False: []}
+frames = {}
+for _ in range(%(rounds)d):
+    for on in (True, False):
+        plugin(on)
+        try:
+            seconds, count = timed()
+        except gdb.error as exc:        # GDB alone may end its bt with an error
+            seconds, count = float("nan"), str(exc)
+        times[on].append(seconds)
+        frames[on] = count
+plugin(True)
+print("BENCH " + json.dumps({"plugin": {"frames": frames[True], "cold": times[True][0],
+                                        "median": statistics.median(times[True][1:] or times[True])},
+                             "gdb": {"frames": frames[False], "cold": times[False][0],
+                                     "median": statistics.median(times[False][1:] or times[False])}}))
+'''
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--release", default="6.1.0-50-amd64")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    root = qemu.KERNELS / args.release
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / ("bench-orc-" + args.release)
+    tmp.mkdir(exist_ok=True)
+    initrd = qemu._initrd(tmp)
+    symbols, symbol_file, _ = qemu._first_boot(root, initrd, tmp)
+    script = tmp / "inside_gdb.py"
+    script.write_text(INSIDE_GDB % {"rounds": args.rounds})
+    gdb = qemu._gdb_on_qemu(root, initrd, tmp / "serial.txt", symbol_file,
+                            ["hbreak *0x%x" % symbols[qemu.MARKER], "continue", "delete",
+                             "hbreak *0x%x if $rdi == 0" % symbols["update_process_times"], "continue",
+                             "source %s" % script])
+    found = [line for line in gdb.stdout.splitlines() if line.startswith("BENCH ")]
+    if not found:
+        sys.exit("no figures:\n" + gdb.stdout[-2000:] + gdb.stderr[-2000:])
+    result = json.loads(found[0][6:])
+    plugin, alone = result["plugin"], result["gdb"]
+    print("kernel %s, timer-tick stop, %d rounds" % (args.release, args.rounds))
+    for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone)):
+        per_frame = row["median"] / row["frames"] * 1000 if isinstance(row["frames"], int) and row["frames"] else 0
+        print("  %s: %s frames, median %.2f ms (%.2f ms a frame), cold %.2f ms"
+              % (label, row["frames"], row["median"] * 1000, per_frame, row["cold"] * 1000))
+    print("  ratio of the medians: %.1f (GDB alone stops after its first frames)" % (plugin["median"] / alone["median"]))
+
+
+if __name__ == "__main__":
+    main()
