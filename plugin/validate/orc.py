@@ -209,7 +209,7 @@ def check_file(path: str, arch, read: Callable[[int, int], bytes], select=None) 
     from elftools.elf.elffile import ELFFile
 
     from plugin.analysis import CodeAnalysis
-    from plugin.render.orc_dump import OrcImage
+    from plugin.file_targets.orc import OrcImage
     with open(path, "rb") as handle:
         data = handle.read()
     image = OrcImage(ELFFile(io.BytesIO(data)), data)
@@ -247,7 +247,7 @@ def add_to(report, target, module, select=None) -> None:
 if __name__ == "__main__":     # python -m plugin.validate.orc VMLINUX: the rows' figures, undecided by reason
     import sys
 
-    from plugin.targets import load
+    from plugin.file_targets import load
     target, modules = load(sys.argv[1])
     for module in modules.all():
         found = check_file(module.path, module.arch, target.read_memory) if module.path else None

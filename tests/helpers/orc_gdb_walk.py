@@ -12,7 +12,7 @@ import gdb  # noqa: E402
 from elftools.elf.elffile import ELFFile  # noqa: E402
 
 from plugin.formats.orc_rules import Frame, Outcome, step, word_reader  # noqa: E402
-from plugin.render.orc_dump import OrcImage  # noqa: E402
+from plugin.file_targets.orc import OrcImage  # noqa: E402
 
 with open(os.environ["ORC_VMLINUX"], "rb") as handle:
     data = handle.read()

@@ -23,7 +23,7 @@ from elftools.elf.elffile import ELFFile
 from plugin.formats import orc
 from plugin.formats.orc import Layout, LayoutFoundBy, OrcReg, OrcType
 from plugin.formats.orc_rules import Frame, Outcome, apply
-from plugin.render.orc_dump import OrcImage
+from plugin.file_targets.orc import OrcImage
 
 ROOT = Path(os.environ.get("UNWIND_KERNEL_ROOT", "/opt/unwind-kernel"))
 KERNELS = {
