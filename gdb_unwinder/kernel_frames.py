@@ -53,14 +53,20 @@ class KernelFrames(Unwinder):
 
     def __call__(self, pending_frame):
         state = self.state
+        if pending_frame is state.left_to_gdb:
+            return None     # the plugin's unwinder just found GDB's own unwinders right for this frame
         if state.claim == "none" or "orc" not in state.sources:
             return None
-        inferior = state.inferior()
-        target = inferior.target
+        try:
+            inferior = state.inferior()
+            target = inferior.target
+            if not self._has_kernel(inferior):
+                return None     # the common case (a process): one look at the module list per generation
+        except Exception as exc:        # never break `bt`
+            self.declined.append((None, None, "internal error: %s: %s" % (type(exc).__name__, exc)))
+            return None
         target.inside_unwinder = True       # no GDB command may run while GDB builds frames
         try:
-            if target.arch is None or target.arch.name != "x86_64" or not self._has_kernel(inferior):
-                return None     # the common case (a process): one look at the module list per generation
             return self._unwind(pending_frame, inferior, target)
         except Exception as exc:        # never break `bt`
             self.declined.append((None, None, "internal error: %s: %s" % (type(exc).__name__, exc)))
@@ -74,9 +80,7 @@ class KernelFrames(Unwinder):
         try:
             if state.claim == "none" or "orc" not in state.sources:
                 return False
-            inferior = state.inferior()
-            return inferior.target.arch is not None and inferior.target.arch.name == "x86_64" \
-                and self._has_kernel(inferior)
+            return self._has_kernel(state.inferior())
         except Exception:       # no process, no target: not a kernel
             return False
 
@@ -92,13 +96,16 @@ class KernelFrames(Unwinder):
     def _stop_key(target):
         return (id(target), target.generation, getattr(target, "stops", 0))
 
-    def _has_kernel(self, inferior):
-        """Is a kernel among the inferior's modules? Kept per module-list generation and stop."""
+    def _has_kernel(self, inferior) -> bool:
+        """Is an x86-64 kernel among the inferior's modules? Kept per module-list generation and stop."""
         modules, target = inferior.modules, inferior.target
         key = (target.generation, getattr(target, "stops", 0))
         known = self._kernel_known.get(id(modules))
         if known is None or known[0] != key:
-            known = self._kernel_known[id(modules)] = (key, any(m.format == ModuleFormat.KERNEL for m in modules.all()))
+            arch = target.arch
+            here = arch is not None and arch.name == "x86_64" and any(
+                m.format == ModuleFormat.KERNEL for m in modules.all())
+            known = self._kernel_known[id(modules)] = (key, here)
         return known[1]
 
     def _unwind(self, pending_frame, inferior, target):

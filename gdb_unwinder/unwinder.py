@@ -107,6 +107,7 @@ class PluginUnwinder(Unwinder):
                         if level > depth:
                             cache.hits += 1
                             self.declines.append((level, pc, reason))
+                            state.left_to_gdb = pending_frame     # the kernel-frames unwinder: not its frame
                             return None
         else:
             self._last = None
