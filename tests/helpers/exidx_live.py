@@ -3,9 +3,8 @@
 tests/fixtures/validate_planted_exidx.S (Arm code, a wrong `.save`, `.pad` and `.setfp`, or with
 -DCORRECT their twin) called once each from validate_planted_exidx_main.c, built Thumb-2 and static."""
 
-import subprocess
-
-from support import BUILD, FIXTURES, build, need_tool
+from support import FIXTURES, build, need_tool
+from validate_support import without_labels
 
 ARM = "arm-linux-gnueabihf-"
 # each function the program calls, in order, and its planted error (bad_N_begin..bad_N_end)
@@ -19,9 +18,4 @@ def programs(correct):
     labelled = build("validate_planted_exidx_main.c", flags + (["-DCORRECT"] if correct else []),
                      name="validate_exidx_live_%s" % ("twin" if correct else "planted"),
                      compiler=need_tool(ARM + "gcc"))
-    bare = BUILD / (labelled.name + "-bare")
-    if not bare.exists():
-        tmp = bare.with_suffix(".tmp")
-        subprocess.run([need_tool(ARM + "objcopy"), "--discard-all", str(labelled), str(tmp)], check=True)
-        tmp.rename(bare)
-    return labelled, bare
+    return labelled, without_labels(labelled, need_tool(ARM + "objcopy"))

@@ -83,12 +83,18 @@ def live_program(correct, aarch64=False):
     name = "validate_live_%s%s_%s" % ("twin" if correct else "planted", "_aarch64" if aarch64 else "", digest)
     prefix = A64 if aarch64 else ""
     labelled = build(LIVE_MAIN, flags, name=name, compiler=need_tool(prefix + "gcc"))
+    return labelled, without_labels(labelled, need_tool(prefix + "objcopy"))
+
+
+def without_labels(labelled, objcopy):
+    """A copy of the program without its local symbols (a debugger would take a label for a
+    function), made once beside it."""
     bare = BUILD / (labelled.name + "-bare")
     if not bare.exists():
         tmp = bare.with_suffix(".tmp")
-        subprocess.run([need_tool(prefix + "objcopy"), "--discard-all", str(labelled), str(tmp)], check=True)
+        subprocess.run([objcopy, "--discard-all", str(labelled), str(tmp)], check=True)
         tmp.rename(bare)
-    return labelled, bare
+    return bare
 
 
 def wrong_by_source(report):
