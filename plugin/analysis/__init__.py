@@ -17,6 +17,7 @@ the frame of the jump that reaches it.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from plugin.analysis import aarch64, arm, i386, landing, x86_64
@@ -56,6 +57,14 @@ def instruction_sets(arch, functions: Dict[int, int], symbol) -> Dict[bool, Dict
         found = symbol(start | 1) if symbol else None
         out[bool(found and found[1] == start | 1)][start] = end
     return out
+
+
+def continuation_seeds(entries, jumps, start):
+    """A part's seeds: the jumps that reach it, and its table's entry state at its first byte
+    unless a jump reaches that byte (the jump's frame says more than the table being checked)."""
+    if any(address == start for address, _ in jumps):
+        entries = [seed for seed in entries if seed[0] != start]
+    return entries + list(jumps)
 
 
 def is_noreturn_name(name: str) -> bool:
@@ -98,6 +107,7 @@ class CodeAnalysis:
         self._busy: List[int] = []
         self._noreturn: Dict[int, bool] = {}
         self._callees: Dict[int, Callee] = {}
+        self._part_starts: Optional[List[int]] = None
 
     # -- decoding --
 
@@ -134,7 +144,7 @@ class CodeAnalysis:
         self.decode_range(start, end)
         seeds = self._entries(start, end)
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
-            seeds = [seed for seed in seeds if seed[0] != start] + self._seeds[start]
+            seeds = continuation_seeds(seeds, self._seeds[start], start)
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
                             is_boundary=self._decoded.__contains__, callee=self._callee)
         self._busy.append(start)
@@ -200,16 +210,38 @@ class CodeAnalysis:
             result.states = {first: result.states[first]}
             result.insns = {}
 
+    def part_of(self, target: int) -> Optional[int]:
+        """The start of the part (a function whose table says it is not entered by a call: a .cold
+        part) holding target, at its first byte or in its middle; None when target is in no part."""
+        if self._part_starts is None:
+            self._part_starts = sorted(s for s in self.entry_states if s in self.functions)
+        starts = self._part_starts
+        i = bisect.bisect_right(starts, target) - 1
+        if i >= 0 and target < self.functions[starts[i]]:
+            return starts[i]
+        return target if target in self.entry_states else None
+
+    def continuation_exits(self, result: FunctionAnalysis) -> List[Tuple[int, int, object]]:
+        """[(part, target, state)]: the jumps of result into a part with the frame still set up."""
+        out = []
+        for target, state in result.exits:
+            part = self.part_of(target)
+            if part is not None and part != result.start and not entry_like(state, self.facts):
+                out.append((part, target, state))
+        return out
+
     def analyse_continuations(self) -> Dict[int, FunctionAnalysis]:
-        """The parts reached by a jump with the frame set up (every function analysed), again with that frame."""
+        """The parts reached by a jump with the frame set up (every function analysed), again with that
+        frame: each part from every jump target into it (its first byte or its middle)."""
         for _ in range(3):
             seeds: Dict[int, list] = {}
-            for result in self._results.values():
-                for target, state in result.exits:
-                    # Only a function whose table says it is not entered by a call
-                    # (a .cold part) takes the frame of a jump that reaches it.
-                    if target in self.entry_states and not entry_like(state, self.facts):
-                        seeds.setdefault(target, []).append((target, state))
+            for start in sorted(self._results):
+                # Only a function whose table says it is not entered by a call
+                # (a .cold part) takes the frame of a jump that reaches it.
+                for part, target, state in self.continuation_exits(self._results[start]):
+                    found = seeds.setdefault(part, [])
+                    if (target, state) not in found:
+                        found.append((target, state))
             fresh = {t: s for t, s in seeds.items() if self._seeds.get(t) != s}
             if not fresh:
                 break

@@ -49,10 +49,9 @@ def _run_chunk(chunk):
     """Round 1: analyse a chunk, check its final functions; say which jump into parts (.cold)."""
     analysis, check, wanted = _work
     checked, edges = [], []
-    entered_by_jumps = analysis.entry_states
     for start, end in chunk:
         result = analysis.function(start, end)
-        targets = sorted(set(target for target, _ in result.exits if target in entered_by_jumps))
+        targets = sorted(set(part for part, _, _ in analysis.continuation_exits(result)))
         if targets:
             edges.append((start, end, targets))
         if not analysis.is_final(start):
@@ -75,7 +74,7 @@ def _run_groups(batch):
     inside = set(start for start, _ in parents + parts)
     edges = []
     for start, end in parts:
-        targets = set(t for t, _ in analysis.function(start, end).exits if t in analysis.entry_states)
+        targets = set(part for part, _, _ in analysis.continuation_exits(analysis.function(start, end)))
         if targets - inside:
             edges.append((start, end, sorted(targets)))
     checked = [(start, check(start, end)) for start, end in parts if start in wanted]
