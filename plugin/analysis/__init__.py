@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from plugin.analysis import aarch64, arm, i386, landing, x86_64
+from plugin.analysis import aarch64, arm, i386, landing, noreturn, x86_64
 from plugin.analysis.flow import NO_CALLEE, Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
 
@@ -108,6 +108,7 @@ class CodeAnalysis:
         self._noreturn: Dict[int, bool] = {}
         self._callees: Dict[int, Callee] = {}
         self._part_starts: Optional[List[int]] = None
+        self._noreturn_decided = False      # decide_noreturn() ran: no callee is analysed on demand
 
     # -- decoding --
 
@@ -146,7 +147,8 @@ class CodeAnalysis:
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
             seeds = continuation_seeds(seeds, self._seeds[start], start)
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
-                            is_boundary=self._decoded.__contains__, callee=self._callee)
+                            is_boundary=self._decoded.__contains__, callee=self._callee,
+                            in_part=lambda address: self.part_of(address) is not None)
         self._busy.append(start)
         try:
             pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
@@ -273,12 +275,33 @@ class CodeAnalysis:
         self._noreturn[target] = answer
         return answer
 
-    def _decide_noreturn(self, target):
+    def decide_noreturn(self) -> None:
+        """Decide for every function of the module at once whether it returns (plugin.analysis.noreturn),
+        so that no answer depends on which function was analysed first; call after entry_states is set."""
+        for start, end in sorted(self.functions.items()):
+            self.decode_range(start, end)
+        module = noreturn.Module(self.functions, self.entry_states, self.decode_at, self._named_noreturn,
+                                 self._slot_noreturn)
+        self._noreturn.update(noreturn.decide(module))
+        self._noreturn_decided = True
+
+    def _named_noreturn(self, target) -> Optional[bool]:
+        """Does the function at target never return, by its name (or its PLT stub's)? None: no name."""
         name = self.symbol(target) if self.symbol else None
         if name is None:
             name = self._stub_name(target)
-        if name is not None:
-            return is_noreturn_name(name)
+        return None if name is None else is_noreturn_name(name)
+
+    def _slot_noreturn(self, slot) -> Optional[bool]:
+        name = self.got_names.get(slot)
+        return None if name is None else is_noreturn_name(name)
+
+    def _decide_noreturn(self, target):
+        named = self._named_noreturn(target)
+        if named is not None:
+            return named
+        if self._noreturn_decided:
+            return False            # not a function decide_noreturn() saw: assumed to return
         if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
             result = self.function(target)
             return not result.returns and not result.unresolved and bool(result.states)

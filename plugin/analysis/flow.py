@@ -35,6 +35,7 @@ class FunctionAnalysis:
     gave_up: Dict[int, str] = field(default_factory=dict)          # address -> why no state there
     assumed: set = field(default_factory=set)        # reached only through an unresolved indirect jump
     pops: set = field(default_factory=set)           # argument bytes its reached returns pop (`ret 4`)
+    tables: Dict[int, Tuple[int, int, bool]] = field(default_factory=dict)   # jump -> (table, entries, bounded)
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,10 @@ class Analyser:
     def __init__(self, facts, decode_at: Callable[[int], Optional[Insn]],
                  read: Callable[[int, int], bytes], noreturn: Callable[[int], bool],
                  is_boundary: Callable[[int], bool] = lambda address: True,
-                 callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE):
+                 callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE,
+                 in_part: Callable[[int], bool] = lambda address: False):
         self.facts = facts
+        self.in_part = in_part          # is an address in a part of a function placed elsewhere (.cold)?
         self.callee = callee
         self.is_boundary = is_boundary
         self.decode_at = decode_at
@@ -297,8 +300,8 @@ class Analyser:
                 return []
             table, size, relative = base[1] + expr[1][4], self.facts.POINTER_SIZE, None
             bound = state.regs.get(BOUND)
-            count = bound[1] + 1 if bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < 4096 \
-                else MAX_TABLE_ENTRIES
+            bounded = bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < MAX_TABLE_ENTRIES
+            count = bound[1] + 1 if bounded else MAX_TABLE_ENTRIES
         else:
             if expr[0] == "mem":
                 return []
@@ -306,8 +309,15 @@ class Analyser:
             if value[0] != Kind.TARGET:
                 return []
             table, size, relative = value[1], value[2], value[4]
+            bounded = bool(value[3])
             count = value[3] or MAX_TABLE_ENTRIES
-        targets = []
+        return self._read_table(result, insn, table, size, relative, count, bounded)
+
+    def _read_table(self, result, insn, table, size, relative, count, bounded):
+        """The targets of count entries at table (relative to `relative`, or absolute), while they are
+        instructions of the function; with a count bounded by the index's compare, entries in a part
+        of the function placed elsewhere (a .cold part) too: the jump leaves with its frame (an exit)."""
+        targets, parts = [], []
         for index in range(count):
             try:
                 raw = self.read(table + index * size, size)
@@ -318,12 +328,17 @@ class Analyser:
             if self.facts.INTERWORKING:
                 target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
             if not result.start <= target < result.end or not self.is_boundary(target):
+                if bounded and self.in_part(target) and self.is_boundary(target):
+                    parts.append(target)
+                    continue
                 break               # past the table: data, or an entry of another table
-            insn = self.decode_at(target)
-            if insn is None or self.facts.is_padding(insn.text):
+            found = self.decode_at(target)
+            if found is None or self.facts.is_padding(found.text):
                 break
             targets.append(target)
-        return sorted(set(targets))
+        if targets or parts:
+            result.tables[insn.address] = (table, len(targets) + len(parts), bounded)
+        return sorted(set(targets)) + sorted(set(parts))
 
     def _assume_indirect_targets(self, result, visits, work):
         """Code reached by no followed path, when every unresolved indirect jump agrees on the frame.

@@ -139,6 +139,7 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
                                               symbol=symbol_name, got_names=got, stubs=stubs, thumb=thumb,
                                               lsda={s: f.lsda for s, f in plan.fdes.items() if f.lsda})
         analysis.entry_states.update(sources.table_entries(analysis, plan.fdes, arch))
+        analysis.decide_noreturn()      # once, before any check or fork: the same answers in any order
         chosen = sorted((s, e) for s, e in subset.items() if select is None or select(s, e))
         check = Checker(plan, analysis)
         if jobs > 1:
