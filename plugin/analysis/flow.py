@@ -20,6 +20,10 @@ from plugin.analysis.state import (CFA, OTHER, Kind, State, addr, caller, join, 
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
 MAX_TABLE_ENTRIES = 4096
 BOUND = 1000                      # pseudo-register the decoders set to the last compared immediate
+BOUND_OF = 1001                   # pseudo-register: what that compare compared: ("addr", register number or
+                                  # ("mem", address)); ("addr", None) once that register is written again
+BOUND_PENDING = 1002              # pseudo-register: the compare's bound waits for the branch after it
+NOT_PENDING = unknown("no compare waits for its branch")
 CLOBBERED = unknown("clobbered by a call")
 
 
@@ -35,7 +39,8 @@ class FunctionAnalysis:
     gave_up: Dict[int, str] = field(default_factory=dict)          # address -> why no state there
     assumed: set = field(default_factory=set)        # reached only through an unresolved indirect jump
     pops: set = field(default_factory=set)           # argument bytes its reached returns pop (`ret 4`)
-    tables: Dict[int, Tuple[int, int, bool]] = field(default_factory=dict)   # jump -> (table, entries, bounded)
+    # a jump table's jump -> (table address, entries read, bounded by a compare, every target followed)
+    tables: Dict[int, Tuple[int, int, bool, tuple]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,7 @@ def evaluate(expr, state: State):
         return unknown("realigned a stack pointer the analysis did not know")
     if kind == "table":
         base = state.reg(expr[1])
-        bound = state.regs.get(BOUND)
-        count = bound[1] + 1 if bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < 4096 else None
+        count = bounded_entries(state, expr[4] if len(expr) > 4 else None)
         if base[0] != Kind.ADDR:
             return OTHER
         return (Kind.TABLE, base[1] + expr[3], expr[2], count, base[1])     # entries relative to base
@@ -94,7 +98,75 @@ def evaluate(expr, state: State):
         if a[0] == Kind.TABLE and b[0] == Kind.ADDR and a[4] == b[1]:
             return (Kind.TARGET, a[1], a[2], a[3], a[4])
         return OTHER
+    if kind in BOUND_EXPRESSIONS:
+        return BOUND_EXPRESSIONS[kind](expr, state)
     return unknown(expr[1] if len(expr) > 1 and isinstance(expr[1], str) else "not followed")
+
+
+def bounded_entries(state: State, index) -> Optional[int]:
+    """How many entries a table indexed by register `index` has, from the compare before the jump
+    (`cmp $N, index; ja`: N + 1) or a zero-extended byte index (256); None when not bounded."""
+    bound = state.regs.get(BOUND)
+    if bound is None or bound[0] != Kind.ADDR or not isinstance(bound[1], int) \
+            or not 0 <= bound[1] < MAX_TABLE_ENTRIES or _pending(state):
+        return None
+    of = state.regs.get(BOUND_OF)
+    if of is not None and index is not None and of != addr(index):
+        return None          # the compare was of another value, or the index changed since
+    return bound[1] + 1
+
+
+def _pending(state: State) -> bool:
+    found = state.regs.get(BOUND_PENDING)
+    return found is not None and found[0] == Kind.ADDR
+
+
+def _pending_if(expr, state: State):
+    """("pending_if", source): a zero-extension of the compared value before its branch keeps it waiting."""
+    return state.regs[BOUND_PENDING] if _pending(state) and state.regs.get(BOUND_OF) == addr(expr[1]) \
+        else NOT_PENDING
+
+
+def branch_bound(insn: Insn, state: State, taken: bool) -> State:
+    """The state on one path of the branch right after `cmp value, N`: on the path where an unsigned
+    compare says value <= N the bound holds (no longer pending); on every other path it is gone."""
+    if not _pending(state):
+        return state
+    out = state.copy()
+    out.regs[BOUND_PENDING] = NOT_PENDING
+    if insn.bound_kept != ("taken" if taken else "next"):
+        out.regs[BOUND] = unknown("the compare before 0x%x is not a range check on this path" % insn.address)
+    return out
+
+
+def _narrow(expr, state: State):
+    """("narrow", most, source): the bound of a value zero-extended from a byte: an earlier compare's
+    of that byte when smaller, else `most`."""
+    bound = state.regs.get(BOUND)
+    if state.regs.get(BOUND_OF) == addr(expr[2]) and bound is not None and bound[0] == Kind.ADDR \
+            and isinstance(bound[1], int) and 0 <= bound[1] <= expr[1]:
+        return bound
+    return addr(expr[1])
+
+
+def _bound_load(expr, state: State):
+    """("bound_load", source, register): a copy of the compared value keeps the compare's bound."""
+    of = state.regs.get(BOUND_OF)
+    if of == addr(expr[1]):
+        return addr(expr[2])
+    if of is None or of == addr(expr[2]):
+        return UNCOMPARED           # the compared register is overwritten
+    return of
+
+
+def _abs_table(expr, state: State):
+    """("abs_table", index, table, size): entry `index` of a table of code addresses."""
+    return (Kind.TARGET, expr[2], expr[3], bounded_entries(state, expr[1]), None)
+
+
+UNCOMPARED = addr(None)
+BOUND_EXPRESSIONS = {"narrow": _narrow, "bound_load": _bound_load, "abs_table": _abs_table,
+                     "pending_if": _pending_if}
 
 
 def apply(insn: Insn, state: State, sp: int) -> State:
@@ -106,6 +178,9 @@ def apply(insn: Insn, state: State, sp: int) -> State:
                 value = unknown("%s sets the stack pointer to a value the analysis does not know"
                                 % insn.text)
             out.regs[effect[1]] = value
+            compared = out.regs.get(BOUND_OF)
+            if compared is not None and compared[1] == effect[1] and effect[1] != BOUND_OF:
+                out.regs[BOUND_OF] = UNCOMPARED      # the compared register changed: the bound is gone
         else:
             out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
     for temporary in [r for r in out.regs if r < 0]:
@@ -189,6 +264,8 @@ class Analyser:
         if flow == Flow.NEXT:
             return [(insn.end, state)]
         if flow == Flow.BRANCH:
+            if BOUND_PENDING in state.regs:
+                return [(insn.target, branch_bound(insn, state, True)), (insn.end, branch_bound(insn, state, False))]
             return [(insn.target, state), (insn.end, state)]
         if flow == Flow.JUMP:
             if not result.start <= insn.target < result.end and entry_like(state, facts):
@@ -258,6 +335,13 @@ class Analyser:
                 result.unresolved.append(insn.address)
             return [(t, state) for t in targets + ([insn.end] if expr[5] else [])]
         targets = self._table_targets(result, insn, state)
+        known = result.tables.get(insn.address)
+        if known is not None:
+            # Read before with a bound this path lacks: those entries are still targets (every path's
+            # state must reach them); an unbounded index may reach more: unresolved as well.
+            if not targets:
+                result.unresolved.append(insn.address)
+            targets = sorted(set(targets) | set(known[3]))
         if targets:
             return [(t, state) for t in targets]
         if entry_like(state, self.facts):
@@ -299,9 +383,10 @@ class Analyser:
             if base[0] != Kind.ADDR:
                 return []
             table, size, relative = base[1] + expr[1][4], self.facts.POINTER_SIZE, None
-            bound = state.regs.get(BOUND)
-            bounded = bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < MAX_TABLE_ENTRIES
-            count = bound[1] + 1 if bounded else MAX_TABLE_ENTRIES
+            index = getattr(self.facts, "REGISTERS", {}).get(expr[1][2])
+            entries = bounded_entries(state, index[0] if index else None)
+            bounded = entries is not None
+            count = entries if bounded else MAX_TABLE_ENTRIES
         else:
             if expr[0] == "mem":
                 return []
@@ -336,9 +421,12 @@ class Analyser:
             if found is None or self.facts.is_padding(found.text):
                 break
             targets.append(target)
-        if targets or parts:
-            result.tables[insn.address] = (table, len(targets) + len(parts), bounded)
-        return sorted(set(targets)) + sorted(set(parts))
+        found = sorted(set(targets)) + sorted(set(parts))
+        known = result.tables.get(insn.address)
+        if found and (known is None or set(found) - set(known[3])):
+            merged = tuple(sorted(set(found) | set(known[3] if known else ())))
+            result.tables[insn.address] = (table, len(targets) + len(parts), bounded, merged)
+        return found
 
     def _assume_indirect_targets(self, result, visits, work):
         """Code reached by no followed path, when every unresolved indirect jump agrees on the frame.

@@ -12,7 +12,7 @@ import re
 from typing import Optional
 
 from plugin.analysis import x86
-from plugin.analysis.x86 import BOUND  # noqa: F401  (part of every arch's facts)
+from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING  # noqa: F401  (part of every arch's facts)
 
 CAPSTONE = ("CS_ARCH_X86", "CS_MODE_32")
 SP, FP, RA = 4, 5, 8

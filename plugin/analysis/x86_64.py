@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from plugin.analysis import x86
-from plugin.analysis.x86 import BOUND, is_padding  # noqa: F401  (part of every arch's facts)
+from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING, is_padding  # noqa: F401  (part of every arch's facts)
 
 CAPSTONE = ("CS_ARCH_X86", "CS_MODE_64")
 SP, FP, RA = 7, 6, 16
