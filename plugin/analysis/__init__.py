@@ -108,6 +108,7 @@ class CodeAnalysis:
         self._noreturn: Dict[int, bool] = {}
         self._callees: Dict[int, Callee] = {}
         self._part_starts: Optional[List[int]] = None
+        self._seed_keys: Dict[int, set] = {}
         self._noreturn_decided = False      # decide_noreturn() ran: no callee is analysed on demand
 
     # -- decoding --
@@ -211,6 +212,9 @@ class CodeAnalysis:
             first = next(iter(result.states))
             result.states = {first: result.states[first]}
             result.insns = {}
+        if result is not None and self.entry_states:
+            self.continuation_exits(result)     # all analyse_continuations() reads of the exits
+            result.exits = []
 
     def part_of(self, target: int) -> Optional[int]:
         """The start of the part (a function whose table says it is not entered by a call: a .cold
@@ -223,36 +227,49 @@ class CodeAnalysis:
             return starts[i]
         return target if target in self.entry_states else None
 
-    def continuation_exits(self, result: FunctionAnalysis) -> List[Tuple[int, int, object]]:
-        """[(part, target, state)]: the jumps of result into a part with the frame still set up."""
-        out = []
-        for target, state in result.exits:
-            part = self.part_of(target)
-            if part is not None and part != result.start and not entry_like(state, self.facts):
-                out.append((part, target, state))
-        return out
+    def continuation_exits(self, result: FunctionAnalysis) -> List[Tuple[int, int, object, object]]:
+        """[(part, target, state, key)]: the jumps of result into a part with the frame still set up,
+        each once (key: the jump's target and frame, hashable); computed once per analysis."""
+        if result.continuations is None:
+            out, keys = [], set()
+            for target, state in result.exits:
+                part = self.part_of(target)
+                if part is not None and part != result.start and not entry_like(state, self.facts):
+                    key = (target, frozenset(state.regs.items()), frozenset(state.mem.items()))
+                    if key not in keys:
+                        keys.add(key)
+                        out.append((part, target, state, key))
+            result.continuations = out
+        return result.continuations
 
     def analyse_continuations(self) -> Dict[int, FunctionAnalysis]:
         """The parts reached by a jump with the frame set up (every function analysed), again with that
         frame: each part from every jump target into it (its first byte or its middle)."""
         for _ in range(3):
-            seeds: Dict[int, list] = {}
+            seeds: Dict[int, dict] = {}
             for start in sorted(self._results):
                 # Only a function whose table says it is not entered by a call
                 # (a .cold part) takes the frame of a jump that reaches it.
-                for part, target, state in self.continuation_exits(self._results[start]):
-                    found = seeds.setdefault(part, [])
-                    if (target, state) not in found:
-                        found.append((target, state))
-            fresh = {t: s for t, s in seeds.items() if self._seeds.get(t) != s}
+                for part, target, state, key in self.continuation_exits(self._results[start]):
+                    seeds.setdefault(part, {}).setdefault(key, (target, state))
+            fresh = {t: s for t, s in seeds.items() if self._seed_keys.get(t) != s.keys()}
             if not fresh:
                 break
             for target, found in fresh.items():
-                self._seeds[target] = found
+                self._seeds[target] = list(found.values())
+                self._seed_keys[target] = set(found)
                 self._results.pop(target, None)
             for target in fresh:
                 self.function(target)
         return self._results
+
+    def set_seeds(self, start: int, seeds: list) -> None:
+        """The (target, state) of every jump that enters the part at start: its analysis is redone with them."""
+        self._results.pop(start, None)
+        if seeds:
+            self._seeds[start] = list(seeds)
+        else:
+            self._seeds.pop(start, None)
 
     def is_continuation(self, start: int) -> bool:
         """True when the function at start is entered by jumps from another's frame (a .cold part)."""

@@ -41,6 +41,7 @@ class FunctionAnalysis:
     pops: set = field(default_factory=set)           # argument bytes its reached returns pop (`ret 4`)
     # a jump table's jump -> (table address, entries read, bounded by a compare, every target followed)
     tables: Dict[int, Tuple[int, int, bool, tuple]] = field(default_factory=dict)
+    continuations: Optional[list] = None             # CodeAnalysis.continuation_exits, once computed
 
 
 @dataclass(frozen=True)
