@@ -109,6 +109,8 @@ class CodeAnalysis:
         self._callees: Dict[int, Callee] = {}
         self._part_starts: Optional[List[int]] = None
         self._seed_keys: Dict[int, set] = {}
+        self._entered: Dict[int, Dict[int, int]] = {}
+        self._swept: set = set()            # parts decoded whole (_part_instruction)
         self._noreturn_decided = False      # decide_noreturn() ran: no callee is analysed on demand
 
     # -- decoding --
@@ -149,7 +151,7 @@ class CodeAnalysis:
             seeds = continuation_seeds(seeds, self._seeds[start], start)
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
                             is_boundary=self._decoded.__contains__, callee=self._callee,
-                            in_part=lambda address: self.part_of(address) is not None)
+                            in_part=self._part_instruction)
         self._busy.append(start)
         try:
             pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
@@ -157,6 +159,7 @@ class CodeAnalysis:
             result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()
+        result.entered = self._entered.get(start, {})
         self._results[start] = result
         return result
 
@@ -227,9 +230,20 @@ class CodeAnalysis:
             return starts[i]
         return target if target in self.entry_states else None
 
-    def continuation_exits(self, result: FunctionAnalysis) -> List[Tuple[int, int, object, object]]:
-        """[(part, target, state, key)]: the jumps of result into a part with the frame still set up,
-        each once (key: the jump's target and frame, hashable); computed once per analysis."""
+    def _part_instruction(self, address: int) -> bool:
+        """Is address an instruction of a part (.cold), as a linear sweep of the whole part decodes it?"""
+        part = self.part_of(address)
+        if part is None:
+            return False
+        if part not in self._swept:
+            self._swept.add(part)
+            self.decode_range(part, self.functions.get(part, part + 1))
+        return address in self._decoded
+
+    def continuation_exits(self, result: FunctionAnalysis) -> List[Tuple[int, int, object, object, int]]:
+        """[(part, target, state, key, jump)]: the jumps of result into a part with the frame still set up,
+        each once (key: the jump's target and frame, hashable; jump: the first jump there, the evidence);
+        computed once per analysis."""
         if result.continuations is None:
             out, keys = [], set()
             for target, state in result.exits:
@@ -238,7 +252,7 @@ class CodeAnalysis:
                     key = (target, frozenset(state.regs.items()), frozenset(state.mem.items()))
                     if key not in keys:
                         keys.add(key)
-                        out.append((part, target, state, key))
+                        out.append((part, target, state, key, result.exit_jumps.get(target)))
             result.continuations = out
         return result.continuations
 
@@ -250,7 +264,7 @@ class CodeAnalysis:
             for start in sorted(self._results):
                 # Only a function whose table says it is not entered by a call
                 # (a .cold part) takes the frame of a jump that reaches it.
-                for part, target, state, key in self.continuation_exits(self._results[start]):
+                for part, target, state, key, _ in self.continuation_exits(self._results[start]):
                     seeds.setdefault(part, {}).setdefault(key, (target, state))
             fresh = {t: s for t, s in seeds.items() if self._seed_keys.get(t) != s.keys()}
             if not fresh:
@@ -264,10 +278,14 @@ class CodeAnalysis:
         return self._results
 
     def set_seeds(self, start: int, seeds: list) -> None:
-        """The (target, state) of every jump that enters the part at start: its analysis is redone with them."""
+        """The (target, state, jump) of every jump that enters the part at start: its analysis is redone
+        with them; the result's `entered` names the jump at each target."""
         self._results.pop(start, None)
+        self._entered[start] = {}
+        for target, _, jump in seeds:
+            self._entered[start].setdefault(target, jump)
         if seeds:
-            self._seeds[start] = list(seeds)
+            self._seeds[start] = [(target, state) for target, state, _ in seeds]
         else:
             self._seeds.pop(start, None)
 
@@ -294,10 +312,29 @@ class CodeAnalysis:
 
     def decide_noreturn(self) -> None:
         """Decide for every function of the module at once whether it returns (plugin.analysis.noreturn),
-        so that no answer depends on which function was analysed first; call after entry_states is set."""
-        for start, end in sorted(self.functions.items()):
-            self.decode_range(start, end)
-        module = noreturn.Module(self.functions, self.entry_states, self.decode_at, self._named_noreturn,
+        so that no answer depends on which function was analysed first; call after entry_states is set.
+        Where the architecture has a control-flow-only decoder, the instructions are decoded for this
+        pass alone (cheaper; `--jobs N` runs it before forking, the full decoding is spread after)."""
+        light = None if self.thumb else getattr(self.facts, "decode_flow", None)
+        if light is None:
+            for start, end in sorted(self.functions.items()):
+                self.decode_range(start, end)
+            decode_at = self.decode_at
+        else:
+            flow_only: Dict[int, object] = {}
+            for start, end in sorted(self.functions.items()):
+                try:
+                    code = self.read(start, end - start)
+                except Exception:
+                    continue
+                for found in self._cs.disasm_lite(code, start):
+                    if found[0] not in flow_only:
+                        flow_only[found[0]] = light(*found)
+
+            def decode_at(address):
+                insn = flow_only.get(address)
+                return insn if insn is not None else self.decode_at(address)
+        module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
                                  self._slot_noreturn)
         self._noreturn.update(noreturn.decide(module))
         self._noreturn_decided = True

@@ -42,6 +42,8 @@ class FunctionAnalysis:
     # a jump table's jump -> (table address, entries read, bounded by a compare, every target followed)
     tables: Dict[int, Tuple[int, int, bool, tuple]] = field(default_factory=dict)
     continuations: Optional[list] = None             # CodeAnalysis.continuation_exits, once computed
+    exit_jumps: Dict[int, int] = field(default_factory=dict)        # exit target -> the first jump there
+    entered: Dict[int, int] = field(default_factory=dict)  # a part's seed -> the jump (another function's)
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,7 @@ class Analyser:
                  callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE,
                  in_part: Callable[[int], bool] = lambda address: False):
         self.facts = facts
-        self.in_part = in_part          # is an address in a part of a function placed elsewhere (.cold)?
+        self.in_part = in_part          # is an address an instruction of a part placed elsewhere (.cold)?
         self.callee = callee
         self.is_boundary = is_boundary
         self.decode_at = decode_at
@@ -258,6 +260,7 @@ class Analyser:
                     self._merge(result, visits, work, target, out)
                 else:
                     result.exits.append((target, out))
+                    result.exit_jumps.setdefault(target, address)
 
     def _successors(self, result, insn, state):
         facts = self.facts
@@ -414,7 +417,7 @@ class Analyser:
             if self.facts.INTERWORKING:
                 target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
             if not result.start <= target < result.end or not self.is_boundary(target):
-                if bounded and self.in_part(target) and self.is_boundary(target):
+                if bounded and self.in_part(target):
                     parts.append(target)
                     continue
                 break               # past the table: data, or an entry of another table

@@ -51,6 +51,11 @@ def decode(address, size, mnemonic, op_str):
     return x86.decode(DIALECT, address, size, mnemonic, op_str)
 
 
+def decode_flow(address, size, mnemonic, op_str):
+    """decode() for the control flow only (plugin.analysis.noreturn)."""
+    return x86.decode_flow(DIALECT, address, size, mnemonic, op_str)
+
+
 def is_padding(text: str) -> bool:
     """Is the instruction (capstone's text) alignment padding between functions?"""
     return x86.is_padding(text, PADDING)

@@ -169,6 +169,18 @@ def _implicit(d: Dialect, insn, names):
             insn.effects.append(("set", number, OTHER))
 
 
+def decode_flow(d: Dialect, address, size, mnemonic, op_str):
+    """decode() where only the control flow is asked for (plugin.analysis.noreturn): an instruction
+    that is not a jump, call, return or stop is a plain Insn that falls through."""
+    bare = mnemonic
+    for prefix in _PREFIXES:
+        if bare.startswith(prefix):
+            bare = bare[len(prefix):]
+    if bare.startswith(("j", "loop", "ret", "call")) or bare in _STOPS:
+        return decode(d, address, size, mnemonic, op_str)
+    return Insn(address, size, "")
+
+
 def decode(d: Dialect, address, size, mnemonic, op_str):
     """One capstone (address, size, mnemonic, op_str) as an Insn."""
     end = address + size

@@ -39,3 +39,8 @@ DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, pc_name="rip")
 def decode(address, size, mnemonic, op_str):
     """One capstone (address, size, mnemonic, op_str) as an Insn."""
     return x86.decode(DIALECT, address, size, mnemonic, op_str)
+
+
+def decode_flow(address, size, mnemonic, op_str):
+    """decode() for the control flow only (plugin.analysis.noreturn)."""
+    return x86.decode_flow(DIALECT, address, size, mnemonic, op_str)

@@ -18,12 +18,12 @@ MAX_ROUNDS = 12         # chains of parts entered from parts (glibc's libio clea
 
 
 def seeds_of(continuations: Dict[int, list]) -> Dict[int, dict]:
-    """part -> {key: (target, state)}: every jump into each part, from every analysed function, in
-    address order of the jumping function (the same order in any process)."""
+    """part -> {key: (target, state, jump)}: every jump into each part, from every analysed function,
+    in address order of the jumping function (the same order in any process)."""
     seeds: Dict[int, dict] = {}
     for source in sorted(continuations):
-        for part, target, state, key in continuations[source]:
-            seeds.setdefault(part, {}).setdefault(key, (target, state))
+        for part, target, state, key, jump in continuations[source]:
+            seeds.setdefault(part, {}).setdefault(key, (target, state, jump))
     return seeds
 
 
