@@ -217,7 +217,7 @@ class CodeAnalysis:
             result.insns = {}
         if result is not None and self.entry_states:
             self.continuation_exits(result)     # all analyse_continuations() reads of the exits
-            result.exits = []
+            result.exits, result.exit_slots = [], {}
 
     def part_of(self, target: int) -> Optional[int]:
         """The start of the part (a function whose table says it is not entered by a call: a .cold

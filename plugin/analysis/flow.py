@@ -43,6 +43,7 @@ class FunctionAnalysis:
     tables: Dict[int, Tuple[int, int, bool, tuple]] = field(default_factory=dict)
     continuations: Optional[list] = None             # CodeAnalysis.continuation_exits, once computed
     exit_jumps: Dict[int, int] = field(default_factory=dict)        # exit target -> the first jump there
+    exit_slots: Dict[Tuple[int, int], int] = field(default_factory=dict)   # (jump, target) -> index in exits
     entered: Dict[int, int] = field(default_factory=dict)  # a part's seed -> the jump (another function's)
 
 
@@ -259,8 +260,19 @@ class Analyser:
                 if result.start <= target < result.end:
                     self._merge(result, visits, work, target, out)
                 else:
-                    result.exits.append((target, out))
-                    result.exit_jumps.setdefault(target, address)
+                    self._exit(result, address, target, out)
+
+    @staticmethod
+    def _exit(result, address, target, state):
+        """A jump out of the function with its frame: one exit per jump and target, with the latest
+        state (the states at a jump only grow more general as paths join there)."""
+        slot = result.exit_slots.get((address, target))
+        if slot is None:
+            result.exit_slots[(address, target)] = len(result.exits)
+            result.exits.append((target, state))
+            result.exit_jumps.setdefault(target, address)
+        else:
+            result.exits[slot] = (target, state)
 
     def _successors(self, result, insn, state):
         facts = self.facts
