@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
+from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING
 from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
 
 PADDING = ("nop", "int3", "xchg ax, ax")    # what compilers and linkers fill the gaps between functions with
@@ -286,10 +287,6 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
     return insn
 
 
-BOUND = 1000                        # pseudo-register: the immediate of the last `cmp reg, imm`
-BOUND_OF = 1001                     # pseudo-register: what that compare compared (a register, ("mem", address))
-BOUND_PENDING = 1002                # pseudo-register: set by the compare until the branch after it says
-                                    # whether the path is the one where the value is at most the immediate
 _UNSIGNED_BOUND = {"ja": "next", "jae": "next", "jnbe": "next", "jnb": "next",
                    "jbe": "taken", "jb": "taken", "jna": "taken", "jnae": "taken"}
 
