@@ -329,7 +329,9 @@ class CodeAnalysis:
                     continue
                 for found in self._cs.disasm_lite(code, start):
                     if found[0] not in flow_only:
-                        flow_only[found[0]] = light(*found)
+                        insn = flow_only[found[0]] = light(*found)
+                        if insn.text:           # a jump, call or return: decoded whole, kept for the analysis
+                            self._decoded.setdefault(found[0], insn)
 
             def decode_at(address):
                 insn = flow_only.get(address)
