@@ -61,6 +61,13 @@ def branch_bound(insn: Insn, state: State, taken: bool) -> State:
     return out
 
 
+def drop_pending(state: State, insn: Insn) -> None:
+    """An instruction that writes the flags between a compare and its branch: no bound from that compare."""
+    if _pending(state):
+        state.regs[BOUND_PENDING] = NOT_PENDING
+        state.regs[BOUND] = unknown("0x%x overwrites the flags of the compare before it" % insn.address)
+
+
 def _narrow(expr, state: State):
     """("narrow", most, source): the bound of a value zero-extended from a byte: an earlier compare's
     of that byte when smaller, else `most`."""

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from plugin.analysis.bounds import (BOUND, BOUND_EXPRESSIONS, BOUND_OF, BOUND_PENDING,  # noqa: F401
-                                    MAX_TABLE_ENTRIES, UNCOMPARED, bounded_entries, branch_bound)
+                                    MAX_TABLE_ENTRIES, UNCOMPARED, bounded_entries, branch_bound,
+                                    drop_pending)
 from plugin.analysis.ops import Flow, Insn
 from plugin.analysis.state import (CFA, OTHER, Kind, State, addr, caller, join, plus, stack,
                                    unknown)
@@ -105,6 +106,8 @@ def evaluate(expr, state: State):
 
 def apply(insn: Insn, state: State, sp: int) -> State:
     out = state.copy()
+    if not insn.flags_kept and BOUND_PENDING in out.regs:
+        drop_pending(out, insn)         # the flags a compare set are overwritten before its branch
     for effect in insn.effects:
         if effect[0] == "set":
             value = evaluate(effect[2], out)

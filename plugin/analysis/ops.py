@@ -51,6 +51,7 @@ class Insn:
     popped: int = 0                       # RET: argument bytes it pops besides the return address
     bound_kept: Optional[str] = None      # BRANCH after `cmp index, N`: the path on which index <= N
                                           # ("taken" for jbe/jb, "next" for ja/jae); None: neither
+    flags_kept: bool = True               # leaves the flags as they were (x86: mov, lea, push...)
 
     @property
     def end(self) -> int:

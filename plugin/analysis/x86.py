@@ -189,6 +189,7 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
     for prefix in _PREFIXES:
         if mnemonic.startswith(prefix):
             mnemonic = mnemonic[len(prefix):]
+    insn.flags_kept = mnemonic in _FLAGS_KEPT or mnemonic.startswith(("cmov", "set", "j"))
     ops = [_operand(d, part, end) for part in op_str.split(",")] if op_str else []
     first = ops[0] if ops else None
     second = ops[1] if len(ops) > 1 else None
@@ -287,6 +288,8 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
     return insn
 
 
+_FLAGS_KEPT = frozenset(("mov", "movabs", "movzx", "movsx", "movsxd", "lea", "push", "pop", "nop",
+                         "endbr64", "endbr32", "xchg", "bswap", "not", "cmp", "leave"))   # cmp: its own
 _UNSIGNED_BOUND = {"ja": "next", "jae": "next", "jnbe": "next", "jnb": "next",
                    "jbe": "taken", "jb": "taken", "jna": "taken", "jnae": "taken"}
 
