@@ -17,9 +17,10 @@ the frame of the jump that reaches it.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from plugin.analysis import aarch64, arm, i386, landing, probes, x86_64
+from plugin.analysis import aarch64, arm, i386, landing, noreturn, probes, x86_64
 from plugin.analysis.flow import NO_CALLEE, Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
 
@@ -69,6 +70,14 @@ def instruction_sets(arch, functions: Dict[int, int], symbol, read=None) -> Dict
     return out
 
 
+def continuation_seeds(entries, jumps, start):
+    """A part's seeds: the jumps that reach it, and its table's entry state at its first byte
+    unless a jump reaches that byte (the jump's frame says more than the table being checked)."""
+    if any(address == start for address, _ in jumps):
+        entries = [seed for seed in entries if seed[0] != start]
+    return entries + list(jumps)
+
+
 def is_noreturn_name(name: str) -> bool:
     name = name.split("@")[0]
     return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)
@@ -111,6 +120,11 @@ class CodeAnalysis:
         self._callees: Dict[int, Callee] = {}
         self._probes: Dict[int, Optional[Callee]] = {}      # call target -> its stack-probe contract, or None
         self._unnamed: set = set()                          # call targets no probe's name names
+        self._part_starts: Optional[List[int]] = None
+        self._seed_keys: Dict[int, set] = {}
+        self._entered: Dict[int, Dict[int, int]] = {}
+        self._swept: set = set()            # parts decoded whole (_part_instruction)
+        self._noreturn_decided = False      # decide_noreturn() ran: no callee is analysed on demand
 
     # -- decoding --
 
@@ -147,9 +161,10 @@ class CodeAnalysis:
         self.decode_range(start, end)
         seeds = self._entries(start, end)
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
-            seeds = [seed for seed in seeds if seed[0] != start] + self._seeds[start]
+            seeds = continuation_seeds(seeds, self._seeds[start], start)
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
-                            is_boundary=self._decoded.__contains__, callee=self._callee)
+                            is_boundary=self._decoded.__contains__, callee=self._callee,
+                            in_part=self._part_instruction)
         self._busy.append(start)
         try:
             pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
@@ -157,6 +172,7 @@ class CodeAnalysis:
             result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()
+        result.entered = self._entered.get(start, {})
         self._results[start] = result
         return result
 
@@ -212,26 +228,79 @@ class CodeAnalysis:
             first = next(iter(result.states))
             result.states = {first: result.states[first]}
             result.insns = {}
+        if result is not None and self.entry_states:
+            self.continuation_exits(result)     # all analyse_continuations() reads of the exits
+            result.exits, result.exit_slots = [], {}
+
+    def part_of(self, target: int) -> Optional[int]:
+        """The start of the part (a function whose table says it is not entered by a call: a .cold
+        part) holding target, at its first byte or in its middle; None when target is in no part."""
+        if self._part_starts is None:
+            self._part_starts = sorted(s for s in self.entry_states if s in self.functions)
+        starts = self._part_starts
+        i = bisect.bisect_right(starts, target) - 1
+        if i >= 0 and target < self.functions[starts[i]]:
+            return starts[i]
+        return target if target in self.entry_states else None
+
+    def _part_instruction(self, address: int) -> bool:
+        """Is address an instruction of a part (.cold), as a linear sweep of the whole part decodes it?"""
+        part = self.part_of(address)
+        if part is None:
+            return False
+        if part not in self._swept:
+            self._swept.add(part)
+            self.decode_range(part, self.functions.get(part, part + 1))
+        return address in self._decoded
+
+    def continuation_exits(self, result: FunctionAnalysis) -> List[Tuple[int, int, object, object, int]]:
+        """[(part, target, state, key, jump)]: the jumps of result into a part with the frame still set up,
+        each once (key: the jump's target and frame, hashable; jump: the first jump there, the evidence);
+        computed once per analysis."""
+        if result.continuations is None:
+            out, keys = [], set()
+            for target, state in result.exits:
+                part = self.part_of(target)
+                if part is not None and part != result.start and not entry_like(state, self.facts):
+                    key = (target, frozenset(state.regs.items()), frozenset(state.mem.items()))
+                    if key not in keys:
+                        keys.add(key)
+                        out.append((part, target, state, key, result.exit_jumps.get(target)))
+            result.continuations = out
+        return result.continuations
 
     def analyse_continuations(self) -> Dict[int, FunctionAnalysis]:
-        """The parts reached by a jump with the frame set up (every function analysed), again with that frame."""
+        """The parts reached by a jump with the frame set up (every function analysed), again with that
+        frame: each part from every jump target into it (its first byte or its middle)."""
         for _ in range(3):
-            seeds: Dict[int, list] = {}
-            for result in self._results.values():
-                for target, state in result.exits:
-                    # Only a function whose table says it is not entered by a call
-                    # (a .cold part) takes the frame of a jump that reaches it.
-                    if target in self.entry_states and not entry_like(state, self.facts):
-                        seeds.setdefault(target, []).append((target, state))
-            fresh = {t: s for t, s in seeds.items() if self._seeds.get(t) != s}
+            seeds: Dict[int, dict] = {}
+            for start in sorted(self._results):
+                # Only a function whose table says it is not entered by a call
+                # (a .cold part) takes the frame of a jump that reaches it.
+                for part, target, state, key, _ in self.continuation_exits(self._results[start]):
+                    seeds.setdefault(part, {}).setdefault(key, (target, state))
+            fresh = {t: s for t, s in seeds.items() if self._seed_keys.get(t) != s.keys()}
             if not fresh:
                 break
             for target, found in fresh.items():
-                self._seeds[target] = found
+                self._seeds[target] = list(found.values())
+                self._seed_keys[target] = set(found)
                 self._results.pop(target, None)
             for target in fresh:
                 self.function(target)
         return self._results
+
+    def set_seeds(self, start: int, seeds: list) -> None:
+        """The (target, state, jump) of every jump that enters the part at start: its analysis is redone
+        with them; the result's `entered` names the jump at each target."""
+        self._results.pop(start, None)
+        self._entered[start] = {}
+        for target, _, jump in seeds:
+            self._entered[start].setdefault(target, jump)
+        if seeds:
+            self._seeds[start] = [(target, state) for target, state, _ in seeds]
+        else:
+            self._seeds.pop(start, None)
 
     def is_continuation(self, start: int) -> bool:
         """True when the function at start is entered by jumps from another's frame (a .cold part)."""
@@ -254,12 +323,54 @@ class CodeAnalysis:
         self._noreturn[target] = answer
         return answer
 
-    def _decide_noreturn(self, target):
+    def decide_noreturn(self) -> None:
+        """Decide for every function of the module at once whether it returns (plugin.analysis.noreturn),
+        so that no answer depends on which function was analysed first; call after entry_states is set.
+        Where the architecture has a control-flow-only decoder, the instructions are decoded for this
+        pass alone (cheaper; `--jobs N` runs it before forking, the full decoding is spread after)."""
+        light = None if self.thumb else getattr(self.facts, "decode_flow", None)
+        if light is None:
+            for start, end in sorted(self.functions.items()):
+                self.decode_range(start, end)
+            decode_at = self.decode_at
+        else:
+            flow_only: Dict[int, object] = {}
+            for start, end in sorted(self.functions.items()):
+                try:
+                    code = self.read(start, end - start)
+                except Exception:
+                    continue
+                for found in self._cs.disasm_lite(code, start):
+                    if found[0] not in flow_only:
+                        insn = flow_only[found[0]] = light(*found)
+                        if insn.text:           # a jump, call or return: decoded whole, kept for the analysis
+                            self._decoded.setdefault(found[0], insn)
+
+            def decode_at(address):
+                insn = flow_only.get(address)
+                return insn if insn is not None else self.decode_at(address)
+        module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
+                                 self._slot_noreturn)
+        self._noreturn.update(noreturn.decide(module))
+        self._noreturn_decided = True
+
+    def _named_noreturn(self, target) -> Optional[bool]:
+        """Does the function at target never return, by its name (or its PLT stub's)? None: no name."""
         name = self.symbol(target) if self.symbol else None
         if name is None:
             name = self._stub_name(target)
-        if name is not None:
-            return is_noreturn_name(name)
+        return None if name is None else is_noreturn_name(name)
+
+    def _slot_noreturn(self, slot) -> Optional[bool]:
+        name = self.got_names.get(slot)
+        return None if name is None else is_noreturn_name(name)
+
+    def _decide_noreturn(self, target):
+        named = self._named_noreturn(target)
+        if named is not None:
+            return named
+        if self._noreturn_decided:
+            return False            # not a function decide_noreturn() saw: assumed to return
         if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
             result = self.function(target)
             return not result.returns and not result.unresolved and bool(result.states)

@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
+from plugin.analysis.bounds import (BOUND, BOUND_EXPRESSIONS, BOUND_OF, BOUND_PENDING,  # noqa: F401
+                                    MAX_TABLE_ENTRIES, UNCOMPARED, bounded_entries, branch_bound,
+                                    drop_pending)
 from plugin.analysis.ops import Flow, Insn
 from plugin.analysis.state import (CFA, OTHER, Kind, State, addr, caller, join, plus, stack,
                                    unknown)
 
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
-MAX_TABLE_ENTRIES = 4096
-BOUND = 1000                      # pseudo-register the decoders set to the last compared immediate
 CLOBBERED = unknown("clobbered by a call")
 
 
@@ -36,6 +37,12 @@ class FunctionAnalysis:
     assumed: set = field(default_factory=set)        # reached only through an unresolved indirect jump
     pops: set = field(default_factory=set)           # argument bytes its reached returns pop (`ret 4`)
     notes: Dict[int, str] = field(default_factory=dict)            # call address -> the contract it follows
+    # a jump table's jump -> (table address, entries read, bounded by a compare, every target followed)
+    tables: Dict[int, Tuple[int, int, bool, tuple]] = field(default_factory=dict)
+    continuations: Optional[list] = None             # CodeAnalysis.continuation_exits, once computed
+    exit_jumps: Dict[int, int] = field(default_factory=dict)        # exit target -> the first jump there
+    exit_slots: Dict[Tuple[int, int], int] = field(default_factory=dict)   # (jump, target) -> index in exits
+    entered: Dict[int, int] = field(default_factory=dict)  # a part's seed -> the jump (another function's)
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,7 @@ def evaluate(expr, state: State):
         return unknown("realigned a stack pointer the analysis did not know")
     if kind == "table":
         base = state.reg(expr[1])
-        bound = state.regs.get(BOUND)
-        count = bound[1] + 1 if bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < 4096 else None
+        count = bounded_entries(state, expr[4] if len(expr) > 4 else None)
         if base[0] != Kind.ADDR:
             return OTHER
         return (Kind.TABLE, base[1] + expr[3], expr[2], count, base[1])     # entries relative to base
@@ -101,11 +107,15 @@ def evaluate(expr, state: State):
         if a[0] == Kind.TABLE and b[0] == Kind.ADDR and a[4] == b[1]:
             return (Kind.TARGET, a[1], a[2], a[3], a[4])
         return OTHER
+    if kind in BOUND_EXPRESSIONS:
+        return BOUND_EXPRESSIONS[kind](expr, state)
     return unknown(expr[1] if len(expr) > 1 and isinstance(expr[1], str) else "not followed")
 
 
 def apply(insn: Insn, state: State, sp: int) -> State:
     out = state.copy()
+    if not insn.flags_kept and BOUND_PENDING in out.regs:
+        drop_pending(out, insn)         # the flags a compare set are overwritten before its branch
     for effect in insn.effects:
         if effect[0] == "set":
             value = evaluate(effect[2], out)
@@ -113,6 +123,9 @@ def apply(insn: Insn, state: State, sp: int) -> State:
                 value = unknown("%s sets the stack pointer to a value the analysis does not know"
                                 % insn.text)
             out.regs[effect[1]] = value
+            compared = out.regs.get(BOUND_OF)
+            if compared is not None and compared[1] == effect[1] and effect[1] != BOUND_OF:
+                out.regs[BOUND_OF] = UNCOMPARED      # the compared register changed: the bound is gone
         else:
             out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
     for temporary in [r for r in out.regs if r < 0]:
@@ -126,8 +139,10 @@ class Analyser:
     def __init__(self, facts, decode_at: Callable[[int], Optional[Insn]],
                  read: Callable[[int, int], bytes], noreturn: Callable[[int], bool],
                  is_boundary: Callable[[int], bool] = lambda address: True,
-                 callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE):
+                 callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE,
+                 in_part: Callable[[int], bool] = lambda address: False):
         self.facts = facts
+        self.in_part = in_part          # is an address an instruction of a part placed elsewhere (.cold)?
         self.callee = callee
         self.is_boundary = is_boundary
         self.decode_at = decode_at
@@ -186,7 +201,19 @@ class Analyser:
                 if result.start <= target < result.end:
                     self._merge(result, visits, work, target, out)
                 else:
-                    result.exits.append((target, out))
+                    self._exit(result, address, target, out)
+
+    @staticmethod
+    def _exit(result, address, target, state):
+        """A jump out of the function with its frame: one exit per jump and target, with the latest
+        state (the states at a jump only grow more general as paths join there)."""
+        slot = result.exit_slots.get((address, target))
+        if slot is None:
+            result.exit_slots[(address, target)] = len(result.exits)
+            result.exits.append((target, state))
+            result.exit_jumps.setdefault(target, address)
+        else:
+            result.exits[slot] = (target, state)
 
     def _successors(self, result, insn, state):
         facts = self.facts
@@ -194,6 +221,8 @@ class Analyser:
         if flow == Flow.NEXT:
             return [(insn.end, state)]
         if flow == Flow.BRANCH:
+            if BOUND_PENDING in state.regs:
+                return [(insn.target, branch_bound(insn, state, True)), (insn.end, branch_bound(insn, state, False))]
             return [(insn.target, state), (insn.end, state)]
         if flow == Flow.JUMP:
             if not result.start <= insn.target < result.end and entry_like(state, facts):
@@ -266,6 +295,13 @@ class Analyser:
                 result.unresolved.append(insn.address)
             return [(t, state) for t in targets + ([insn.end] if expr[5] else [])]
         targets = self._table_targets(result, insn, state)
+        known = result.tables.get(insn.address)
+        if known is not None:
+            # Read before with a bound this path lacks: those entries are still targets (every path's
+            # state must reach them); an unbounded index may reach more: unresolved as well.
+            if not targets:
+                result.unresolved.append(insn.address)
+            targets = sorted(set(targets) | set(known[3]))
         if targets:
             return [(t, state) for t in targets]
         if entry_like(state, self.facts):
@@ -307,9 +343,10 @@ class Analyser:
             if base[0] != Kind.ADDR:
                 return []
             table, size, relative = base[1] + expr[1][4], self.facts.POINTER_SIZE, None
-            bound = state.regs.get(BOUND)
-            count = bound[1] + 1 if bound is not None and bound[0] == Kind.ADDR and 0 <= bound[1] < 4096 \
-                else MAX_TABLE_ENTRIES
+            index = getattr(self.facts, "REGISTERS", {}).get(expr[1][2])
+            entries = bounded_entries(state, index[0] if index else None)
+            bounded = entries is not None
+            count = entries if bounded else MAX_TABLE_ENTRIES
         else:
             if expr[0] == "mem":
                 return []
@@ -317,8 +354,15 @@ class Analyser:
             if value[0] != Kind.TARGET:
                 return []
             table, size, relative = value[1], value[2], value[4]
+            bounded = bool(value[3])
             count = value[3] or MAX_TABLE_ENTRIES
-        targets = []
+        return self._read_table(result, insn, table, size, relative, count, bounded)
+
+    def _read_table(self, result, insn, table, size, relative, count, bounded):
+        """The targets of count entries at table (relative to `relative`, or absolute), while they are
+        instructions of the function; with a count bounded by the index's compare, entries in a part
+        of the function placed elsewhere (a .cold part) too: the jump leaves with its frame (an exit)."""
+        targets, parts = [], []
         for index in range(count):
             try:
                 raw = self.read(table + index * size, size)
@@ -329,12 +373,20 @@ class Analyser:
             if self.facts.INTERWORKING:
                 target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
             if not result.start <= target < result.end or not self.is_boundary(target):
+                if bounded and self.in_part(target):
+                    parts.append(target)
+                    continue
                 break               # past the table: data, or an entry of another table
-            insn = self.decode_at(target)
-            if insn is None or self.facts.is_padding(insn.text):
+            found = self.decode_at(target)
+            if found is None or self.facts.is_padding(found.text):
                 break
             targets.append(target)
-        return sorted(set(targets))
+        found = sorted(set(targets)) + sorted(set(parts))
+        known = result.tables.get(insn.address)
+        if found and (known is None or set(found) - set(known[3])):
+            merged = tuple(sorted(set(found) | set(known[3] if known else ())))
+            result.tables[insn.address] = (table, len(targets) + len(parts), bounded, merged)
+        return found
 
     def _assume_indirect_targets(self, result, visits, work):
         """Code reached by no followed path, when every unresolved indirect jump agrees on the frame.

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from plugin.analysis.flow import CLOBBERED, NO_CALLEE, Callee, apply
+from plugin.analysis.flow import BOUND_OF, BOUND_PENDING, CLOBBERED, NO_CALLEE, Callee, apply
 from plugin.analysis.ops import Flow, Insn
 from plugin.analysis.state import Kind, State, caller, plus, stack
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
@@ -98,6 +98,8 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
             return out
         after = apply(insn, state, facts.SP)
         after.regs.pop(facts.BOUND, None)
+        after.regs.pop(BOUND_OF, None)
+        after.regs.pop(BOUND_PENDING, None)
         sp = after.reg(facts.SP)
         if sp[0] != Kind.STACK or sp[1] != PC:
             out.why = "0x%x `%s` sets the stack pointer to a value not known from the pc's" % (

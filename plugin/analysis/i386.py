@@ -12,7 +12,7 @@ import re
 from typing import Optional
 
 from plugin.analysis import x86
-from plugin.analysis.x86 import BOUND  # noqa: F401  (part of every arch's facts)
+from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING  # noqa: F401  (part of every arch's facts)
 
 CAPSTONE = ("CS_ARCH_X86", "CS_MODE_32")
 SP, FP, RA = 4, 5, 8
@@ -49,6 +49,11 @@ _THUNK_LOAD = re.compile(r"mov (e[a-z]{2}), dword ptr \[esp\]$")
 def decode(address, size, mnemonic, op_str):
     """One capstone (address, size, mnemonic, op_str) as an Insn."""
     return x86.decode(DIALECT, address, size, mnemonic, op_str)
+
+
+def decode_flow(address, size, mnemonic, op_str):
+    """decode() for the control flow only (plugin.analysis.noreturn)."""
+    return x86.decode_flow(DIALECT, address, size, mnemonic, op_str)
 
 
 def is_padding(text: str) -> bool:

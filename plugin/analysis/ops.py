@@ -51,6 +51,9 @@ class Insn:
     indirect: Optional[tuple] = None      # INDIRECT: expression of the target, or ("mem", expr, scale)
     through_memory: bool = False          # INDIRECT through a memory operand (GOT slot, vtable)
     popped: int = 0                       # RET: argument bytes it pops besides the return address
+    bound_kept: Optional[str] = None      # BRANCH after `cmp index, N`: the path on which index <= N
+                                          # ("taken" for jbe/jb, "next" for ja/jae); None: neither
+    flags_kept: bool = True               # leaves the flags as they were (x86: mov, lea, push...)
 
     @property
     def end(self) -> int:

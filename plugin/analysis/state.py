@@ -119,9 +119,21 @@ class State:
             del self.mem[key]
 
 
+UPPER_BOUNDS = (1000,)     # pseudo-registers holding an upper bound (a jump table's last index): joined by max
+
+
 def join(old: State, new: State, where: int) -> Tuple[State, bool]:
-    """(old met with new, whether it changed). Disagreeing values become unknown."""
+    """(old met with new, whether it changed). Disagreeing values become unknown; two upper
+    bounds (UPPER_BOUNDS) become the larger."""
     regs = _meet(old.regs, new.regs, UNSET, where)
+    if regs is not None:
+        for number in UPPER_BOUNDS:
+            a, b = old.regs.get(number), new.regs.get(number)
+            if a is not None and b is not None and a[0] == b[0] == Kind.ADDR and a != b \
+                    and isinstance(a[1], int) and isinstance(b[1], int):
+                regs[number] = a if a[1] > b[1] else b
+        if regs == old.regs:
+            regs = None
     mem = _meet(old.mem, new.mem, None, where)
     if regs is None and mem is None:
         return old, False

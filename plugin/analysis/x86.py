@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
+from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING
 from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
 
 PADDING = ("nop", "int3", "xchg ax, ax")    # what compilers and linkers fill the gaps between functions with
@@ -169,6 +170,18 @@ def _implicit(d: Dialect, insn, names):
             insn.effects.append(("set", number, OTHER))
 
 
+def decode_flow(d: Dialect, address, size, mnemonic, op_str):
+    """decode() where only the control flow is asked for (plugin.analysis.noreturn): an instruction
+    that is not a jump, call, return or stop is a plain Insn that falls through."""
+    bare = mnemonic
+    for prefix in _PREFIXES:
+        if bare.startswith(prefix):
+            bare = bare[len(prefix):]
+    if bare.startswith(("j", "loop", "ret", "call")) or bare in _STOPS:
+        return decode(d, address, size, mnemonic, op_str)
+    return Insn(address, size, "")
+
+
 def decode(d: Dialect, address, size, mnemonic, op_str):
     """One capstone (address, size, mnemonic, op_str) as an Insn."""
     end = address + size
@@ -176,6 +189,7 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
     for prefix in _PREFIXES:
         if mnemonic.startswith(prefix):
             mnemonic = mnemonic[len(prefix):]
+    insn.flags_kept = mnemonic in _FLAGS_KEPT or mnemonic.startswith(("cmov", "set", "j"))
     ops = [_operand(d, part, end) for part in op_str.split(",")] if op_str else []
     first = ops[0] if ops else None
     second = ops[1] if len(ops) > 1 else None
@@ -193,15 +207,23 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
     elif mnemonic in ("mov", "movabs") and first is not None and second is not None:
         if second[0] == "mem" and second[1][0] == "indexed" and second[1][1] is not None \
                 and second[2] == 4 and first[0] == "reg":
-            insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4])))
+            insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4], _index(d, second))))
+        elif _absolute_table_load(d, insn, first, second):
+            pass
         elif first[0] == "reg" and first[1] == ACCUMULATOR and second[0] == "imm" \
                 and (first[2] or op_str.startswith("eax")):
             insn.effects.append(("set", ACCUMULATOR, ("addr", second[1])))    # a stack probe's size, maybe
         else:
+            copied = _loaded_bound(insn, first, second)
             _write(d, insn, first, _value(d, second) if first[0] != "reg" or first[2] else OTHER)
+            if copied:
+                insn.effects.append(("set", BOUND_OF, reg(_BOUND_TEMPORARY)))
     elif mnemonic == "movsxd" and second is not None and second[0] == "mem" \
             and second[1][0] == "indexed" and second[1][1] is not None and first[0] == "reg":
-        insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4])))
+        insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4], _index(d, second))))
+    elif mnemonic == "movzx" and first is not None and first[0] == "reg" and second is not None \
+            and _byte_source(d, second, op_str):
+        _zero_extended_byte(d, insn, first, second)
     elif mnemonic == "lea" and first is not None and first[0] == "reg":
         target = second[1] if second[0] == "mem" else ("other",)
         if target[0] == "indexed" and target[3] == 1 and target[4] == 0 and target[2] in d.registers \
@@ -260,13 +282,16 @@ def decode(d: Dialect, address, size, mnemonic, op_str):
         insn.target = first[1] if first is not None and first[0] == "imm" else None
         if insn.target is None:
             insn.flow = Flow.NEXT
+        insn.bound_kept = _UNSIGNED_BOUND.get(mnemonic)
         _implicit(d, insn, _IMPLICIT.get(mnemonic, ()))
     elif mnemonic in _STOPS:
         insn.flow = Flow.STOP
     elif mnemonic in VECTOR_MOVES and _vector_move(d, insn, ops):
         pass
-    elif mnemonic == "cmp" and second is not None and second[0] == "imm" and first[0] == "reg":
+    elif mnemonic == "cmp" and second is not None and second[0] == "imm" and first[0] in ("reg", "mem"):
         insn.effects.append(("set", BOUND, ("addr", second[1])))   # a jump table's last index, maybe
+        insn.effects.append(("set", BOUND_OF, ("addr", first[1] if first[0] == "reg" else ("mem", first[1]))))
+        insn.effects.append(("set", BOUND_PENDING, ("addr", address)))   # a bound once an unsigned branch agrees
     else:
         _generic(d, insn, mnemonic, ops)
     return insn
@@ -308,7 +333,64 @@ def _vector_move(d: Dialect, insn, ops) -> bool:
 
 
 ACCUMULATOR = 0                     # rax/eax (DWARF 0 in both modes): a constant moved there is kept
-BOUND = 1000                        # pseudo-register: the immediate of the last `cmp reg, imm`
+_FLAGS_KEPT = frozenset(("mov", "movabs", "movzx", "movsx", "movsxd", "lea", "push", "pop", "nop",
+                         "endbr64", "endbr32", "xchg", "bswap", "not", "cmp", "leave"))   # cmp: its own
+_UNSIGNED_BOUND = {"ja": "next", "jae": "next", "jnbe": "next", "jnb": "next",
+                   "jbe": "taken", "jb": "taken", "jna": "taken", "jnae": "taken"}
+
+
+def _index(d: Dialect, op):
+    """The DWARF number of an indexed memory operand's index register, or None."""
+    found = d.registers.get(op[1][2]) if op[1][0] == "indexed" else None
+    return found[0] if found is not None else None
+
+
+def _absolute_table_load(d: Dialect, insn, first, second) -> bool:
+    """`mov reg, [T + index*word]` with T absolute: a table of code addresses (a computed goto's labels,
+    a non-PIE switch loaded before `jmp reg`); the register holds entry `index` of T."""
+    if first[0] != "reg" or not first[2] or second[0] != "mem" or second[1][0] != "indexed" \
+            or second[1][1] is not None or second[1][3] != d.word or (second[2] or d.word) != d.word:
+        return False
+    insn.effects.append(("set", first[1], ("abs_table", _index(d, second), second[1][4], d.word)))
+    return True
+
+
+_BOUND_TEMPORARY = -3
+
+
+def _loaded_bound(insn, first, second) -> bool:
+    """`mov reg, x` after `cmp x, imm`: the compare bounds reg too (GCC's `cmpl $N,(%rsi); ja; mov (%rsi),%eax`
+    and `cmp $N,%edi; ja; mov %edi,%edi`). Read before the move writes reg; True when an effect was added."""
+    if first[0] != "reg":
+        return False
+    if second[0] == "mem" and not second[3]:
+        source = ("mem", second[1])
+    elif second[0] == "reg":
+        source = second[1]
+    else:
+        return False
+    insn.effects.append(("set", _BOUND_TEMPORARY, ("bound_load", source, first[1])))
+    return True
+
+
+def _byte_source(d: Dialect, op, op_str) -> bool:
+    """Is movzx's source a byte (register or memory)?"""
+    if op[0] == "mem":
+        return op[2] == 1
+    return op[0] == "reg" and op_str.split(",")[-1].strip() in _BYTE_REGISTERS
+
+
+_BYTE_REGISTERS = frozenset(["al", "bl", "cl", "dl", "ah", "bh", "ch", "dh", "sil", "dil", "bpl", "spl"]
+                            + ["r%db" % n for n in range(8, 16)])
+
+
+def _zero_extended_byte(d: Dialect, insn, first, second) -> None:
+    """`movzx reg, byte`: reg is at most 255, or the bound an earlier compare of the byte gave."""
+    source = second[1] if second[0] == "reg" else ("mem", second[1])
+    insn.effects.append(("set", BOUND_PENDING, ("pending_if", source)))
+    insn.effects.append(("set", BOUND, ("narrow", 255, source)))
+    insn.effects.append(("set", first[1], OTHER))
+    insn.effects.append(("set", BOUND_OF, ("addr", first[1])))
 
 
 def _jump(insn, target):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from plugin.analysis import x86
-from plugin.analysis.x86 import BOUND, is_padding  # noqa: F401  (part of every arch's facts)
+from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING, is_padding  # noqa: F401  (part of every arch's facts)
 
 CAPSTONE = ("CS_ARCH_X86", "CS_MODE_64")
 SP, FP, RA = 7, 6, 16
@@ -51,3 +51,8 @@ DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, pc_name="rip")
 def decode(address, size, mnemonic, op_str):
     """One capstone (address, size, mnemonic, op_str) as an Insn."""
     return x86.decode(DIALECT, address, size, mnemonic, op_str)
+
+
+def decode_flow(address, size, mnemonic, op_str):
+    """decode() for the control flow only (plugin.analysis.noreturn)."""
+    return x86.decode_flow(DIALECT, address, size, mnemonic, op_str)

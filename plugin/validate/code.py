@@ -259,6 +259,16 @@ class FunctionReport:
                 "disagreements": [d.to_json() for d in self.disagreements]}
 
 
+def _evidence(result, address: int, line: dict) -> None:
+    """What a jump table or a jump from another function's frame adds at one instruction (detail)."""
+    if address in result.tables:
+        table, entries, bounded, targets = result.tables[address]
+        line["table"] = {"address": table, "entries": entries, "bounded": bounded,
+                         "targets": len(targets)}
+    if address in result.entered:
+        line["entered_by"] = result.entered[address]
+
+
 def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, object], facts, arch,
                    keep_detail: bool = False) -> FunctionReport:
     """tables: source -> callable(pc) giving the Row in force at pc, or None."""
@@ -312,6 +322,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                         address, name, source, insn.text, row.text(arch), arows.text(state, facts, arch),
                         [f for f in findings if f.verdict == Verdict.WRONG]))
         if keep_detail:
+            _evidence(result, address, line)
             report.detail.append(line)
         address = insn.end
     return report

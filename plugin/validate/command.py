@@ -41,9 +41,23 @@ def text(report: ModuleReport, detail=False) -> str:
                 verdicts = " ".join("%s:%s" % (s, v["verdict"]) for s, v in sorted(line["sources"].items()))
                 lines.append("  0x%x  %-40s %s  [%s]" % (line["address"], line["instruction"],
                                                          line["analysis"], verdicts))
+                lines.extend(_evidence_lines(line))
     for problem in report.problems:
         lines.append("problem: %s" % problem)
     return "\n".join(lines)
+
+
+def _evidence_lines(line: dict) -> list:
+    out = []
+    if "entered_by" in line:
+        out.append("      entered by the jump at 0x%x, with that jump's frame" % line["entered_by"])
+    if "table" in line:
+        table = line["table"]
+        out.append("      jump table at 0x%x: %d entries read (%s), %d targets followed" % (
+            table["address"], table["entries"],
+            "bounded by the range check before the jump" if table["bounded"] else "read while they are code",
+            table["targets"]))
+    return out
 
 
 class JsonStream:

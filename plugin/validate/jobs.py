@@ -1,16 +1,16 @@
 """`validate --jobs N`: one module's functions checked over N processes, with the output of one.
 
 The processes are forked after the tables are read and the analysis is
-set up (plugin.validate.offline), so each starts with the same view of the
-file. The functions, in address order, are cut into chunks handed out in
-order; a worker analyses and checks each function of its chunk whose
-analysis is final (CodeAnalysis.is_final) and says which of them jump into
-a part a table says is entered by a jump (a .cold part). Then each part,
-with every function that jumps into it, is one task of a second round: a
-worker analyses those parents (again, unless it did in the first round),
-follows their jumps into the part (analyse_continuations) and checks it.
-The parts are reported last, in address order, as one process does: the
-same functions in the same order.
+set up (plugin.validate.offline), including which functions never return
+(CodeAnalysis.decide_noreturn), so each starts with the same view of the
+file and no process analyses a function outside its share. The functions
+whose analysis is final, in address order, are cut into chunks handed out
+in order; a worker analyses and checks each function of its chunk and sends
+back its jumps into parts (.cold parts) with their frames. Then the parts
+are analysed and checked in rounds (plugin.validate.parts), each round's
+parts spread over the processes with the frames that enter them. The parts
+are reported last, in address order, as one process does: the same
+functions in the same order, with the same verdicts.
 """
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ import os
 import sys
 from typing import List, Tuple
 
-from plugin.validate.offline import settle
+from plugin.validate import parts as cold_parts
 
 CHUNKS_PER_JOB = 8          # chunks per process: enough to even out big and small functions
 SMALLEST_CHUNK = 32         # functions
-ROUNDS = 3                  # of parts reached from parts, as CodeAnalysis.analyse_continuations
 
 _work = None                # (analysis, check, wanted starts): set in this process before the fork
 
@@ -46,75 +45,28 @@ def chunks(functions: List[Tuple[int, int]], jobs: int) -> List[List[Tuple[int, 
 
 
 def _run_chunk(chunk):
-    """Round 1: analyse a chunk, check its final functions; say which jump into parts (.cold)."""
+    """Round 1: analyse and check a chunk of final functions; give their jumps into parts."""
     analysis, check, wanted = _work
-    checked, edges = [], []
-    entered_by_jumps = analysis.entry_states
+    checked, continuations = [], {}
     for start, end in chunk:
         result = analysis.function(start, end)
-        targets = sorted(set(target for target, _ in result.exits if target in entered_by_jumps))
-        if targets:
-            edges.append((start, end, targets))
-        if not analysis.is_final(start):
-            continue
         if start in wanted:
             checked.append(check(start, end))
+        continuations[start] = analysis.continuation_exits(result)
         analysis.forget_states(start)
-    return checked, edges
+    return checked, continuations
 
 
-def _run_groups(batch):
-    """Round 2: the parts (.cold) of a batch of groups, with the frames of every jump that reaches
-    them; and the jumps from these parts into parts outside the batch (a part entered from a part)."""
+def _run_parts(tasks):
+    """A round of parts: each analysed with the frames that enter it, checked, its jumps given."""
     analysis, check, wanted = _work
-    parents = [p for group_parents, _ in batch for p in group_parents]
-    parts = sorted(p for _, group_parts in batch for p in group_parts)
-    for start, end in sorted(parents + parts):
-        analysis.function(start, end)
-    settle(analysis)
-    inside = set(start for start, _ in parents + parts)
-    edges = []
-    for start, end in parts:
-        targets = set(t for t, _ in analysis.function(start, end).exits if t in analysis.entry_states)
-        if targets - inside:
-            edges.append((start, end, sorted(targets)))
-    checked = [(start, check(start, end)) for start, end in parts if start in wanted]
-    for start, _ in parents:        # the parts keep theirs: a later batch may reach them again
-        analysis.forget_states(start)
-    return checked, edges
+    return [cold_parts.run_part(analysis, check, wanted, *task) for task in tasks]
 
 
-def batches(groups_found, jobs: int) -> list:
-    """The groups of round 2 packed into about CHUNKS_PER_JOB tasks a process: each task settles
-    its parts' frames once (analyse_continuations reads every result a process holds)."""
-    size = max(1, -(-len(groups_found) // (jobs * CHUNKS_PER_JOB)))
-    return [groups_found[i:i + size] for i in range(0, len(groups_found), size)]
-
-
-def groups(ordered, edges, is_final):
-    """[(parents, parts)]: the parts a table says are entered by a jump, each with every function
-    that jumps into it, joined where they share one (union-find over the jumps)."""
-    ends = dict(ordered)
-    leader = {}
-
-    def find(node):
-        while leader.setdefault(node, node) != node:
-            leader[node] = leader[leader[node]]
-            node = leader[node]
-        return node
-    for start, _, targets in edges:
-        for target in targets:
-            leader[find(start)] = find(target)
-    members = {}
-    for start, _ in ordered:
-        if not is_final(start) or start in leader:
-            members.setdefault(find(start), []).append(start)
-    out = []
-    for group in members.values():
-        parts = [(s, ends[s]) for s in group if not is_final(s)]
-        if parts:
-            out.append(([(s, ends[s]) for s in group if is_final(s)], parts))
-    return out
+def batches(tasks: list, jobs: int) -> list:
+    """A round's parts cut into about CHUNKS_PER_JOB tasks a process."""
+    size = max(1, -(-len(tasks) // (jobs * CHUNKS_PER_JOB)))
+    return [tasks[i:i + size] for i in range(0, len(tasks), size)]
 
 
 def check_all(analysis, functions, chosen, check, add, jobs: int) -> None:
@@ -127,27 +79,24 @@ def check_all(analysis, functions, chosen, check, add, jobs: int) -> None:
         return
     _work = (analysis, check, set(start for start, _ in chosen))
     sys.stdout.flush()              # a forked child must not write this process's buffered output again
-    edges, parts = [], {}
+    final = [(start, end) for start, end in ordered if analysis.is_final(start)]
+    pending = {start: end for start, end in ordered if not analysis.is_final(start)}
+    continuations = {}
     try:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            for checked, found in pool.imap(_run_chunk, chunks(ordered, jobs)):
+            for checked, found in pool.imap(_run_chunk, chunks(final, jobs)):
                 for function, problems in checked:
                     add(function, problems)
-                edges.extend(found)
-            pending = groups(ordered, edges, analysis.is_final)
-            for _ in range(ROUNDS):
-                found = []
-                for checked, more in pool.imap_unordered(_run_groups, batches(pending, jobs)):
-                    parts.update(checked)
-                    found.extend(more)
-                if not found:
-                    break
-                edges.extend(found)         # parts reached from parts: their groups joined, done again
-                touched = set(start for start, _, _ in found) | set(t for _, _, ts in found for t in ts)
-                pending = [g for g in groups(ordered, edges, analysis.is_final)
-                           if any(start in touched for start, _ in g[0] + g[1])]
+                continuations.update(found)
+
+            def run(tasks):
+                out = []
+                for done in pool.imap(_run_parts, batches(tasks, jobs)):
+                    out.extend(done)
+                return out
+            checked_parts = cold_parts.settle(pending, continuations, run)
     finally:
         _work = None
     for start, _ in chosen:
-        if start in parts:
-            add(*parts[start])
+        if checked_parts.get(start) is not None:
+            add(*checked_parts[start])

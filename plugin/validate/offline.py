@@ -21,7 +21,7 @@ from plugin.formats import cfi
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.sframe import SFrameTables
 from plugin.validate import code as checks
-from plugin.validate import sources
+from plugin.validate import parts, sources
 
 
 @dataclass
@@ -141,6 +141,7 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
                                               symbol=symbol_name, got_names=got, stubs=stubs, thumb=thumb,
                                               lsda={s: f.lsda for s, f in plan.fdes.items() if f.lsda})
         analysis.entry_states.update(sources.table_entries(analysis, plan.fdes, arch))
+        analysis.decide_noreturn()      # once, before any check or fork: the same answers in any order
         chosen = sorted((s, e) for s, e in subset.items() if select is None or select(s, e))
         check = Checker(plan, analysis)
         if jobs > 1:
@@ -156,31 +157,23 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
 
 def check_all(analysis, functions, chosen, check, add) -> None:
     """Check each chosen function as soon as its analysis is final, then drop its states (memory);
-    the parts a jump may still re-enter (.cold parts) wait for analyse_continuations()."""
+    the parts jumps enter (.cold parts) are checked last, with those jumps' frames (plugin.validate.parts)."""
     wanted = dict(chosen)
-    done = set()
+    continuations = {}
     for start, end in sorted(functions.items()):
-        analysis.function(start, end)
         if not analysis.is_final(start):
             continue
+        result = analysis.function(start, end)
         if start in wanted:
             add(*check(start, end))
-            done.add(start)
+        continuations[start] = analysis.continuation_exits(result)
         analysis.forget_states(start)
-    settle(analysis)
-    for start, end in chosen:
-        if start not in done:
-            add(*check(start, end))
-
-
-SETTLE_CALLS = 4    # analyse_continuations() follows parts reached from parts 3 rounds a call
-
-
-def settle(analysis) -> None:
-    """Follow jumps into parts (.cold) until their frames settle: one call of analyse_continuations
-    stops after 3 rounds, which chains of parts in glibc (libio's cleanup parts) outrun."""
-    for _ in range(SETTLE_CALLS):
-        analysis.analyse_continuations()
+    pending = {s: e for s, e in functions.items() if not analysis.is_final(s)}
+    checked = parts.settle(pending, continuations,
+                           lambda tasks: [parts.run_part(analysis, check, wanted, *task) for task in tasks])
+    for start, _ in chosen:
+        if checked.get(start) is not None:
+            add(*checked[start])
 
 
 class Checker:
