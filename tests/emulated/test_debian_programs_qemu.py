@@ -58,20 +58,12 @@ STOPS = {
 # GDB passes the signals timeout lives by (its alarm, its child's end) to the program without stopping
 SIGNALS = "handle SIGALRM SIGCHLD nostop noprint pass"
 # python3.11 on armhf: GDB stops at frame 1 (its prologue analyser: "previous frame identical");
-# past it the plugin's walk is a stack scan (python3.11 has no table, and the static function
-# holding the return address has no symbol, no exidx neighbour, no direct call reaching it, and
-# the Arm analysis reads no code forward from a pc), which takes 2 stale return addresses for frames.
+# past it the plugin's walk reads the code of the static functions no symbol names forward from
+# each return address to its returns, and must equal the shadow stack whole.
 # Not on armhf: timeout's handler has no table and no symbol, the plugin's walk takes a stale return
 # address by stack scan instead of glibc's restorer (which lr held at the handler's entry) and loses
 # the frames below; and the shadow stack, from a second run, sees the alarm land elsewhere.
 NOT_ON_ARMHF = ("timeout-kill",)
-ARMHF_KNOWN_WRONG = {"python3-write": "2 stale return addresses taken by the stack scan (no forward Arm analysis)"}
-
-
-def _in_order(frames, within):
-    """Is `frames` a subsequence of `within` (each one found, in order)?"""
-    rest = iter(within)
-    return all(any(f == w for w in rest) for f in frames)
 
 
 def _hex(addresses):
@@ -107,9 +99,6 @@ def test_armhf_walk_equals_gdb(stop):
     native = [f["pc"] & ~1 for f in results["native"][1:]]
     print("%s: shadow stack %s; GDB %s; ours %s" % (stop, _hex(oracle), _hex(native), _hex(ours)))
     assert oracle[:len(native)] == native, transcript      # the oracle agrees with GDB where GDB goes
-    if stop in ARMHF_KNOWN_WRONG and ours != oracle:
-        assert _in_order(oracle, ours), transcript         # the scan adds stale frames and loses none
-        pytest.xfail(ARMHF_KNOWN_WRONG[stop])
     assert ours == oracle, transcript
 
 
