@@ -23,7 +23,9 @@ path gives the same answers, the row at pc is CFA = sp + the stack pointer's
 offset after the return (x86: k + word size), the return address from its
 word (or lr, same value), each register from its slot. A conditional return
 (Arm's `popne {r4, pc}`, `bxeq lr`) is a return on one side and falls through
-unchanged on the other. A call clobbers the link register. An indirect jump,
+unchanged on the other. A direct jump to a PLT stub is a tail call: it returns
+to the caller as a return from the same state would. A call clobbers the link
+register. An indirect jump,
 a stack pointer set to an unknown value, an instruction that cannot be
 decoded, a path that does not end within the bound or disagreeing returns
 leave the frame undecided: never a guess.
@@ -86,8 +88,11 @@ def start_state(facts, known: Dict[int, int], link: bool = False) -> State:
 
 def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Optional[Insn]],
             noreturn: Callable[[Insn], bool] = lambda insn: False,
-            callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE, link: bool = False) -> Forward:
-    """Follow every path from pc to its return; the row at pc when all agree, else why not."""
+            callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE, link: bool = False,
+            tail_call: Callable[[Insn], bool] = lambda insn: False) -> Forward:
+    """Follow every path from pc to its return; the row at pc when all agree, else why not.
+    tail_call(insn): does the direct jump enter another function (a PLT stub), which returns
+    to this one's caller? It ends its path as a return would from the same state."""
     out = Forward()
     endings = {}
     seen = set()
@@ -118,9 +123,9 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
             return out
         path = path + (insn,)
         flow = insn.flow
-        if flow in (Flow.RET, Flow.COND_RET):
+        if flow in (Flow.RET, Flow.COND_RET) or (flow == Flow.JUMP and tail_call(insn)):
             taken = facts.taken(insn) if flow == Flow.COND_RET and hasattr(facts, "taken") else insn
-            ending, why = _ending(facts, state, taken) if taken.flow == Flow.RET else (
+            ending, why = _ending(facts, state, taken) if taken.flow in (Flow.RET, Flow.JUMP) else (
                 None, "0x%x `%s`: a conditional return the analysis cannot read" % (address, insn.text))
             if ending is None:
                 out.why = why

@@ -47,7 +47,7 @@ def forward_step(frame, ctx, unknown_start: str) -> Tuple[Optional[Outcome], str
     known = known_offsets(frame, facts)
     # the link register holds the return address only in the innermost frame (a caller's made a call)
     found = forward.analyse(facts, frame.pc, known, _swept(code, ctx, frame.pc) if thumb else code.decode_at,
-                            code._is_noreturn, code._callee,
+                            code._is_noreturn, code._callee, tail_call=lambda insn: _to_plt(insn, ctx),
                             link=frame.exact_pc and facts.RA_REGISTER is not None)
     if found.row is None:
         return None, found.why
@@ -58,6 +58,12 @@ def forward_step(frame, ctx, unknown_start: str) -> Tuple[Optional[Outcome], str
     if problem:
         return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence), ""
     return outcome, ""
+
+
+def _to_plt(insn, ctx) -> bool:
+    """A direct jump to a PLT stub: a tail call (the stub jumps on to another function)."""
+    from plugin.strategies.scan import _in_plt
+    return insn.target is not None and _in_plt(insn.target, ctx)
 
 
 SWEEP = 256                     # bytes decoded in one linear sweep from each address a path reaches first

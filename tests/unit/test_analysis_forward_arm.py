@@ -13,14 +13,14 @@ BASE = 0x1000
 LR, SP = 14, 13
 
 
-def run(hexes, texts, thumb=True, link=False):
+def run(hexes, texts, thumb=True, link=False, **hooks):
     code = bytes.fromhex("".join(hexes))
     cs = capstone.Cs(capstone.CS_ARCH_ARM, capstone.CS_MODE_THUMB if thumb else capstone.CS_MODE_ARM)
     assert [("%s %s" % (m, o)).strip() for _, _, m, o in cs.disasm_lite(code, BASE)] == texts
     decode = arm.decode_thumb if thumb else arm.decode
     # one linear sweep, as the plugin decodes Thumb code (capstone knows IT conditions only so)
     decoded = {found[0]: decode(*found) for found in cs.disasm_lite(code, BASE)}
-    return forward.analyse(arm, BASE, {}, decoded.get, link=link)
+    return forward.analyse(arm, BASE, {}, decoded.get, link=link, **hooks)
 
 
 def rules(found):
@@ -72,3 +72,15 @@ def test_leaf_bx_lr_only_in_the_innermost_frame():
 def test_a_call_clobbers_lr():
     found = run(["00f080f8", "7047"], ["bl #0x1104", "bx lr"], link=True)
     assert found.row is None and "returns to an address the code computed" in found.why
+
+
+def test_a_jump_to_a_plt_stub_is_a_tail_call():
+    texts = ["pop.w {r4, lr}", "b.w #0x2000"]
+    found = run(["bde81040", "00f0fcbf"], texts, tail_call=lambda insn: insn.target == 0x2000)
+    assert found.row is not None, found.why
+    assert found.row.cfa.offset == 8
+    assert rules(found) == {LR: (RuleKind.OFFSET, -4), 4: (RuleKind.OFFSET, -8)}
+    assert [insn.text for insn in found.returns] == ["b.w #0x2000"]
+    # not known to be another function's: the jump is followed, and nothing is there to read
+    found = run(["bde81040", "00f0fcbf"], texts)
+    assert found.row is None and "cannot decode" in found.why
