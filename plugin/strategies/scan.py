@@ -124,7 +124,8 @@ def candidate_problem(address, ctx):
         return "not code", None
     call = ctx.arch.call_before(reader(ctx.read_memory), address)
     if call is None:
-        trampoline = sigframe.recognise(ctx, address)
+        # a Thumb restorer's address keeps bit 0 (the handler was entered with lr = restorer | 1)
+        trampoline = sigframe.recognise(ctx, address & ~1 if ctx.arch.name == "arm" else address)
         if trampoline is None:
             return "code, but not right after a call instruction", None
         # The kernel planted it: no call precedes it, and it is named at itself.
