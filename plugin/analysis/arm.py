@@ -227,8 +227,8 @@ def _multiple(insn, base, cond, ops):
             insn.effects.append(("set", -1 - i, ("load", add(reg(SP), i * width), width)))
     insn.effects.append(("set", SP, add(reg(SP), size)))
     for i, number in enumerate(numbers):
-        if number is not None and number != PC:
-            insn.effects.append(("set", number, reg(-1 - i)))
+        if number is not None:
+            insn.effects.append(("set", number, reg(-1 - i)))     # pc: where the return goes
     if PC in numbers:
         insn.flow = Flow.RET
 
@@ -264,6 +264,7 @@ def _transfer(insn, base, cond, ops):
             if number == PC:
                 if address == reg(SP) and writeback is not None and not cond:
                     insn.flow = Flow.RET           # ldr pc, [sp], #4
+                    insn.effects.append(("set", PC, reg(-1 - i)))    # where the return goes
                 elif address == reg(SP) and cond:
                     insn.flow = Flow.COND_RET
                 else:
@@ -323,6 +324,17 @@ def _generic(insn, base, cond, ops):
         number = REGISTERS.get(text)
         if number is not None:
             _write(insn, number, OTHER, cond)
+
+
+def taken(insn: Insn) -> Insn:
+    """The unconditional form of a conditional return (`popne {r4, pc}`, `bxeq lr`, `ldrne pc, [sp],
+    #4`): what the instruction does when its condition holds (the decoder gives a conditional return
+    no effects, since its fall-through path sees none). What pc reads as does not matter to a return."""
+    mnemonic, _, op_str = insn.text.partition(" ")
+    base, cond, flags = split_mnemonic(mnemonic)
+    if cond is None:
+        return insn
+    return _decode(insn.address, insn.size, base + ("s" if flags else ""), op_str, True)
 
 
 def looks_like_arm(read, start: int) -> bool:

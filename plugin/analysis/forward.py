@@ -13,11 +13,19 @@ stack word above the pc's stack pointer holds "the word there at pc"
 (initial(k)), and a register the debugger says points into the stack just
 above sp (a frame pointer, for `leave`) holds PC+k.
 
-At each return the stack pointer must be PC+k with the word at PC+k still the
-one there at pc (the return address); each callee-saved register is then
+At each return the address it returns to must be a word that was on the
+stack at pc (x86's `ret` pops the word at PC+k; Arm's `pop {..., pc}` and
+`ldr pc, [sp], #4` load one, `bx lr` returns to one `pop {..., lr}` or `ldr
+lr` loaded) or, for the innermost frame only, the link register's value at
+pc, unchanged (`bx lr` in a leaf); each callee-saved register is then
 unchanged since pc, restored from a word PC+j, or equal to PC+j. When every
-path gives the same answers, the row at pc is CFA = sp + k + word size,
-return address at CFA - word, each register from its slot. An indirect jump,
+path gives the same answers, the row at pc is CFA = sp + the stack pointer's
+offset after the return (x86: k + word size), the return address from its
+word (or lr, same value), each register from its slot. A conditional return
+(Arm's `popne {r4, pc}`, `bxeq lr`) is a return on one side and falls through
+unchanged on the other. A direct jump to a PLT stub is a tail call: it returns
+to the caller as a return from the same state would. A call clobbers the link
+register. An indirect jump,
 a stack pointer set to an unknown value, an instruction that cannot be
 decoded, a path that does not end within the bound or disagreeing returns
 leave the frame undecided: never a guess.
@@ -46,9 +54,10 @@ def initial(offset: int):
 
 @dataclass(frozen=True)
 class Ending:
-    """What one return says: the stack pointer's offset at it and where each register comes from."""
-    sp: int                                   # sp at the return = sp at pc + sp
+    """What one return says: the caller's stack pointer, its return address and where each register comes from."""
+    cfa: int                                  # sp after the return = sp at pc + cfa
     popped: int
+    target: tuple                             # the return address: initial(k), or caller(link register)
     registers: Tuple[Tuple[int, tuple], ...]  # (register, its value at the return)
 
 
@@ -61,9 +70,12 @@ class Forward:
     instructions: int = 0
 
 
-def start_state(facts, known: Dict[int, int]) -> State:
-    """The state at pc: known maps a register to its offset above the stack pointer at pc."""
+def start_state(facts, known: Dict[int, int], link: bool = False) -> State:
+    """The state at pc: known maps a register to its offset above the stack pointer at pc; link: the
+    link register at pc may hold the return address (the innermost frame; after a call it does not)."""
     regs = {facts.SP: stack(PC, 0)}
+    if link and facts.RA_REGISTER is not None:
+        regs[facts.RA_REGISTER] = caller(facts.RA_REGISTER)
     for number in facts.CALLEE_SAVED:
         regs[number] = caller(number)
     for number, offset in known.items():
@@ -76,12 +88,15 @@ def start_state(facts, known: Dict[int, int]) -> State:
 
 def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Optional[Insn]],
             noreturn: Callable[[Insn], bool] = lambda insn: False,
-            callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE) -> Forward:
-    """Follow every path from pc to its return; the row at pc when all agree, else why not."""
+            callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE, link: bool = False,
+            tail_call: Callable[[Insn], bool] = lambda insn: False) -> Forward:
+    """Follow every path from pc to its return; the row at pc when all agree, else why not.
+    tail_call(insn): does the direct jump enter another function (a PLT stub), which returns
+    to this one's caller? It ends its path as a return would from the same state."""
     out = Forward()
     endings = {}
     seen = set()
-    work = [(pc, start_state(facts, known), ())]
+    work = [(pc, start_state(facts, known, link), ())]
     while work:
         address, state, path = work.pop()
         key = (address, _frozen(state))
@@ -110,14 +125,18 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
             return out
         path = path + (insn,)
         flow = insn.flow
-        if flow == Flow.RET:
-            ending, why = _ending(facts, state, insn)
+        if flow in (Flow.RET, Flow.COND_RET) or (flow == Flow.JUMP and tail_call(insn)):
+            taken = facts.taken(insn) if flow == Flow.COND_RET and hasattr(facts, "taken") else insn
+            ending, why = _ending(facts, state, taken) if taken.flow in (Flow.RET, Flow.JUMP) else (
+                None, "0x%x `%s`: a conditional return the analysis cannot read" % (address, insn.text))
             if ending is None:
                 out.why = why
                 return out
             endings.setdefault(ending, (insn, path))
             if insn not in out.returns:
                 out.returns.append(insn)
+            if flow == Flow.COND_RET:
+                work.append((insn.end, after, path))
         elif flow == Flow.NEXT:
             work.append((insn.end, after, path))
         elif flow == Flow.JUMP:
@@ -143,8 +162,8 @@ def analyse(facts, pc: int, known: Dict[int, int], decode_at: Callable[[int], Op
         out.returns = []
         return out
     ending, (_, path) = next(iter(endings.items()))
-    out.row = _row(facts, pc, ending, start_state(facts, known))
-    out.setters = _setters(facts, known, path, out.row)
+    out.row = _row(facts, pc, ending, start_state(facts, known, link))
+    out.setters = _setters(facts, known, link, path, out.row)
     return out
 
 
@@ -160,6 +179,8 @@ def _after_call(facts, state: State, found: Callee) -> State:
         after.regs[facts.SP] = plus(sp, found.popped)
     for number in facts.CALL_CLOBBERED if found.clobbers is None else found.clobbers:
         after.regs[number] = CLOBBERED
+    if facts.RA_REGISTER is not None:
+        after.regs[facts.RA_REGISTER] = CLOBBERED       # the call wrote its own return address there
     if found.thunk is not None:
         after.regs[found.thunk] = (Kind.OTHER,)
     return after
@@ -167,22 +188,35 @@ def _after_call(facts, state: State, found: Callee) -> State:
 
 def _ending(facts, state: State, insn: Insn):
     """(Ending, "") for a return executed in state, or (None, why it does not decide)."""
-    sp = state.reg(facts.SP)
-    if state.mem.get((PC, sp[2])) != initial(sp[2]):
-        return None, "0x%x `%s` returns to an address the code computed, not the one on the stack at pc" % (
+    after = apply(insn, state, facts.SP)
+    sp = after.reg(facts.SP)
+    if sp[0] != Kind.STACK or sp[1] != PC:
+        return None, "0x%x `%s` leaves the stack pointer at a value not known from the pc's" % (
             insn.address, insn.text)
+    loaded = getattr(facts, "PC", None)
+    if facts.RA_REGISTER is None:             # the return pops the word at sp
+        cfa, target = sp[2] + facts.POINTER_SIZE, state.mem.get((PC, sp[2]))
+    elif loaded is not None and loaded in after.regs:
+        cfa, target = sp[2], after.reg(loaded)     # pop {..., pc}, ldr pc, [sp], #4
+    else:
+        cfa, target = sp[2], state.reg(facts.RA_REGISTER)  # bx lr, mov pc, lr
+    if target != caller(facts.RA_REGISTER) and (target is None or target[0] != Kind.INITIAL):
+        return None, "0x%x `%s` returns to an address the code computed, not one on the stack at pc%s" % (
+            insn.address, insn.text, "" if facts.RA_REGISTER is None else " or in the link register")
     registers = []
     for number in facts.CALLEE_SAVED:
-        value = state.reg(number)
+        value = after.reg(number)
         if value[0] in (Kind.CALLER, Kind.INITIAL) or (value[0] == Kind.STACK and value[1] == PC):
             registers.append((number, value))
-    return Ending(sp[2], insn.popped, tuple(registers)), ""
+    return Ending(cfa, insn.popped, target, tuple(registers)), ""
 
 
 def _row(facts, pc: int, ending: Ending, first: State) -> Row:
-    word = facts.POINTER_SIZE
-    cfa = ending.sp + word
-    registers = {facts.RA: Rule(RuleKind.OFFSET, offset=-word)}
+    cfa = ending.cfa
+    if ending.target[0] == Kind.INITIAL:
+        registers = {facts.RA: Rule(RuleKind.OFFSET, offset=ending.target[1] - cfa)}
+    else:                                     # the link register at pc, kept to the return
+        registers = {facts.RA: Rule(RuleKind.SAME)}
     values = dict(ending.registers)
     for number in facts.CALLEE_SAVED:
         value = values.get(number)
@@ -200,11 +234,11 @@ def _row(facts, pc: int, ending: Ending, first: State) -> Row:
                ra_signed=False)
 
 
-def _setters(facts, known, path, row: Row) -> Dict[object, Insn]:
+def _setters(facts, known, link, path, row: Row) -> Dict[object, Insn]:
     """The last instruction on one path that changed the stack pointer, and that changed each register
     with a rule other than `same`: the instructions the row rests on, for the evidence."""
     found: Dict[object, Insn] = {}
-    state = start_state(facts, known)
+    state = start_state(facts, known, link)
     for insn in path:
         after = apply(insn, state, facts.SP)
         if after.reg(facts.SP) != state.reg(facts.SP):

@@ -84,7 +84,7 @@ def step(frame, ctx) -> Outcome:
                          "entry, no direct call on the stack reaches it, no prologue before it" % pc)
     else:
         unknown_start = "; ".join(reasons)
-    if arch.name in ("i386", "x86_64") and not covered:
+    if arch.name in ("i386", "x86_64", "arm") and not covered:
         # No start found reaches the pc (or none was found): its start is unknown, the code after it is not
         from plugin.strategies.analysis_forward import forward_step
         outcome, why = forward_step(frame, ctx, unknown_start if not reasons else

@@ -42,9 +42,13 @@ def forward_step(frame, ctx, unknown_start: str) -> Tuple[Optional[Outcome], str
     from plugin.strategies.analysis import _return_address_problem
     arch = ctx.arch
     facts = code_analysis.FACTS[arch.name]
-    code = function_start.code_of(ctx, frame.pc)
+    thumb = bool(function_start.thumb_state(frame, ctx))
+    code = function_start.code_of(ctx, frame.pc, thumb)
     known = known_offsets(frame, facts)
-    found = forward.analyse(facts, frame.pc, known, code.decode_at, code._is_noreturn, code._callee)
+    # the link register holds the return address only in the innermost frame (a caller's made a call)
+    found = forward.analyse(facts, frame.pc, known, _swept(code, ctx, frame.pc) if thumb else code.decode_at,
+                            code._is_noreturn, code._callee, tail_call=lambda insn: _to_plt(insn, ctx),
+                            link=frame.exact_pc and facts.RA_REGISTER is not None)
     if found.row is None:
         return None, found.why
     outcome = step_with_row(found.row, frame, ctx, _evidence(frame, ctx, found, known, facts, unknown_start))
@@ -54,6 +58,31 @@ def forward_step(frame, ctx, unknown_start: str) -> Tuple[Optional[Outcome], str
     if problem:
         return Outcome.failed(SOURCE, problem, FailureKind.NOT_AFTER_CALL, evidence=outcome.evidence), ""
     return outcome, ""
+
+
+def _to_plt(insn, ctx) -> bool:
+    """A direct jump to a PLT stub: a tail call (the stub jumps on to another function)."""
+    from plugin.strategies.scan import _in_plt
+    return insn.target is not None and _in_plt(insn.target, ctx)
+
+
+SWEEP = 256                     # bytes decoded in one linear sweep from each address a path reaches first
+
+
+def _swept(code, ctx, pc):
+    """decode_at that first decodes a short linear sweep from an address not decoded yet: capstone
+    knows a Thumb IT block's conditions only when it decodes the `it` and what follows it in one
+    sweep (one instruction at a time, `popeq {r4, pc}` reads as an unconditional `pop`). A path
+    enters code at a branch target or the pc, never inside an IT block."""
+    module = ctx.modules.find(pc)
+    limit = module.segment_end(pc) if module is not None else None
+
+    def decode_at(address):
+        if address not in code._decoded:
+            end = address + SWEEP if limit is None else min(address + SWEEP, limit)
+            code.decode_range(address, max(end, address + 4))
+        return code.decode_at(address)
+    return decode_at
 
 
 def _evidence(frame, ctx, found, known, facts, unknown_start) -> StepEvidence:
@@ -80,8 +109,11 @@ def _evidence(frame, ctx, found, known, facts, unknown_start) -> StepEvidence:
                                           else "the stack pointer does not move before the return"))
     for number, rule in sorted(row.registers.items()):
         insn = found.setters.get(number)
-        if number == facts.RA:
-            how = "the word the return pops"
+        if number == facts.RA and rule.kind == RuleKind.SAME:
+            how = "the link register at the pc, unchanged to the return: the return address"
+        elif number == facts.RA:
+            how = "the word the return pops" if facts.RA_REGISTER is None else \
+                "the word on the stack at the pc the return loads: the return address"
         elif rule.kind == RuleKind.UNDEFINED:
             how = "changed on the way to the return, not restored: unknown in the caller"
         elif insn is not None:

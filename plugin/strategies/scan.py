@@ -29,7 +29,7 @@ return address = [CFA - 1 word]) and evaluated like every table row.
 
 from plugin.modules import on_disk
 from plugin.modules.module import ModuleFormat
-from plugin.arch import reader
+from plugin.arch import arm, reader
 from plugin.errors import MemoryReadError
 from plugin.model.evidence import StepEvidence
 from plugin.memory import PAGE
@@ -124,7 +124,8 @@ def candidate_problem(address, ctx):
         return "not code", None
     call = ctx.arch.call_before(reader(ctx.read_memory), address)
     if call is None:
-        trampoline = sigframe.recognise(ctx, address)
+        # a Thumb restorer's address keeps bit 0 (the handler was entered with lr = restorer | 1)
+        trampoline = sigframe.recognise(ctx, address & ~1 if ctx.arch.name == "arm" else address)
         if trampoline is None:
             return "code, but not right after a call instruction", None
         # The kernel planted it: no call precedes it, and it is named at itself.
@@ -249,7 +250,14 @@ def _recovered(frame, ctx, sp, slot, address, detail, skipped, not_code):
     evidence.notes.append("[0x%x] = 0x%x follows a %s, in %s" % (slot, address, call, where))
     _note_skipped(evidence, skipped, not_code, sp)
     outcome = step_with_row(row, frame, ctx, evidence)
-    return keep_only_known(outcome, arch, "a stack scan")
+    mode = (outcome.registers or {}).get(arm.CPSR) if arch.name == "arm" else None
+    outcome = keep_only_known(outcome, arch, "a stack scan")
+    if mode is not None and outcome.status == AttemptStatus.RECOVERED:
+        # the caller's instruction set is bit 0 of the return address: its code can be read (Thumb or Arm)
+        outcome.registers[arm.CPSR] = mode
+        evidence.notes.append("the caller's cpsr is the callee's with its T bit from bit 0 of the return "
+                              "address 0x%x: %s code" % (address, "Thumb" if address & 1 else "Arm"))
+    return outcome
 
 
 def _caller_frame_pointer_rule(frame, ctx, fp, slot):

@@ -27,15 +27,19 @@ and the plugin's must equal it whole, and so must GDB's bt with the plugin.
 
 python3 (Debian's python3.11, no .symtab, no unwind table on armhf) runs
 `-c 'print(1)'` to its write, on each architecture. A signal handler:
-coreutils' timeout stopped in the kill its SIGALRM handler makes (i386 and
-arm64; arm64 without SVE, whose signal frame GDB cannot read under qemu).
+coreutils' timeout stopped in the kill its SIGALRM handler makes (arm64
+without SVE, whose signal frame GDB cannot read under qemu; on armhf GDB's
+walk past the signal frame is the oracle once the frame carries the magic
+Linux writes and qemu does not: test_armhf_signal_handler).
 """
 import shlex
+
+from plugin.arch import arm as arm_arch
 
 import pytest
 
 from debian_sysroot import sysroot as _sysroot
-from gdb_actions import native_frames
+from gdb_actions import CLAIMED, native_frames
 from gdbrun import run_gdb
 from qemu_arm import qemu_arm
 from qemu_user import qemu_user
@@ -58,20 +62,12 @@ STOPS = {
 # GDB passes the signals timeout lives by (its alarm, its child's end) to the program without stopping
 SIGNALS = "handle SIGALRM SIGCHLD nostop noprint pass"
 # python3.11 on armhf: GDB stops at frame 1 (its prologue analyser: "previous frame identical");
-# past it the plugin's walk is a stack scan (python3.11 has no table, and the static function
-# holding the return address has no symbol, no exidx neighbour, no direct call reaching it, and
-# the Arm analysis reads no code forward from a pc), which takes 2 stale return addresses for frames.
-# Not on armhf: timeout's handler has no table and no symbol, the plugin's walk takes a stale return
-# address by stack scan instead of glibc's restorer (which lr held at the handler's entry) and loses
-# the frames below; and the shadow stack, from a second run, sees the alarm land elsewhere.
+# past it the plugin's walk reads the code of the static functions no symbol names forward from
+# each return address to its returns, and must equal the shadow stack whole.
+# Not in the armhf walk test: timeout's signal handler (test_armhf_signal_handler below), whose
+# oracle past the signal frame is GDB's once the signal frame carries the kernel's magic; the shadow
+# stack, from a second run that forks too, sees the alarm land elsewhere.
 NOT_ON_ARMHF = ("timeout-kill",)
-ARMHF_KNOWN_WRONG = {"python3-write": "2 stale return addresses taken by the stack scan (no forward Arm analysis)"}
-
-
-def _in_order(frames, within):
-    """Is `frames` a subsequence of `within` (each one found, in order)?"""
-    rest = iter(within)
-    return all(any(f == w for w in rest) for f in frames)
 
 
 def _hex(addresses):
@@ -107,10 +103,66 @@ def test_armhf_walk_equals_gdb(stop):
     native = [f["pc"] & ~1 for f in results["native"][1:]]
     print("%s: shadow stack %s; GDB %s; ours %s" % (stop, _hex(oracle), _hex(native), _hex(ours)))
     assert oracle[:len(native)] == native, transcript      # the oracle agrees with GDB where GDB goes
-    if stop in ARMHF_KNOWN_WRONG and ours != oracle:
-        assert _in_order(oracle, ours), transcript         # the scan adds stale frames and loses none
-        pytest.xfail(ARMHF_KNOWN_WRONG[stop])
     assert ours == oracle, transcript
+
+
+# qemu-arm writes uc_flags 0 in a signal frame where Linux writes this magic; GDB without it reads
+# the frame as the pre-2.6.18 layout and finds a wrong caller. Written in, GDB's walk is the oracle.
+SIGFRAME_MAGIC = 0x5ac3c35a
+SIGTRAMP_FRAME = 4                 # gdb.SIGTRAMP_FRAME
+# in GDB's frame 2 (selected): is it a signal frame? then the magic written at its sp, and its code
+WRITE_MAGIC = ('[bytes(gdb.selected_inferior().read_memory(f.pc(), 8)).hex() for f in [gdb.selected_frame()] '
+               'if f.type() == gdb.SIGTRAMP_FRAME and '
+               'gdb.execute("set {int}%%d = %#x" %% int(f.read_register("sp"))) is None]' % SIGFRAME_MAGIC)
+
+
+def test_armhf_signal_handler():
+    """timeout's SIGALRM handler (no table, no symbol) stopped in its kill: the plugin's walk reads
+    the handler's code forward to its `pop {..., pc}`, which returns to glibc's restorer (the
+    handler was entered with lr = the restorer, no call), and goes on through the signal frame
+    (the restorer's exidx entry) to sigsuspend, main and _start; the plugin's walk is taken first.
+    GDB alone stops at the handler ("previous frame identical"). The oracle past it: GDB's own
+    walk once the signal frame carries the kernel's magic, where the plugin gives GDB three frames
+    (kill's caller, which GDB alone finds the same; the handler's: the restorer, a signal frame
+    GDB's sigtramp unwinder recognises; main's, whose code has no table) and GDB's own unwinders
+    find the others: the interrupted __libc_do_syscall, sigsuspend, main, __libc_start_main, _start."""
+    sysroot = _sysroot("armhf")
+    program, args, breakpoint = STOPS["timeout-kill"]
+    binary = sysroot / program
+    setup = ["set sysroot %s" % sysroot, "set breakpoint pending on", SIGNALS]
+    with qemu_arm(binary, args, sysroot=sysroot) as address:
+        results, transcript = run_gdb(binary, [
+            ("ours", "json", "unwind backtrace -json"),
+            # GDB's frames, cached while the plugin walked, end at the handler until flushed
+            ("flush-walk", "cmd", "maint flush register-cache"),
+            ("frame", "cmd", "frame 2"),
+            ("magic", "py", WRITE_MAGIC),
+            ("before", "py", CLAIMED),
+            ("flush", "cmd", "maint flush register-cache"),
+            ("gdb", "frames", None),
+            ("after", "py", CLAIMED),
+            ("bt", "cmd", "bt"),
+            *native_frames(),
+        ], breakpoint=breakpoint, setup=setup, gdb_program="gdb-multiarch", remote=address, timeout=300)
+    ours = [(f["pc"], f["sp"]) for f in results["ours"]["frames"]]
+    native = [(f["pc"], f["sp"]) for f in results["native"]]
+    walk = [(f["pc"], f["sp"]) for f in results["gdb"]]
+    print("timeout-kill: GDB alone %d frames, GDB with the signal frame's magic %d, ours %d: %s" % (
+        len(native), len(walk), len(ours), " <- ".join("%s(%s)" % (f.get("function"), f.get("method"))
+                                                      for f in results["ours"]["frames"])))
+    assert len(results["magic"]) == 1, transcript            # GDB's frame 2 is a signal frame
+    restorer = results["magic"][0]
+    assert ours[:len(native)] == native, transcript           # as far as GDB alone goes
+    # the plugin gave GDB three frames: kill's caller (libc's exidx; GDB alone finds the same), the
+    # handler's (the restorer) and main's (__libc_start_call_main, the one caller of main); GDB's own
+    # unwinders found the other five, through the signal frame to main and below it to _start
+    assert results["after"] - results["before"] == 3, transcript
+    assert results["gdb"][2]["type"] == SIGTRAMP_FRAME, transcript
+    # the restorer's code is one of glibc's sigreturn trampolines the plugin knows
+    assert any(restorer.startswith(s.code.hex()) for s in arm_arch.ARCH.sigreturns), transcript
+    assert any((f["name"] or "").startswith("__libc_start_main") for f in results["gdb"]), transcript
+    assert ours == walk, transcript
+    assert results["ours"]["frames"][2]["method"] == "analysis", transcript    # read forward
 
 
 def _check(stop, results, transcript, whole=False):
