@@ -136,9 +136,9 @@ def _first_boot(root, initrd, tmp):
 
 
 def _gdb_on_qemu(root, initrd, serial, symbol_file, commands, append="nokaslr panic=-1", monitor="none",
-                 env=None, settle=0):
+                 env=None, settle=0, gdb="gdb"):
     """Boot ROOT's kernel under QEMU held at its first instruction (-S), GDB attached through the gdbstub
-    with the plugin loaded and SYMBOL_FILE given, then COMMANDS (GDB's -ex list). QEMU is given SETTLE
+    with the plugin loaded and SYMBOL_FILE given, then COMMANDS (GDB's -ex list); GDB is the program GDB. QEMU is given SETTLE
     seconds to end by itself (its serial file complete) once GDB is done, then killed."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,13 +149,13 @@ def _gdb_on_qemu(root, initrd, serial, symbol_file, commands, append="nokaslr pa
         time.sleep(0.5)
         prefix = ["set pagination off", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"),
                   "symbol-file %s" % symbol_file, "target remote 127.0.0.1:%d" % port]
-        argv = ["gdb", "-nx", "-batch"] + [arg for command in prefix + commands for arg in ("-ex", command)]
-        gdb = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+        argv = [gdb, "-nx", "-batch"] + [arg for command in prefix + commands for arg in ("-ex", command)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
         if settle:
             qemu.wait(timeout=settle)
     finally:
         qemu.kill()
-    return gdb
+    return done
 
 
 def _gdb_bt(text):
