@@ -461,3 +461,31 @@ def test_a_loaded_modules_frames_come_from_its_own_orc_table(release, tmp_path):
     assert "the entry marks the end of the stack" in out
     bt = _gdb_bt(out)[0]
     assert [pc for pc, _ in bt] == [int(pc, 16) for _, pc, _, _, _ in walk], (bt, walk)
+
+
+@pytest.mark.parametrize("version", [10, 16])
+def test_other_gdb_versions_find_the_kernel_and_walk_a_syscall(version, tmp_path):
+    """GDB 10.1 and 16.3 (unpacked beside the system's 13, tests/helpers/gdbversions.py), one stop at
+    do_sys_openat2 in Debian 6.1: the kernel is found from its symbol file (GDB 10 names no target
+    connection: QEMU's gdbstub's pid 1 is no process of this machine) and GDB's bt with the plugin
+    is entry_SYSCALL_64 -> do_syscall_64 -> __x64_sys_openat -> do_sys_openat2 (fs/open.c, as the
+    syscall stop's ftrace truth above), ended at the user-mode frame, no `??` after it."""
+    import gdbversions
+    gdb_path = gdbversions.find_gdb(version)
+    if gdb_path is None:
+        pytest.fail("GDB %d is not installed: run tests/setup.sh" % version)
+    root = KERNELS / "6.1.0-50-amd64"
+    _tools(root)
+    initrd = _initrd(tmp_path)
+    symbols, symbol_file, _ = _first_boot(root, initrd, tmp_path)
+    gdb = _gdb_on_qemu(root, initrd, tmp_path / "second.txt", symbol_file,
+                       ["hbreak *0x%x" % symbols["do_sys_openat2"], "continue", "unwind modules",
+                        "echo BT-START\\n", "bt", "echo BT-END\\n"], gdb=gdb_path)
+    out = gdb.stdout
+    print(out[-3000:])
+    assert gdbversions.exact_version(gdb_path)[0] == version
+    assert re.search(r"^\[kernel\] at 0xffffffff81000000 \(.*kernel\.elf\)$", out, re.M), out[-3000:] + gdb.stderr
+    bt = _gdb_bt(out)
+    assert len(bt) == 1, out[-3000:]
+    assert [name for _, name in bt[0]] == ["do_sys_openat2", "__x64_sys_openat", "do_syscall_64",
+                                           "entry_SYSCALL_64_after_hwframe"], out[-3000:]
