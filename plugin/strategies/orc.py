@@ -50,6 +50,7 @@ class OrcTables(ModuleTables):
     def __init__(self, module, target):
         super().__init__(module, target)
         self._pages = PageCache(target.read_memory)
+        self._facts = {}        # entry index -> (entry_json, its note, the next entry's ip): the tables never change
 
     def read(self, address: int, size: int) -> bytes:
         return self._pages.read(address, size)
@@ -102,7 +103,7 @@ def step(frame, ctx):
         missing = "rsp" if arch.sp not in regs else "rbp"
         return Outcome.failed(SOURCE, "%s is not known in this frame" % missing, FailureKind.UNKNOWN_REGISTER)
     result = orc_rules.apply(entry, start, orc_rules.word_reader(ctx.read_memory))
-    evidence = _evidence(entry, table, found_by, layout_notes, module, pc, result, arch)
+    evidence = _evidence(entry, tables, pc, result, arch)
     if result.outcome in ENDS:
         evidence.notes.append(result.reason)
         return Outcome(AttemptStatus.RECOVERED, SOURCE, "ORC entry %d (%s): %s"
@@ -125,14 +126,22 @@ def step(frame, ctx):
                    signal_frame=interrupted or entry.signal)
 
 
-def _evidence(entry, table, found_by, layout_notes, module, pc, result, arch):
+def _evidence(entry, tables, pc, result, arch):
+    module = tables.module
     location = module.tables[SECTION]
+    table, found_by, layout_notes = tables.table()
+    facts = tables._facts.get(entry.index)
+    if facts is None:
+        if len(tables._facts) >= orc.MEMO_SIZE:
+            tables._facts.clear()
+        facts = tables._facts[entry.index] = (entry_json(entry, table, found_by, location),
+                                              "ORC entry %d at 0x%x: %s" % (entry.index, entry.ip, orc.entry_text(entry)),
+                                              _next_ip(table, entry))
     evidence = StepEvidence(
         source=SOURCE, found_by="ORC .orc_unwind", lookup_pc=pc, module=module.name, section=SECTION,
-        section_address=location.address, entry=entry_json(entry, table, found_by, location), arch=arch,
-        cfa=result.cfa, notes=["ORC entry %d at 0x%x: %s" % (entry.index, entry.ip, orc.entry_text(entry))])
-    evidence.notes.extend(layout_notes)
-    evidence.rule = OrcRule(entry, _next_ip(table, entry))
+        section_address=location.address, entry=dict(facts[0]), arch=arch, cfa=result.cfa,
+        notes=[facts[1]] + list(layout_notes))
+    evidence.rule = OrcRule(entry, facts[2])
     evidence.stack_switch = entry.sp_reg in (orc.OrcReg.SP_INDIRECT, orc.OrcReg.BP_INDIRECT) \
         or result.outcome is orc_rules.Outcome.INTERRUPTED
     return evidence
