@@ -26,7 +26,8 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import orc, orc_rules
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
-from plugin.modules.kernel import orc_table
+from plugin.modules.kernel import KERNEL_NAME, MODULE_AREA, ftrace_trampolines, orc_table
+from plugin.modules.module import ModuleFormat
 from plugin.pages import PageCache
 from plugin.strategies import ModuleTables
 
@@ -51,6 +52,14 @@ class OrcTables(ModuleTables):
         super().__init__(module, target)
         self._pages = PageCache(target.read_memory)
         self._facts = {}        # entry index -> (entry_json, its note, the next entry's ip): the tables never change
+        self._trampolines = (None, [])      # (the target's stop count, the kernel's ftrace trampolines then)
+
+    def trampolines(self):
+        """The kernel's dynamic ftrace trampolines, read once per stop (tracers come and go as it runs)."""
+        stops = getattr(self.target, "stops", 0)
+        if self._trampolines[0] != stops:
+            self._trampolines = (stops, ftrace_trampolines(self.module, self.target.read_memory))
+        return self._trampolines[1]
 
     def read(self, address: int, size: int) -> bytes:
         return self._pages.read(address, size)
@@ -79,8 +88,12 @@ def summary(module, target):
 def step(frame, ctx):
     """Recover frame's caller from the kernel's ORC entry covering its lookup pc."""
     pc, tables = OrcTables.for_frame(frame, ctx)
+    moved = None
     if isinstance(tables, Outcome):
-        return tables
+        moved = in_trampoline(pc, ctx)
+        if moved is None:
+            return tables
+        pc, tables = moved[0], moved[1]
     module = tables.module
     try:
         loaded = tables.table()
@@ -104,6 +117,8 @@ def step(frame, ctx):
         return Outcome.failed(SOURCE, "%s is not known in this frame" % missing, FailureKind.UNKNOWN_REGISTER)
     result = orc_rules.apply(entry, start, orc_rules.word_reader(ctx.read_memory))
     evidence = _evidence(entry, tables, pc, result, arch)
+    if moved is not None:
+        evidence.notes.insert(0, moved[2])
     if result.outcome in ENDS:
         evidence.notes.append(result.reason)
         return Outcome(AttemptStatus.RECOVERED, SOURCE, "ORC entry %d (%s): %s"
@@ -124,6 +139,22 @@ def step(frame, ctx):
     interrupted = result.outcome is orc_rules.Outcome.INTERRUPTED
     return Outcome(AttemptStatus.RECOVERED, SOURCE, registers=registers, evidence=evidence,
                    signal_frame=interrupted or entry.signal)
+
+
+def in_trampoline(pc, ctx):
+    """(the pc in the code a dynamic ftrace trampoline copies, the kernel's OrcTables, a note) for a pc
+    in one (the kernel's orc_ftrace_find), else None."""
+    if not MODULE_AREA[0] <= pc < MODULE_AREA[1]:
+        return None
+    kernel = next((m for m in ctx.modules.all() if m.name == KERNEL_NAME and m.format == ModuleFormat.KERNEL), None)
+    if kernel is None:
+        return None
+    tables = OrcTables.of(kernel, ctx.target)
+    for start, size, copied in tables.trampolines():
+        if start <= pc < start + size:
+            return (copied + pc - start, tables, "0x%x is in a dynamic ftrace trampoline at 0x%x: looked up at 0x%x, "
+                    "the same offset in the code it copies (the kernel's orc_ftrace_find)" % (pc, start, copied + pc - start))
+    return None
 
 
 def _evidence(entry, tables, pc, result, arch):
