@@ -183,8 +183,7 @@ class KernelEnd:
         class Named(FrameDecorator):
             def function(self):
                 inferior_frame = self.inferior_frame()
-                name = inferior_frame.name()
-                return name if name else inferior_frame.pc()     # no name: GDB prints ?? as its bt does
+                return inferior_frame.name() or "??"        # no name (GDB's frame-filter printing leaves it empty)
 
         while frame is not None:
             yield Named(frame)

@@ -16,6 +16,9 @@ applied by plugin.formats.orc_rules, the kernel's unwind_next_frame:
 - an interrupted frame whose saved cs is user mode (cs & 3) ends the walk,
   as END_OF_STACK and UNDEFINED entries do: the outermost frame, with the
   entry as evidence.
+- a pc in a dynamic ftrace trampoline (no module holds it: a copy of
+  ftrace_caller's or ftrace_regs_caller's code) is looked up at the same
+  offset in the code it copies, as the kernel's orc_ftrace_find does.
 - SP_INDIRECT (the IRQ stack's top holds the task stack's sp) switches
   stacks: the evidence says so, and the engine's "CFA grows" check does
   not apply across it.

@@ -59,7 +59,8 @@ STOPS = [("timer", "update_process_times", "update_process_times"),   # a tick's
 # ftrace window, in two phases. First the marker and the tick alone are traced, while the kernel
 # formats kallsyms (no console output, so no device interrupts): a tick can then never land in
 # ftrace's code (its handler runs with interrupts off), whose dynamic trampolines have no ORC entry
-# of their own (the kernel's unwinder maps them to ftrace_caller's: not built). Then the other
+# of their own (the kernel's unwinder and the plugin map them to ftrace_caller's: tested apart, in
+# test_a_walk_through_a_dynamic_ftrace_trampoline). Then the other
 # stops' functions: console output (the serial port's interrupts), a syscall, a fork (page faults).
 INIT = """#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
@@ -489,3 +490,36 @@ def test_other_gdb_versions_find_the_kernel_and_walk_a_syscall(version, tmp_path
     assert len(bt) == 1, out[-3000:]
     assert [name for _, name in bt[0]] == ["do_sys_openat2", "__x64_sys_openat", "do_syscall_64",
                                            "entry_SYSCALL_64_after_hwframe"], out[-3000:]
+
+
+def test_a_walk_through_a_dynamic_ftrace_trampoline(tmp_path):
+    """Debian 6.1 with ftrace's function tracer on (INIT): stopped in its callback
+    (function_stack_trace_call) called for the marker's own traced call, the callback's caller is a
+    dynamic ftrace trampoline (module area, no ORC entry of its own). The plugin looks it up at the
+    same offset in ftrace_caller/ftrace_regs_caller (the kernel's orc_ftrace_find), and GDB's bt goes
+    on from there: the marker and its callers, as ftrace's func_stack_trace of the same call names them."""
+    root = KERNELS / "6.1.0-50-amd64"
+    _tools(root)
+    initrd = _initrd(tmp_path)
+    symbols, symbol_file, _ = _first_boot(root, initrd, tmp_path)
+    serial = tmp_path / "second.txt"
+    gdb = _gdb_on_qemu(root, initrd, serial, symbol_file,
+                       ["hbreak *0x%x" % symbols[MARKER], "continue", "delete",
+                        "hbreak *0x%x if $rdi == 0x%x" % (symbols["function_stack_trace_call"], symbols[MARKER]),
+                        "continue", "echo BT-START\\n", "bt", "echo BT-END\\n", "unwind backtrace",
+                        "unwind explain 2", "delete", "continue"], settle=120)
+    out = gdb.stdout
+    print(out[-4000:])
+    truth = next((names for function, names, _ in _trace(serial.read_text(errors="replace").replace("\r", ""))
+                  if function == MARKER), None)
+    assert truth, serial.read_text(errors="replace")[-2000:]
+    frames = re.findall(r"^#(\d+)\s+(0x[0-9a-f]+) in (\S+) \(", out.split("BT-START", 1)[1].split("BT-END", 1)[0], re.M)
+    assert frames[0][2] == "function_stack_trace_call" and frames[1][2] == "??", frames
+    assert 0xFFFFFFFFA0000000 <= int(frames[1][1], 16) < 0xFFFFFFFFFF000000, frames      # the module area
+    assert [name for _, _, name in frames[2:]] == truth, (frames, truth)
+    # the plugin's own walk: the trampoline's frame #1 stepped by ftrace_caller's (or ftrace_regs_caller's) entry
+    looked = re.search(r"0x([0-9a-f]+) is in a dynamic ftrace trampoline at 0x([0-9a-f]+): looked up at 0x([0-9a-f]+)", out)
+    assert looked, out[-3000:]
+    pc, start, copied = (int(group, 16) for group in looked.groups())
+    callers = [symbols[name] for name in ("ftrace_caller", "ftrace_regs_caller")]
+    assert copied - pc + start in callers and pc + 1 == int(frames[1][1], 16), (looked.groups(), callers)
