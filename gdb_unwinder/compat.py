@@ -18,11 +18,17 @@ The rest of gdb_unwinder calls these instead of the newer APIs:
   through Frame.newer().
 - connect(name, callback): gdb.events.NAME where this GDB has that event
   (free_objfile only from GDB 13).
+- is_native(inferior): Inferior.connection.type == "native" (GDB 11 and
+  later). GDB 10 names no target; a process this GDB debugs natively is
+  one it traces (ptrace): /proc/PID/status names GDB's own pid as its
+  TracerPid. A remote stub's pid (QEMU's gdbstub says 1) and a core's are
+  no such process.
 - unsupported(): one line saying why this GDB or Python cannot run the
   plugin, or None.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import gdb
@@ -159,3 +165,22 @@ def invalidate_cached_frames():
     """gdb.invalidate_cached_frames(), and forget the levels counted where GDB has no level()."""
     _levels.forget()
     gdb.invalidate_cached_frames()
+
+
+def is_native(inferior) -> bool:
+    """Is inferior a process this GDB runs or attached to on this machine (not a remote stub or a core)?"""
+    if hasattr(inferior, "connection"):
+        connection = inferior.connection
+        return connection is not None and connection.type == "native"
+    return inferior.pid > 0 and _traced_by_us(inferior.pid)
+
+
+def _traced_by_us(pid: int) -> bool:
+    try:
+        with open("/proc/%d/status" % pid) as handle:
+            for line in handle:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1]) == os.getpid()
+    except (OSError, ValueError, IndexError):
+        pass
+    return False

@@ -13,6 +13,8 @@ source:
 - an ORC REGS/REGS_PARTIAL entry: the interrupted frame's registers from
   the pt_regs (or iret frame) at the CFA; the plugin's unwinder looks that
   frame up at its exact pc (it noted it in after_signal when it declined);
+- a pc in a dynamic ftrace trampoline (no module holds it): the entry of
+  the code it copies, at the same offset (orc.in_trampoline);
 - an end of the stack (END_OF_STACK, UNDEFINED, or a pt_regs from user
   mode): a frame that saves no pc, so GDB does not invent a caller.
 
@@ -116,12 +118,13 @@ class KernelFrames(Unwinder):
             return None
         ctx = self.state.unwinder_context(inferior)
         module = ctx.modules.find(pc)
-        if module is None or module.format != ModuleFormat.KERNEL:
+        trampoline = module is None and orc.in_trampoline(pc, ctx) is not None     # ftrace's: no module holds it
+        if not trampoline and (module is None or module.format != ModuleFormat.KERNEL):
             return None
         level = pending_level(pending_frame)
         exact = level == 0 or (pc, sp) in inferior.after_signal
         outcome = orc.step(Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact), ctx)
-        if outcome.status != AttemptStatus.RECOVERED or not (outcome.outermost or outcome.signal_frame):
+        if outcome.status != AttemptStatus.RECOVERED or not (outcome.outermost or outcome.signal_frame or trampoline):
             return None         # the plugin's unwinder's business (or nobody's)
         evidence = outcome.evidence
         start = evidence.entry.get("ip", pc) if evidence is not None else pc
@@ -180,8 +183,7 @@ class KernelEnd:
         class Named(FrameDecorator):
             def function(self):
                 inferior_frame = self.inferior_frame()
-                name = inferior_frame.name()
-                return name if name else inferior_frame.pc()     # no name: GDB prints ?? as its bt does
+                return inferior_frame.name() or "??"        # no name (GDB's frame-filter printing leaves it empty)
 
         while frame is not None:
             yield Named(frame)

@@ -27,7 +27,7 @@ from plugin.pages import PageCache
 from plugin.strategies.planted import VERDICTS_SIZE
 from plugin.target import Mapping, ModuleRef, Target
 
-from . import objfiles
+from . import compat, objfiles
 
 
 def _shared_setting(name, what):
@@ -231,11 +231,7 @@ def _core_of(inferior):
 
 def _is_native():
     """Is the selected inferior a process on this machine (not a remote stub or a core)?"""
-    inferior = gdb.selected_inferior()
-    if not hasattr(inferior, "connection"):         # GDB 10 and 11: a process unless a core is open
-        return inferior.pid > 0 and _core_of(inferior) is None
-    connection = inferior.connection
-    return connection is not None and connection.type == "native"
+    return compat.is_native(gdb.selected_inferior())
 
 
 def _proc_maps(pid):

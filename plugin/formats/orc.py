@@ -31,7 +31,7 @@ import re
 import struct
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import Callable, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from plugin.errors import DecodeError, DecodeKind
 
@@ -207,31 +207,69 @@ def choose_layout(header: Optional[bytes], release: Optional[str],
 Read = Callable[[int, int], bytes]
 
 
+MEMO_SIZE = 4096       # pcs' and entries' lookups an OrcTable keeps (the tables never change)
+
+
 class OrcTable:
     """An ORC table in some memory, read a few bytes at a time (a binary search
     reads about log2(count) ips over a slow gdbstub, never the whole table).
+    Once the search has narrowed to one 4 KiB page of ips, that page is
+    decoded at once and searched in Python; found indexes and decoded
+    entries are kept (MEMO_SIZE each: the tables never change), so the
+    same stop's frames, walked again, read nothing.
 
     read(address, size) returns exactly size bytes or raises (the caller's errors)."""
 
     def __init__(self, ip_address: int, entries_address: int, count: int, layout: Layout, read: Read) -> None:
         self.ip_address, self.entries_address, self.count = ip_address, entries_address, count
         self.layout, self._read = layout, read
+        self._found: Dict[int, Optional[int]] = {}
+        self._entries: Dict[int, OrcEntry] = {}
 
     def ip(self, index: int) -> int:
         at = self.ip_address + IP_SIZE * index
         return (at + struct.unpack("<i", self._read(at, IP_SIZE))[0]) & 0xFFFFFFFFFFFFFFFF
 
     def entry(self, index: int) -> OrcEntry:
-        raw = self._read(self.entries_address + ENTRY_SIZE * index, ENTRY_SIZE)
-        return decode_entry(index, self.ip(index), raw, self.layout)
+        entry = self._entries.get(index)
+        if entry is None:
+            raw = self._read(self.entries_address + ENTRY_SIZE * index, ENTRY_SIZE)
+            entry = decode_entry(index, self.ip(index), raw, self.layout)
+            if len(self._entries) >= MEMO_SIZE:
+                self._entries.clear()
+            self._entries[index] = entry
+        return entry
 
     def find(self, pc: int) -> Optional[int]:
         """The index of the last entry whose ip <= pc (the kernel's __orc_find), or None."""
+        if pc in self._found:
+            return self._found[pc]
         low, high, found = 0, self.count - 1, None
         while low <= high:
+            if (self.ip_address + IP_SIZE * low) >> 12 == (self.ip_address + IP_SIZE * high) >> 12:
+                found = self._find_in_page(pc, low, high, found)
+                break
             middle = (low + high) // 2
             if self.ip(middle) <= pc:
                 found, low = middle, middle + 1
+            else:
+                high = middle - 1
+        if len(self._found) >= MEMO_SIZE:
+            self._found.clear()
+        self._found[pc] = found
+        return found
+
+    def _find_in_page(self, pc: int, low: int, high: int, found: Optional[int]) -> Optional[int]:
+        """The search's last steps, ips low..high (one page of memory) read and decoded at once."""
+        at = self.ip_address + IP_SIZE * low
+        count = high - low + 1
+        offsets = struct.unpack("<%di" % count, self._read(at, IP_SIZE * count))
+        mask = 0xFFFFFFFFFFFFFFFF
+        base, low, high = low, 0, count - 1
+        while low <= high:
+            middle = (low + high) // 2
+            if (at + IP_SIZE * middle + offsets[middle]) & mask <= pc:
+                found, low = base + middle, middle + 1
             else:
                 high = middle - 1
         return found

@@ -7,7 +7,11 @@ writes them as an ELF64 x86-64 ET_EXEC file with one SHT_NOBITS section
 over the kernel's addresses and a .symtab: text symbols (t, T) as functions,
 the others as objects, lower-case types local, each sized to the next symbol.
 GDB names frames from it, and plugin.modules.kernel finds the kernel's ORC
-tables from its __start_orc_unwind_ip and friends.
+tables from its __start_orc_unwind_ip and friends. Its entry point is
+startup_64's address (else the lowest symbol's), never 0: GDB ends a
+backtrace silently at a frame whose function is the entry point's
+("backtrace past-entry" off), and a pc in no function (a dynamic ftrace
+trampoline) has function 0.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ LINE = re.compile(r"^([0-9a-fA-F]{8,16}) ([A-Za-z]) (\S+)(?:\s+\[(\S+)\])?\s*$")
 STT_OBJECT, STT_FUNC, STB_LOCAL, STB_GLOBAL = 1, 2, 0, 1
 SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_NOBITS = 1, 2, 3, 8
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 1, 2, 4
+ENTRY = "startup_64"        # the kernel's entry (arch/x86/kernel/head_64.S)
 
 
 class KernelSymbol(NamedTuple):
@@ -68,8 +73,9 @@ def elf_bytes(symbols: List[KernelSymbol]) -> bytes:
                _section(9, SHT_SYMTAB, 0, 0, offsets[0], len(symtab), 3, 1 + len(local), 8, 24),
                _section(17, SHT_STRTAB, 0, 0, offsets[1], len(names), 0, 0, 1, 0),
                _section(25, SHT_STRTAB, 0, 0, offsets[2], len(section_names), 0, 0, 1, 0)]
+    entry = next((s.address for s in symbols if s.name == ENTRY), low)
     header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack(
-        "<HHIQQQIHHHHHH", 2, 62, 1, 0, 0, shoff, 0, 64, 56, 0, 64, len(headers), 4)
+        "<HHIQQQIHHHHHH", 2, 62, 1, entry, 0, shoff, 0, 64, 56, 0, 64, len(headers), 4)
     out = bytearray(header)
     for blob in body:
         out += blob + bytes((-len(blob)) % 8)

@@ -30,7 +30,8 @@ from plugin.modules.module import Module, ModuleFormat, Segment, TableLocation
 
 NAMES = ("_text", "_stext", "_etext", "_sinittext", "_einittext", "_end", "linux_banner", "modules",
          "__start_orc_unwind_ip", "__stop_orc_unwind_ip", "__start_orc_unwind", "__stop_orc_unwind",
-         "__start_orc_header", "__stop_orc_header")
+         "__start_orc_header", "__stop_orc_header", "ftrace_ops_list", "ftrace_list_end",
+         "ftrace_caller", "ftrace_caller_end", "ftrace_regs_caller", "ftrace_regs_caller_end")
 BANNER = b"Linux version "
 SLIDE_ALIGN = 0x200000                  # CONFIG_PHYSICAL_ALIGN on x86-64 (Debian, defconfig)
 IMAGE_AREA = (0xFFFFFFFF80000000, 0xFFFFFFFFC0000000)     # __START_KERNEL_map .. + KERNEL_IMAGE_SIZE (1 GiB)
@@ -148,7 +149,59 @@ def kernel_module(path: str, symbols: Dict[str, int], slide: int, read: Read, ar
     banner = at.get("linux_banner")
     module.cache["kernel release"] = _release(read, banner) if banner is not None else None
     module.cache["module list"] = at.get("modules")
+    module.cache["ftrace"] = {name: at[name] for name in FTRACE_NAMES if name in at}
     return module
+
+
+# Dynamic ftrace trampolines (arch/x86/kernel/ftrace.c, create_trampoline): a copy of ftrace_caller's or
+# ftrace_regs_caller's code (up to its _end) in the module area, with no ORC entry of its own. The
+# kernel's unwinder (orc_ftrace_find) looks a pc there up at the same offset in the code it was copied
+# from. The trampolines hang off the ftrace_ops on ftrace_ops_list (each ops' `next` 8 bytes in, the
+# list ending at ftrace_list_end); where `trampoline` and `trampoline_size` lie in struct ftrace_ops
+# depends on the configuration: the first 8-aligned place holding a module-area address and a size
+# below 4 KiB whose code begins as one of the two callers' does.
+FTRACE_NAMES = ("ftrace_ops_list", "ftrace_list_end", "ftrace_caller", "ftrace_caller_end",
+                "ftrace_regs_caller", "ftrace_regs_caller_end")
+FTRACE_OPS_SCAN = 0x200         # bytes of struct ftrace_ops looked through for the trampoline's fields
+MAX_FTRACE_OPS = 64
+SAME_START = 16                 # bytes a trampoline shares with the code it was copied from
+
+
+def ftrace_trampolines(kernel: Module, read: Read) -> List[Tuple[int, int, int]]:
+    """[(start, size, the address of the code it is a copy of)] of the dynamic ftrace trampolines."""
+    at = kernel.cache.get("ftrace") or {}
+    if any(name not in at for name in FTRACE_NAMES):
+        return []
+    out: List[Tuple[int, int, int]] = []
+    try:
+        originals = [(at[name], at[name + "_end"] - at[name], read(at[name], SAME_START))
+                     for name in ("ftrace_caller", "ftrace_regs_caller")]
+        node = _u64(read(at["ftrace_ops_list"], 8))
+        seen = 0
+        while node and node != at["ftrace_list_end"] and seen < MAX_FTRACE_OPS:
+            seen += 1
+            found = _trampoline_of(read(node, FTRACE_OPS_SCAN), originals, read)
+            if found is not None:
+                out.append(found)
+            node = _u64(read(node + 8, 8))
+    except (MemoryReadError, OSError, ValueError, struct.error):
+        pass
+    return out
+
+
+def _trampoline_of(block: bytes, originals, read: Read) -> Optional[Tuple[int, int, int]]:
+    for offset in range(16, len(block) - 8, 8):
+        start, size = struct.unpack_from("<QQ", block, offset)
+        if not _in_area(start) or not 0 < size < 0x1000:
+            continue
+        try:
+            code = read(start, SAME_START)
+        except (MemoryReadError, OSError, ValueError):
+            continue
+        for address, length, first in originals:
+            if code == first:
+                return start, min(size, length), address
+    return None
 
 
 # Loaded kernel modules: the list at `modules` links each struct module by its `list`, 8 bytes

@@ -16,6 +16,9 @@ applied by plugin.formats.orc_rules, the kernel's unwind_next_frame:
 - an interrupted frame whose saved cs is user mode (cs & 3) ends the walk,
   as END_OF_STACK and UNDEFINED entries do: the outermost frame, with the
   entry as evidence.
+- a pc in a dynamic ftrace trampoline (no module holds it: a copy of
+  ftrace_caller's or ftrace_regs_caller's code) is looked up at the same
+  offset in the code it copies, as the kernel's orc_ftrace_find does.
 - SP_INDIRECT (the IRQ stack's top holds the task stack's sp) switches
   stacks: the evidence says so, and the engine's "CFA grows" check does
   not apply across it.
@@ -26,7 +29,8 @@ from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import orc, orc_rules
 from plugin.model.evidence import StepEvidence
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
-from plugin.modules.kernel import orc_table
+from plugin.modules.kernel import KERNEL_NAME, MODULE_AREA, ftrace_trampolines, orc_table
+from plugin.modules.module import ModuleFormat
 from plugin.pages import PageCache
 from plugin.strategies import ModuleTables
 
@@ -50,6 +54,15 @@ class OrcTables(ModuleTables):
     def __init__(self, module, target):
         super().__init__(module, target)
         self._pages = PageCache(target.read_memory)
+        self._facts = {}        # entry index -> (entry_json, its note, the next entry's ip): the tables never change
+        self._trampolines = (None, [])      # (the target's stop count, the kernel's ftrace trampolines then)
+
+    def trampolines(self):
+        """The kernel's dynamic ftrace trampolines, read once per stop (tracers come and go as it runs)."""
+        stops = getattr(self.target, "stops", 0)
+        if self._trampolines[0] != stops:
+            self._trampolines = (stops, ftrace_trampolines(self.module, self.target.read_memory))
+        return self._trampolines[1]
 
     def read(self, address: int, size: int) -> bytes:
         return self._pages.read(address, size)
@@ -78,8 +91,12 @@ def summary(module, target):
 def step(frame, ctx):
     """Recover frame's caller from the kernel's ORC entry covering its lookup pc."""
     pc, tables = OrcTables.for_frame(frame, ctx)
+    moved = None
     if isinstance(tables, Outcome):
-        return tables
+        moved = in_trampoline(pc, ctx)
+        if moved is None:
+            return tables
+        pc, tables = moved[0], moved[1]
     module = tables.module
     try:
         loaded = tables.table()
@@ -102,7 +119,9 @@ def step(frame, ctx):
         missing = "rsp" if arch.sp not in regs else "rbp"
         return Outcome.failed(SOURCE, "%s is not known in this frame" % missing, FailureKind.UNKNOWN_REGISTER)
     result = orc_rules.apply(entry, start, orc_rules.word_reader(ctx.read_memory))
-    evidence = _evidence(entry, table, found_by, layout_notes, module, pc, result, arch)
+    evidence = _evidence(entry, tables, pc, result, arch)
+    if moved is not None:
+        evidence.notes.insert(0, moved[2])
     if result.outcome in ENDS:
         evidence.notes.append(result.reason)
         return Outcome(AttemptStatus.RECOVERED, SOURCE, "ORC entry %d (%s): %s"
@@ -125,14 +144,38 @@ def step(frame, ctx):
                    signal_frame=interrupted or entry.signal)
 
 
-def _evidence(entry, table, found_by, layout_notes, module, pc, result, arch):
+def in_trampoline(pc, ctx):
+    """(the pc in the code a dynamic ftrace trampoline copies, the kernel's OrcTables, a note) for a pc
+    in one (the kernel's orc_ftrace_find), else None."""
+    if not MODULE_AREA[0] <= pc < MODULE_AREA[1]:
+        return None
+    kernel = next((m for m in ctx.modules.all() if m.name == KERNEL_NAME and m.format == ModuleFormat.KERNEL), None)
+    if kernel is None:
+        return None
+    tables = OrcTables.of(kernel, ctx.target)
+    for start, size, copied in tables.trampolines():
+        if start <= pc < start + size:
+            return (copied + pc - start, tables, "0x%x is in a dynamic ftrace trampoline at 0x%x: looked up at 0x%x, "
+                    "the same offset in the code it copies (the kernel's orc_ftrace_find)" % (pc, start, copied + pc - start))
+    return None
+
+
+def _evidence(entry, tables, pc, result, arch):
+    module = tables.module
     location = module.tables[SECTION]
+    table, found_by, layout_notes = tables.table()
+    facts = tables._facts.get(entry.index)
+    if facts is None:
+        if len(tables._facts) >= orc.MEMO_SIZE:
+            tables._facts.clear()
+        facts = tables._facts[entry.index] = (entry_json(entry, table, found_by, location),
+                                              "ORC entry %d at 0x%x: %s" % (entry.index, entry.ip, orc.entry_text(entry)),
+                                              _next_ip(table, entry))
     evidence = StepEvidence(
         source=SOURCE, found_by="ORC .orc_unwind", lookup_pc=pc, module=module.name, section=SECTION,
-        section_address=location.address, entry=entry_json(entry, table, found_by, location), arch=arch,
-        cfa=result.cfa, notes=["ORC entry %d at 0x%x: %s" % (entry.index, entry.ip, orc.entry_text(entry))])
-    evidence.notes.extend(layout_notes)
-    evidence.rule = OrcRule(entry, _next_ip(table, entry))
+        section_address=location.address, entry=dict(facts[0]), arch=arch, cfa=result.cfa,
+        notes=[facts[1]] + list(layout_notes))
+    evidence.rule = OrcRule(entry, facts[2])
     evidence.stack_switch = entry.sp_reg in (orc.OrcReg.SP_INDIRECT, orc.OrcReg.BP_INDIRECT) \
         or result.outcome is orc_rules.Outcome.INTERRUPTED
     return evidence

@@ -1,6 +1,6 @@
 """Benchmark (not a test): GDB's `bt` of a Linux kernel under QEMU's gdbstub, the plugin on vs off.
 
-    python3 tests/bench/bench_orc_bt.py [--release 6.1.0-50-amd64] [--rounds R]
+    python3 tests/bench/bench_orc_bt.py [--release 6.1.0-50-amd64] [--rounds R] [--profile]
 
 Boots Debian's kernel as tests/realworld/test_orc_qemu.py does (TCG, nokaslr, symbols from
 kallsyms), stops at the first timer tick that interrupted the kernel after the initramfs's
@@ -45,6 +45,16 @@ for _ in range(%(rounds)d):
         times[on].append(seconds)
         frames[on] = count
 plugin(True)
+if %(profile)d:
+    import cProfile, io, pstats
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(20):
+        timed()
+    profile.disable()
+    report = io.StringIO()
+    pstats.Stats(profile, stream=report).sort_stats("tottime").print_stats(25)
+    print("PROFILE-START\n" + report.getvalue() + "PROFILE-END")
 print("BENCH " + json.dumps({"plugin": {"frames": frames[True], "cold": times[True][0],
                                         "median": statistics.median(times[True][1:] or times[True])},
                              "gdb": {"frames": frames[False], "cold": times[False][0],
@@ -56,6 +66,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--release", default="6.1.0-50-amd64")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of 20 warm bts")
     args = parser.parse_args()
     root = qemu.KERNELS / args.release
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / ("bench-orc-" + args.release)
@@ -63,7 +74,7 @@ def main():
     initrd = qemu._initrd(tmp)
     symbols, symbol_file, _ = qemu._first_boot(root, initrd, tmp)
     script = tmp / "inside_gdb.py"
-    script.write_text(INSIDE_GDB % {"rounds": args.rounds})
+    script.write_text(INSIDE_GDB % {"rounds": args.rounds, "profile": args.profile})
     gdb = qemu._gdb_on_qemu(root, initrd, tmp / "serial.txt", symbol_file,
                             ["hbreak *0x%x" % symbols[qemu.MARKER], "continue", "delete",
                              "hbreak *0x%x if $rdi == 0" % symbols["update_process_times"], "continue",
@@ -71,6 +82,8 @@ def main():
     found = [line for line in gdb.stdout.splitlines() if line.startswith("BENCH ")]
     if not found:
         sys.exit("no figures:\n" + gdb.stdout[-2000:] + gdb.stderr[-2000:])
+    if args.profile:
+        print(gdb.stdout.split("PROFILE-START\n", 1)[-1].split("PROFILE-END", 1)[0])
     result = json.loads(found[0][6:])
     plugin, alone = result["plugin"], result["gdb"]
     print("kernel %s, timer-tick stop, %d rounds" % (args.release, args.rounds))

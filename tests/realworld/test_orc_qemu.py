@@ -59,7 +59,8 @@ STOPS = [("timer", "update_process_times", "update_process_times"),   # a tick's
 # ftrace window, in two phases. First the marker and the tick alone are traced, while the kernel
 # formats kallsyms (no console output, so no device interrupts): a tick can then never land in
 # ftrace's code (its handler runs with interrupts off), whose dynamic trampolines have no ORC entry
-# of their own (the kernel's unwinder maps them to ftrace_caller's: not built). Then the other
+# of their own (the kernel's unwinder and the plugin map them to ftrace_caller's: tested apart, in
+# test_a_walk_through_a_dynamic_ftrace_trampoline). Then the other
 # stops' functions: console output (the serial port's interrupts), a syscall, a fork (page faults).
 INIT = """#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
@@ -136,9 +137,9 @@ def _first_boot(root, initrd, tmp):
 
 
 def _gdb_on_qemu(root, initrd, serial, symbol_file, commands, append="nokaslr panic=-1", monitor="none",
-                 env=None, settle=0):
+                 env=None, settle=0, gdb="gdb"):
     """Boot ROOT's kernel under QEMU held at its first instruction (-S), GDB attached through the gdbstub
-    with the plugin loaded and SYMBOL_FILE given, then COMMANDS (GDB's -ex list). QEMU is given SETTLE
+    with the plugin loaded and SYMBOL_FILE given, then COMMANDS (GDB's -ex list); GDB is the program GDB. QEMU is given SETTLE
     seconds to end by itself (its serial file complete) once GDB is done, then killed."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,13 +150,13 @@ def _gdb_on_qemu(root, initrd, serial, symbol_file, commands, append="nokaslr pa
         time.sleep(0.5)
         prefix = ["set pagination off", "source %s" % (REPO / "gdb_unwinder/gdbinit.py"),
                   "symbol-file %s" % symbol_file, "target remote 127.0.0.1:%d" % port]
-        argv = ["gdb", "-nx", "-batch"] + [arg for command in prefix + commands for arg in ("-ex", command)]
-        gdb = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+        argv = [gdb, "-nx", "-batch"] + [arg for command in prefix + commands for arg in ("-ex", command)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
         if settle:
             qemu.wait(timeout=settle)
     finally:
         qemu.kill()
-    return gdb
+    return done
 
 
 def _gdb_bt(text):
@@ -325,7 +326,7 @@ def test_gdb_bt_with_the_plugin_is_the_orc_walk_at_every_stop(booted):
     pcs (across the interrupt's pt_regs and the IRQ stack), and nothing after the last one."""
     _, _, bts, walks, out, _, _ = booted
     # the plugin's frame filter ends bt at the frame proved outermost; `bt -no-filters` (once) ends with GDB's error
-    assert out.count("PC not saved") == 1 and "NO-FILTERS" in out, out[-3000:]
+    assert out.count("PC not saved") == 1 and "NO-FILTERS" in out, out.split("NO-FILTERS")[-1]
     for stop, bt in bts.items():
         walk = walks[stop]
         print(stop, "GDB bt:", [name for _, name in bt])
@@ -461,3 +462,64 @@ def test_a_loaded_modules_frames_come_from_its_own_orc_table(release, tmp_path):
     assert "the entry marks the end of the stack" in out
     bt = _gdb_bt(out)[0]
     assert [pc for pc, _ in bt] == [int(pc, 16) for _, pc, _, _, _ in walk], (bt, walk)
+
+
+@pytest.mark.parametrize("version", [10, 16])
+def test_other_gdb_versions_find_the_kernel_and_walk_a_syscall(version, tmp_path):
+    """GDB 10.1 and 16.3 (unpacked beside the system's 13, tests/helpers/gdbversions.py), one stop at
+    do_sys_openat2 in Debian 6.1: the kernel is found from its symbol file (GDB 10 names no target
+    connection: QEMU's gdbstub's pid 1 is no process of this machine) and GDB's bt with the plugin
+    is entry_SYSCALL_64 -> do_syscall_64 -> __x64_sys_openat -> do_sys_openat2 (fs/open.c, as the
+    syscall stop's ftrace truth above), ended at the user-mode frame, no `??` after it."""
+    import gdbversions
+    gdb_path = gdbversions.find_gdb(version)
+    if gdb_path is None:
+        pytest.fail("GDB %d is not installed: run tests/setup.sh" % version)
+    root = KERNELS / "6.1.0-50-amd64"
+    _tools(root)
+    initrd = _initrd(tmp_path)
+    symbols, symbol_file, _ = _first_boot(root, initrd, tmp_path)
+    gdb = _gdb_on_qemu(root, initrd, tmp_path / "second.txt", symbol_file,
+                       ["hbreak *0x%x" % symbols["do_sys_openat2"], "continue", "unwind modules",
+                        "echo BT-START\\n", "bt", "echo BT-END\\n"], gdb=gdb_path)
+    out = gdb.stdout
+    print(out[-3000:])
+    assert gdbversions.exact_version(gdb_path)[0] == version
+    assert re.search(r"^\[kernel\] at 0xffffffff81000000 \(.*kernel\.elf\)$", out, re.M), out[-3000:] + gdb.stderr
+    bt = _gdb_bt(out)
+    assert len(bt) == 1, out[-3000:]
+    assert [name for _, name in bt[0]] == ["do_sys_openat2", "__x64_sys_openat", "do_syscall_64",
+                                           "entry_SYSCALL_64_after_hwframe"], out[-3000:]
+
+
+def test_a_walk_through_a_dynamic_ftrace_trampoline(tmp_path):
+    """Debian 6.1 with ftrace's function tracer on (INIT): stopped in its callback
+    (function_stack_trace_call) called for the marker's own traced call, the callback's caller is a
+    dynamic ftrace trampoline (module area, no ORC entry of its own). The plugin looks it up at the
+    same offset in ftrace_caller/ftrace_regs_caller (the kernel's orc_ftrace_find), and GDB's bt goes
+    on from there: the marker and its callers, as ftrace's func_stack_trace of the same call names them."""
+    root = KERNELS / "6.1.0-50-amd64"
+    _tools(root)
+    initrd = _initrd(tmp_path)
+    symbols, symbol_file, _ = _first_boot(root, initrd, tmp_path)
+    serial = tmp_path / "second.txt"
+    gdb = _gdb_on_qemu(root, initrd, serial, symbol_file,
+                       ["hbreak *0x%x" % symbols[MARKER], "continue", "delete",
+                        "hbreak *0x%x if $rdi == 0x%x" % (symbols["function_stack_trace_call"], symbols[MARKER]),
+                        "continue", "echo BT-START\\n", "bt", "echo BT-END\\n", "unwind backtrace",
+                        "unwind explain 2", "delete", "continue"], settle=120)
+    out = gdb.stdout
+    print(out[-4000:])
+    truth = next((names for function, names, _ in _trace(serial.read_text(errors="replace").replace("\r", ""))
+                  if function == MARKER), None)
+    assert truth, serial.read_text(errors="replace")[-2000:]
+    frames = re.findall(r"^#(\d+)\s+(0x[0-9a-f]+) in (\S+) \(", out.split("BT-START", 1)[1].split("BT-END", 1)[0], re.M)
+    assert frames[0][2] == "function_stack_trace_call" and frames[1][2] == "??", frames
+    assert 0xFFFFFFFFA0000000 <= int(frames[1][1], 16) < 0xFFFFFFFFFF000000, frames      # the module area
+    assert [name for _, _, name in frames[2:]] == truth, (frames, truth)
+    # the plugin's own walk: the trampoline's frame #1 stepped by ftrace_caller's (or ftrace_regs_caller's) entry
+    looked = re.search(r"0x([0-9a-f]+) is in a dynamic ftrace trampoline at 0x([0-9a-f]+): looked up at 0x([0-9a-f]+)", out)
+    assert looked, out[-3000:]
+    pc, start, copied = (int(group, 16) for group in looked.groups())
+    callers = [symbols[name] for name in ("ftrace_caller", "ftrace_regs_caller")]
+    assert copied - pc + start in callers and pc + 1 == int(frames[1][1], 16), (looked.groups(), callers)

@@ -157,3 +157,21 @@ def test_end_undefined_missing_and_unreadable():
     assert step(tab, Frame(0x1025, 0x7000, 0), read).outcome is Outcome.UNREADABLE
     # a return address's frame looks up pc - 1: 0x1020 belongs to the row before
     assert step(tab, Frame(0x1020, 0x7000, 0, exact=False), read).entry.ip == 0x1010
+
+
+def test_find_over_many_pages_equals_bisect_and_repeats_read_nothing():
+    """A table of 5000 ips (five pages, starting mid-page): find(pc) is Python's bisect over the ips
+    (the last ip <= pc), for pcs at, between, below and above them; asked again, it reads no memory."""
+    import bisect
+    import random
+    rng = random.Random(35)
+    ips = sorted(rng.sample(range(0x1000, 0x1000 + 400000), 5000))
+    rows = [(ip, 8, 0, flags(OrcReg.SP, OrcReg.UNDEFINED, 0, Layout.V3)) for ip in ips]
+    orc_table, _, _ = table(rows, Layout.V3, ip_address=0x100a3c, entries_address=0x200000)
+    pcs = [0, ips[0] - 1, ips[-1], ips[-1] + 99] + ips[::97] + [rng.randrange(0, 0x70000) for _ in range(300)]
+    for pc in pcs:
+        expected = bisect.bisect_right(ips, pc) - 1
+        assert orc_table.find(pc) == (expected if expected >= 0 else None), hex(pc)
+    orc_table._read = None      # a memory read now raises
+    assert [orc_table.find(pc) for pc in pcs[:20]] == [bisect.bisect_right(ips, pc) - 1 if pc >= ips[0] else None
+                                                       for pc in pcs[:20]]

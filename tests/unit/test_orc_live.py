@@ -3,6 +3,7 @@ from /proc/kallsyms (plugin.modules.kallsyms), and the `orc` source in the engin
 guest memory built here: ORC tables laid out as the kernel's orc_types.h says, a stack with a
 call chain, an interrupt's pt_regs and a syscall's pt_regs from user mode. readelf and GDB are
 the oracles for the symbol file."""
+import re
 import shutil
 import struct
 import subprocess
@@ -80,6 +81,10 @@ def test_symbol_file_reads_as_readelf_and_gdb_read_it(symbol_file):
     assert rows["middle"][2] == str(0x100)          # sized to the next symbol
     assert rows["__start_orc_unwind_ip"][3] == "OBJECT" and rows["__start_orc_unwind_ip"][4] == "GLOBAL"
     assert "fixed_percpu_data" not in rows          # not a kernel-space address
+    # the entry point is never 0: GDB ends a bt silently at a frame in no function (function 0) otherwise
+    header = subprocess.run(["readelf", "-hW", str(symbol_file)], capture_output=True, text=True, check=True).stdout
+    entry = int(re.search(r"Entry point address:\s+(0x[0-9a-f]+)", header).group(1), 16)
+    assert entry == min(address for address, _, _ in SYMBOLS if address >= 0xFFFF800000000000), header
     gdb = subprocess.run(["gdb", "-nx", "-batch", "-ex", "symbol-file %s" % symbol_file,
                           "-ex", "info symbol 0x%x" % (TEXT + 0x210), "-ex", "print/x &__start_orc_unwind_ip"],
                          capture_output=True, text=True, timeout=60).stdout
