@@ -186,6 +186,10 @@ class KernelEnd:
                 return inferior_frame.name() or "??"        # no name (GDB's frame-filter printing leaves it empty)
 
         while frame is not None:
+            try:
+                frame.pc()
+            except gdb.error:
+                return      # a frame with no pc: its callee saved none, the way KernelFrames ends a stack
             yield Named(frame)
             try:
                 pc, sp = frame.pc(), int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
@@ -198,5 +202,10 @@ class KernelEnd:
             except gdb.error:
                 # GDB made the older frame, then looked past it (frame_info_to_frame_object asks for its
                 # caller) and failed there: the frame's caller is now noted as absent, so asking again
-                # gives the frame. A second error is the walk's own.
-                frame = frame.older()
+                # gives the frame. A second error is the walk's own: said as GDB's bt says an end, not
+                # raised (GDB would print a Python exception).
+                try:
+                    frame = frame.older()
+                except gdb.error as exc:
+                    gdb.write("Backtrace stopped: %s\n" % exc)
+                    return

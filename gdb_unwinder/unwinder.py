@@ -96,22 +96,24 @@ class PluginUnwinder(Unwinder):
                 # covers, decided from its pc alone (what _covered_by_pc keeps, inline: every
                 # frame GDB covers comes here, and a call costs as much as the rest).
                 _, gdb_arch, pc_register, mask, verdicts, cache = quick
-                if pending_frame.architecture() is gdb_arch:
-                    level = pending_frame.level()
-                    if level > 0:
-                        try:
-                            pc = int(pending_frame.read_register(pc_register)) & mask
-                        except Exception:       # an optimized-out pc and the like: the full path says why
-                            pc = None
-                        depth, reason = verdicts.get(pc, NOT_COVERED)
-                        if level > depth:
-                            cache.hits += 1
-                            self.declines.append((level, pc, reason))
-                            state.left_to_gdb = pending_frame     # the kernel-frames unwinder: not its frame
-                            return None
+                try:        # a frame whose own pc was not saved raises here ("PC not saved"): the full path
+                    level = pending_frame.level() if pending_frame.architecture() is gdb_arch else 0
+                    pc = int(pending_frame.read_register(pc_register)) & mask if level > 0 else None
+                except Exception:
+                    level = 0
+                if level > 0:
+                    depth, reason = verdicts.get(pc, NOT_COVERED)
+                    if level > depth:
+                        cache.hits += 1
+                        self.declines.append((level, pc, reason))
+                        state.left_to_gdb = pending_frame     # the kernel-frames unwinder: not its frame
+                        return None
         else:
             self._last = None
-            info = self.fast.answered(pending_frame, last)      # replay: an answer computed ahead
+            try:
+                info = self.fast.answered(pending_frame, last)      # replay: an answer computed ahead
+            except Exception:       # a frame GDB cannot describe (no pc): the full path declines it
+                info = None
             if info is not None:
                 return info
         selected = gdb.selected_inferior()
