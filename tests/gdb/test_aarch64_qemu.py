@@ -121,14 +121,20 @@ def test_signed_return_addresses_are_stripped_live(tmp_path):
     exe, symbols = _pac_program(tmp_path)
     expected = [symbols["stop_here"], symbols["ret_in_middle"], symbols["ret_in_outer"],
                 symbols["ret_in_start"]]
-    results, transcript = run_under_qemu(exe, [
-        ("enabled", "frames", None),
-        ("sframe", "json", "unwind backtrace -json -sources sframe"),
-        ("cfi", "json", "unwind backtrace -json -sources cfi"),
-        ("explain", "json", "unwind explain -json -sources sframe all"),
-        ("tables", "json", "unwind tables -json 0x%x" % (symbols["ret_in_middle"] - 4)),
-        *native_frames("alone"),
-    ], args=())
+    for _ in range(3):
+        results, transcript = run_under_qemu(exe, [
+            ("enabled", "frames", None),
+            ("sframe", "json", "unwind backtrace -json -sources sframe"),
+            ("cfi", "json", "unwind backtrace -json -sources cfi"),
+            ("explain", "json", "unwind explain -json -sources sframe all"),
+            ("tables", "json", "unwind tables -json 0x%x" % (symbols["ret_in_middle"] - 4)),
+            *native_frames("alone"),
+        ], args=())
+        reads = [r for r in results["explain"]["frames"][2]["evidence"]["reads"] if r["what"] == "x30"]
+        # qemu draws the keys per run; with 48-bit addresses and top-byte-ignore the signature has
+        # 7 bits, so 1 run in 128 signs this address to itself: such a run shows no stripping, run again
+        if not reads or reads[0]["value"] != symbols["ret_in_outer"]:
+            break
     assert pcs(results["enabled"]) == expected, transcript
     assert pcs(results["sframe"]["frames"]) == expected
     assert pcs(results["cfi"]["frames"]) == expected
