@@ -131,13 +131,19 @@ class KernelFrames(Unwinder):
         cfa = evidence.cfa if evidence is not None and evidence.cfa is not None else sp
         info = pending_frame.create_unwind_info(FrameId(cfa, start))
         if outcome.outermost:
-            # rsp only: the caller's pc is "not saved", and GDB's bt ends at this frame.
-            info.add_saved_register("rsp", pending_frame.read_register("rsp"))
-            self.declined.append((level, pc, "outermost: " + outcome.reason))
             key = self._stop_key(target)
             if self._outermost[0] != key:
                 self._outermost = (key, set())
             self._outermost[1].add((pc, sp))
+            if level == 0:
+                # Frame #0's caller "not saved" would make every gdb.Frame of #0 fail to build (GDB
+                # asks a new frame object's caller), the frame filter's first frame included: leave
+                # it to GDB, and KernelEnd ends bt at #0.
+                self.declined.append((level, pc, "outermost, frame #0: left to GDB; " + outcome.reason))
+                return None
+            # rsp only: the caller's pc is "not saved", and GDB's bt ends at this frame.
+            info.add_saved_register("rsp", pending_frame.read_register("rsp"))
+            self.declined.append((level, pc, "outermost: " + outcome.reason))
             return info
         caller = outcome.registers
         for number, value in sorted(caller.items()):
