@@ -77,6 +77,7 @@ class PendingEvents:
         self.modules = collections.deque(maxlen=1)     # objfiles loaded, freed or cleared; an exit
         self.resumed = collections.deque(maxlen=1)     # the process ran, or memory or registers changed
         self.stopped = collections.deque(maxlen=1)     # a stop
+        self.any = collections.deque(maxlen=1)         # every event above too: one test on the per-frame path
 
 
 class SharedSettings:
@@ -104,8 +105,7 @@ class GdbState:
 
     # -- the selected inferior's -------------------------------------------------
     def inferior(self):
-        pending = self.pending
-        if pending.modules or pending.resumed or pending.stopped:
+        if self.pending.any:
             self.catch_up()
         try:
             selected = gdb.selected_inferior()
@@ -152,11 +152,13 @@ class GdbState:
         append) and acted on at the next use of the state (catch_up). A Ctrl-C pending when an
         event fires would otherwise become a KeyboardInterrupt at the entry of a Python handler,
         which GDB prints and drops: the Ctrl-C lost (gdb.base/bp-cmds-continue-ctrl-c.exp)."""
-        for name in ("new_objfile", "free_objfile", "clear_objfiles", "exited"):  # free_objfile: GDB 13+
-            connect(name, self.pending.modules.append)
-        for name in ("cont", "memory_changed", "register_changed", "inferior_call"):
-            connect(name, self.pending.resumed.append)      # inferior_call: a call into the debuggee ran it
-        connect("stop", self.pending.stopped.append)
+        pending = self.pending
+        for kind, names in ((pending.modules, ("new_objfile", "free_objfile", "clear_objfiles", "exited")),
+                            (pending.resumed, ("cont", "memory_changed", "register_changed", "inferior_call")),
+                            (pending.stopped, ("stop",))):
+            for name in names:      # free_objfile: GDB 13+; inferior_call: a call into the debuggee ran it
+                connect(name, kind.append)
+                connect(name, pending.any.append)
         connect("inferior_deleted", self._inferior_deleted)    # rare: a Python handler
 
     def catch_up(self):
@@ -164,6 +166,7 @@ class GdbState:
         what each promises: new modules (which includes a resume), a resume, a stop (which keeps
         the frames GDB built for the stop's own report)."""
         pending = self.pending
+        pending.any.clear()
         if pending.modules:
             pending.modules.clear()
             self.modules_changed()

@@ -83,8 +83,7 @@ class PluginUnwinder(Unwinder):
     # -- the policy ----------------------------------------------------------------------
     def __call__(self, pending_frame):
         state = self.state
-        pending = state.pending
-        if pending.modules or pending.resumed or pending.stopped:
+        if state.pending.any:
             state.catch_up()            # events since the last call: this may move the epoch
         if self._epoch != state.epoch:
             self.reconsider()
