@@ -194,18 +194,22 @@ class UnwindFrameProvider(ScriptedFrameProvider):
             self._seen = None       # a frame was skipped and cannot be read later: supply nothing
             return
         frame = self.input_frames.GetFrameAtIndex(index)
-        arch = arch_of(self.target)
         if index == 0:
-            self._registers = native.registers(frame, arch)
+            self._registers = native.registers(frame, arch_of(self.target))
         sp, pc = frame.GetSP(), frame.GetPC()
         newer = self._seen[-1] if self._seen else None
         # LLDB gives an inlined frame its concrete frame's pc and sp. Where a call leaves the
         # return address in a register (aarch64, Arm: ra is not the pc), a leaf's caller has
         # the leaf's sp too, so only the pc tells them apart.
-        if newer is not None and newer["sp"] == sp and (newer["pc"] == pc or arch.ra == arch.pc):
+        if newer is not None and newer["sp"] == sp and (newer["pc"] == pc or self._call_pushes_return()):
             newer["index"] = index
         else:
             self._seen.append({"index": index, "pc": pc, "sp": sp})
+
+    def _call_pushes_return(self) -> bool:
+        """Does a call push the return address on the stack (x86), rather than leave it in a register?"""
+        arch = arch_of(self.target)
+        return arch.ra == arch.pc
 
     def _walk(self, frames: int):
         """(LldbTarget, the plugin's frames from frame #0, at most `frames` of them)."""
