@@ -9,6 +9,7 @@ def install():
 
     from .commands import register
     from .kernel_frames import KernelEnd, KernelFrames
+    from .stack_end import ProgramEnd
     from .state import GdbState
     from .unwinder import PluginUnwinder
 
@@ -25,6 +26,8 @@ def install():
     gdb.unwinder.register_unwinder(None, state.kernel_frames, replace=True)
     state.kernel_end = KernelEnd(state.kernel_frames)       # ends `bt` at the kernel stack's proved end
     gdb.frame_filters[state.kernel_end.name] = state.kernel_end
+    state.program_end = ProgramEnd(state)       # ends `bt` at a program's entry frame where GDB walks past it
+    gdb.frame_filters[state.program_end.name] = state.program_end
     gdb.unwinder.register_unwinder(None, unwinder, replace=True)
     state.connect_events()
     register(state)

@@ -1,0 +1,156 @@
+"""`bt` ends at the frame the plugin proved outermost, where GDB would walk past it.
+
+GDB stops a backtrace at the program's entry function by its symbol
+(`backtrace past-entry off`: the frame whose function starts at the ELF
+entry point), or where a table marks the return address undefined (glibc's
+`_start` has such CFI). A program that has neither (stripped, its tables
+removed, or hand-written entry code without CFI) leaves GDB's prologue
+analyser to take `argc`, `argv` and the environment above `_start`'s frame for
+return addresses: `#8 0x00007fffffffe7c8 in ?? ()` and more, down to a 0.
+The plugin proves that frame outermost from the code itself
+(plugin.strategies.process_entry: its pc is the return address of the
+first call the entry code makes, and no one called the entry code), but
+GDB's Python unwinder API cannot mark a frame outermost (kernel_frames.py
+says why), so a frame filter ends `bt` there.
+
+A frame filter makes GDB print every frame of `bt` through Python, which is
+slower than GDB's own printing, so ProgramEnd is enabled only where it ends
+something: the main thread of a program whose entry GDB has no symbol for
+and whose entry code no table GDB reads covers.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterator, Optional
+
+import gdb
+
+from plugin.strategies import process_entry
+
+END_NAME = "unwind-plugin-program-end"
+FIRST = 1 << 30         # frame filters run from the highest priority: the end comes before other filters
+
+
+def frames_until(frame, is_end: Callable[[object], bool]) -> Iterator:
+    """GDB's frames from `frame` to the first one is_end(frame) accepts (or GDB's last), each named
+    as GDB's own bt names it (gdb.Frame.name(): a caller by its pc - 1), not as FrameDecorator's
+    default names a frame without a symbol (by its pc: a return address at the end of a .cold part
+    would name the next function). It walks the frames itself, from the newest: gdb.FrameIterator
+    asks for a frame's older one before it hands the frame out, which past a frame whose caller is
+    not saved raises."""
+    from gdb.FrameDecorator import FrameDecorator
+
+    class Named(FrameDecorator):
+        def function(self):
+            return self.inferior_frame().name() or "??"     # no name: GDB's frame-filter printing leaves it empty
+
+    while frame is not None:
+        try:
+            frame.pc()
+        except gdb.error:
+            return      # a frame with no pc: its callee saved none (the way KernelFrames ends a stack)
+        yield Named(frame)
+        if is_end(frame):
+            return      # not asking GDB for the frame past it
+        try:
+            frame = frame.older()
+        except gdb.error:
+            # GDB made the older frame, then looked past it (frame_info_to_frame_object asks for its
+            # caller) and failed there: the frame's caller is now noted as absent, so asking again
+            # gives the frame. A second error is the walk's own: said as GDB's bt says an end, not
+            # raised (GDB would print a Python exception).
+            try:
+                frame = frame.older()
+            except gdb.error as exc:
+                gdb.write("Backtrace stopped: %s\n" % exc)
+                return
+        if frame is None:
+            return
+
+
+class ProgramEnd:
+    """GDB frame filter: a program's `bt` ends at the frame its entry code made (see the module)."""
+
+    def __init__(self, state):
+        self.name = END_NAME
+        self.priority = FIRST
+        self.state = state
+        self.wanted = True      # `disable frame-filter global unwind-plugin-program-end` sets False
+        self._known = (None, None)      # ((id(target), generation, claim, sources), end pc or None)
+
+    @property
+    def enabled(self) -> bool:
+        return self.wanted and self.end_pc() is not None
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self.wanted = bool(value)
+
+    def filter(self, frame_iter):
+        end = self.end_pc()
+        if end is None:
+            return frame_iter
+        return frames_until(gdb.newest_frame(), lambda frame: _returns_to(frame, end))
+
+    def end_pc(self) -> Optional[int]:
+        """The return address of the first call of the program's entry code, where GDB would walk past
+        the frame it ends (see the module), in the selected thread's stack; else None."""
+        try:
+            thread = gdb.selected_thread()
+            if thread is None or thread.ptid[1] not in (0, thread.ptid[0]):
+                return None         # a thread's stack does not reach the program's entry code
+            if gdb.parameter("backtrace past-entry"):
+                return None
+            state = self.state
+            if state.claim == "none" or "analysis" not in state.sources:
+                return None
+            inferior = state.inferior()
+            target = inferior.target
+            key = (id(target), target.generation, state.claim, state.sources)
+            if self._known[0] != key:
+                self._known = (key, self._find(inferior))
+            return self._known[1]
+        except Exception:       # no process, no target: nothing to end
+            return None
+
+    def _find(self, inferior) -> Optional[int]:
+        entry = _program_entry()
+        if entry is None or _gdb_names(entry):
+            return None
+        ctx = self.state.unwinder_context(inferior)
+        ctx.modules.refresh()
+        end = process_entry.first_call_end(ctx, entry)
+        if end is None or inferior.coverage.gdb_covers(end - 1, ctx, None) is not None:
+            return None     # GDB's DWARF unwinder reads the entry code's row (glibc's: return address undefined)
+        return end
+
+
+def _program_entry() -> Optional[int]:
+    """The program's entry point from the process's auxiliary vector (AT_ENTRY): a live process, a
+    core (with or without the executable), a remote target that reads it."""
+    try:
+        text = gdb.execute("info auxv", to_string=True)
+    except gdb.error:       # no process, or no auxiliary vector
+        return None
+    found = re.search(r"^\d+\s+AT_ENTRY\s.*\s(0x[0-9a-fA-F]+)\s*$", text, re.MULTILINE)
+    return int(found.group(1), 16) if found else None
+
+
+def _gdb_names(address: int) -> bool:
+    """Does GDB have a symbol starting at address (so that it stops at the entry function itself)?"""
+    try:
+        text = gdb.execute("info symbol 0x%x" % address, to_string=True)
+    except gdb.error:
+        return False
+    return not text.startswith("No symbol") and " + " not in text.split(" in section")[0]
+
+
+def _returns_to(frame, end: int) -> bool:
+    """Is frame a caller frame whose pc is `end` (not the innermost, nor one a signal interrupted)?"""
+    try:
+        if frame.pc() != end:
+            return False
+        newer = frame.newer()       # (gdb.Frame.level() is GDB 11's)
+        return newer is not None and newer.type() == gdb.NORMAL_FRAME
+    except gdb.error:
+        return False
