@@ -80,9 +80,9 @@ def backtrace_report(bt, arch, style=plain):
 
 
 def attach_native(bt, native, ctx):
-    """Mark each of our frames with the debugger's frame at the same physical level."""
+    """Mark each of our frames with the debugger's frame it was paired with (comparing.compare)."""
     rows = comparing.compare(bt.frames, native, ctx)
-    for frame, row in zip(bt.frames, rows):
+    for frame, row in zip(bt.frames, [row for row in rows if row["plugin"] is not None]):
         theirs = row["native"]
         frame.native = {"available": theirs is not None, "agrees": row["agrees"],
                         "note": "" if row["agrees"] else row["verdict"]}

@@ -16,14 +16,20 @@ def native_entry(pc, sp, function=None):
     return {"pc": pc, "sp": sp, "function": function}
 
 
+LOOKAHEAD = 4       # frames one side may have that the other has not, before the two meet again
+
+
 def compare(frames, native, ctx):
-    """[{level, plugin, native, agrees, verdict}] for every level either side has."""
+    """[{level, plugin, native, agrees, verdict}] for every frame either side has, in walk order.
+
+    Frames are paired level by level, except where one side has frames the other has not and
+    then both meet again at the same pc and sp (within LOOKAHEAD frames): those frames get a row
+    of their own, so the frames after them are compared with their equal, not with a neighbour."""
     rows = []
     arch = ctx.arch
-    for level in range(max(len(frames), len(native))):
-        ours = frames[level] if level < len(frames) else None
-        theirs = native[level] if level < len(native) else None
-        row = {"level": ours.level if ours is not None else theirs.get("level", level),
+    for ours, theirs, their_level in _paired(frames, native, arch):
+        level = ours.level if ours is not None else theirs.get("level", their_level)
+        row = {"level": level,
                "plugin": None if ours is None else {
                    "pc": ours.pc, "sp": ours.registers.get(arch.sp), "function": ours.function,
                    "method": ours.method},
@@ -33,12 +39,39 @@ def compare(frames, native, ctx):
             row["verdict"] = ("only the debugger has this frame" if ours is None
                               else "only the plugin has this frame")
         else:
-            same_pc = ours.pc == theirs["pc"]
-            same_sp = theirs.get("sp") is None or ours.registers.get(arch.sp) == theirs["sp"]
-            row["agrees"] = same_pc and same_sp
+            row["agrees"] = _same(ours, theirs, arch)
             row["verdict"] = "agree" if row["agrees"] else _judge(ours.pc, theirs["pc"], level, ctx)
         rows.append(row)
     return rows
+
+
+def _same(ours, theirs, arch) -> bool:
+    return ours.pc == theirs["pc"] and (theirs.get("sp") is None or ours.registers.get(arch.sp) == theirs["sp"])
+
+
+def _paired(frames, native, arch):
+    """[(our frame or None, the debugger's or None, the debugger's index or None)], in walk order."""
+    out = []
+    i = j = 0
+    while i < len(frames) or j < len(native):
+        if i < len(frames) and j < len(native) and not _same(frames[i], native[j], arch):
+            theirs_more = next((k for k in range(1, LOOKAHEAD + 1)
+                                if j + k < len(native) and _same(frames[i], native[j + k], arch)), None)
+            ours_more = next((k for k in range(1, LOOKAHEAD + 1)
+                              if i + k < len(frames) and _same(frames[i + k], native[j], arch)), None)
+            if theirs_more is not None and (ours_more is None or theirs_more <= ours_more):
+                out.extend((None, native[j + k], j + k) for k in range(theirs_more))
+                j += theirs_more
+                continue
+            if ours_more is not None:
+                out.extend((frames[i + k], None, None) for k in range(ours_more))
+                i += ours_more
+                continue
+        ours = frames[i] if i < len(frames) else None
+        theirs = native[j] if j < len(native) else None
+        out.append((ours, theirs, j if theirs is not None else None))
+        i, j = i + (ours is not None), j + (theirs is not None)
+    return out
 
 
 def _judge(our_pc, their_pc, level, ctx):
