@@ -41,6 +41,8 @@ from typing import Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from matrix_judge import (_in_function, _pie_bias, function_ranges, right_by_pc,  # noqa: E402,F401
+                          right_frames)
 from matrix_signal import arm_sigstop, right_pcs, shadow_truth  # noqa: E402
 from qemu_arm import SYSROOT  # noqa: E402
 from support import BUILD, FIXTURES, ROOT, build, need_tool  # noqa: E402
@@ -279,83 +281,6 @@ def gdb_columns(row, binary) -> Dict[str, list]:
     return out
 
 
-# -- judging ---------------------------------------------------------------------------
-
-def function_ranges(twin: Path, arch: str) -> List[Tuple[int, int, str]]:
-    """(start, end, name) of the twin's functions (nm), for "same function" at an interrupted pc."""
-    nm = need_tool("nm" if arch in NATIVE_FLAGS else CROSS[arch][0] + "nm")
-    out = subprocess.run([nm, "-S", "--defined-only", str(twin)], capture_output=True, text=True).stdout
-    ranges = []
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[2] in "tTwW":
-            start, size = int(parts[0], 16) & ~1, int(parts[1], 16)       # bit 0: Thumb code
-            ranges.append((start, start + size, parts[3]))
-    return ranges
-
-
-def _in_function(twin, arch, stop_here):
-    """The twin's function at a run-time pc (its load bias from stop_here's run-time address)."""
-    ranges = function_ranges(twin, arch)
-    bias = stop_here - next(start for start, _, name in ranges if name == "stop_here")
-    return lambda pc: _function_at(pc & ~1, ranges, bias)
-
-
-def _function_at(pc, ranges, bias):
-    for start, end, name in ranges:
-        if start + bias <= pc < end + bias:
-            return name
-    return None
-
-
-def right_frames(frames: List[dict], truth: List[dict], ranges, bias=0) -> int:
-    """How many frames from the innermost are the truth's (pc, sp relative to the innermost frame)."""
-    if not frames or not truth:
-        return 0
-    base, truth_base = frames[0]["sp"], truth[0]["sp"]
-    count = 0
-    for level, expected in enumerate(truth):
-        if level >= len(frames):
-            break
-        got = frames[level]
-        if got.get("sp") is None:
-            break
-        interrupted = level > 0 and truth[level - 1].get("type") == SIGTRAMP_FRAME
-        if interrupted:
-            # The kernel aligns the signal frame's parts (its xsave area to 64
-            # bytes), so the shift between runs may change across it: the
-            # frames above it are compared relative to the interrupted one.
-            if got["sp"] <= frames[level - 1]["sp"] and expected["sp"] > truth[level - 1]["sp"]:
-                break
-            base, truth_base = got["sp"], expected["sp"]
-        if got["sp"] - base != expected["sp"] - truth_base:
-            break
-        if got["pc"] != expected["pc"]:
-            same = interrupted and _function_at(got["pc"], ranges, bias) == _function_at(expected["pc"], ranges, bias)
-            if not same or _function_at(got["pc"], ranges, bias) is None:
-                break
-        count += 1
-    return count
-
-
-SIGTRAMP_FRAME = 4          # gdb.SIGTRAMP_FRAME
-
-
-def right_by_pc(frames: List[dict], truth: List[dict], ranges, bias=0) -> int:
-    """How many frames from the innermost have the truth's pc (LLDB 22's provider supplies frames
-    without a stack pointer of their own); in the frame a signal interrupted, its function (the
-    signal's arrival varies)."""
-    count = 0
-    for level, (got, expected) in enumerate(zip(frames, truth)):
-        if got["pc"] != expected["pc"]:
-            interrupted = level > 0 and truth[level - 1].get("type") == SIGTRAMP_FRAME
-            function = _function_at(got["pc"], ranges, bias)
-            if not interrupted or function is None or function != _function_at(expected["pc"], ranges, bias):
-                break
-        count += 1
-    return count
-
-
 @dataclass
 class RowResult:
     row: str
@@ -387,18 +312,6 @@ def run_row(row: Row) -> Tuple[RowResult, dict]:
         result.counts["lldb22_bt"] = by_pc(columns["lldb22_bt"])
     columns["truth"] = truth
     return result, columns
-
-
-def _pie_bias(truth, ranges):
-    """The load bias of a position-independent twin: its anchor's pc against nm's addresses."""
-    anchor = truth[-1]
-    name = anchor.get("name")
-    for start, end, symbol in ranges:
-        if symbol == name:
-            for bias in (0, 0x555555554000, 0x5555555000, 0x4000000000, 0x56555000):
-                if start + bias <= anchor["pc"] < end + bias:
-                    return bias
-    return 0
 
 
 # -- the table in docs/matrix.md --------------------------------------------------------------------
