@@ -21,7 +21,7 @@ and whose entry code no table GDB reads covers.
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterator, Optional
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
 import gdb
 
@@ -76,64 +76,79 @@ class ProgramEnd:
         self.priority = FIRST
         self.state = state
         self.wanted = True      # `disable frame-filter global unwind-plugin-program-end` sets False
-        self._known = (None, None)      # ((id(target), generation, claim, sources), end pc or None)
+        self._known = (None, ())    # (key, the ends)
 
     @property
     def enabled(self) -> bool:
-        return self.wanted and self.end_pc() is not None
+        return self.wanted and bool(self.ends())
 
     @enabled.setter
     def enabled(self, value: bool) -> None:
         self.wanted = bool(value)
 
     def filter(self, frame_iter):
-        end = self.end_pc()
-        if end is None:
+        ends = self.ends()
+        if not ends:
             return frame_iter
-        return frames_until(gdb.newest_frame(), lambda frame: _returns_to(frame, end))
+        return frames_until(gdb.newest_frame(), lambda frame: _returns_to(frame, ends))
 
-    def end_pc(self) -> Optional[int]:
-        """The return address of the first call of the program's entry code, where GDB would walk past
-        the frame it ends (see the module), in the selected thread's stack; else None."""
+    def ends(self) -> Tuple[int, ...]:
+        """The return addresses of the first call of the program's and of its dynamic loader's
+        entry code where GDB would walk past the frame they end (see the module), for the selected
+        thread's stack. The loader's only before the program's libraries are mapped: once the
+        program runs, the loader's entry frame is gone from every stack, and the filter would only
+        make GDB print every `bt` through Python."""
         try:
             thread = gdb.selected_thread()
             if thread is None or thread.ptid[1] not in (0, thread.ptid[0]):
-                return None         # a thread's stack does not reach the program's entry code
+                return ()       # a thread's stack does not reach the entry code
             if gdb.parameter("backtrace past-entry"):
-                return None
+                return ()
             state = self.state
             if state.claim == "none" or "analysis" not in state.sources:
-                return None
+                return ()
             inferior = state.inferior()
             target = inferior.target
             key = (id(target), target.generation, state.claim, state.sources)
             if self._known[0] != key:
                 self._known = (key, self._find(inferior))
             return self._known[1]
-        except Exception:       # no process, no target: nothing to end
-            return None
+        except Exception:       # no process, no target, no frame: nothing to end
+            return ()
 
-    def _find(self, inferior) -> Optional[int]:
-        entry = _program_entry()
-        if entry is None or _gdb_names(entry):
-            return None
+    def _find(self, inferior) -> Tuple[int, ...]:
+        auxv = _auxiliary_vector()
         ctx = self.state.unwinder_context(inferior)
         ctx.modules.refresh()
-        end = process_entry.first_call_end(ctx, entry)
-        if end is None or inferior.coverage.gdb_covers(end - 1, ctx, None) is not None:
-            return None     # GDB's DWARF unwinder reads the entry code's row (glibc's: return address undefined)
-        return end
+
+        def end_of(entry):
+            end = None if entry is None else process_entry.first_call_end(ctx, entry)
+            if end is None or inferior.coverage.gdb_covers(end - 1, ctx, None) is not None:
+                return None     # GDB's DWARF unwinder reads the entry code's row (glibc's: return address undefined)
+            return end
+        entry, base = auxv.get("AT_ENTRY"), auxv.get("AT_BASE")
+        ends = []
+        if entry is not None and not _gdb_names(entry):
+            ends.append(end_of(entry))
+        loader = ctx.modules.find(base) if base else None
+        if loader is not None:      # GDB stops at the program's entry function only, never at the loader's
+            program = ctx.modules.find(entry) if entry is not None else None
+            others = [m for m in ctx.modules.modules if m is not loader and m is not program
+                      and m.header_address != auxv.get("AT_SYSINFO_EHDR") and m.name != "[vdso]"]
+            if not others:          # no library mapped yet: the program has not started
+                ends.append(end_of(process_entry.entry_point(ctx, loader)))
+        return tuple(end for end in ends if end is not None)
 
 
-def _program_entry() -> Optional[int]:
-    """The program's entry point from the process's auxiliary vector (AT_ENTRY): a live process, a
-    core (with or without the executable), a remote target that reads it."""
+def _auxiliary_vector() -> Dict[str, int]:
+    """The process's auxiliary vector as GDB prints it ({"AT_ENTRY": address, ...}): a live process,
+    a core (with or without the executable), a remote target that reads it; {} where there is none."""
     try:
         text = gdb.execute("info auxv", to_string=True)
     except gdb.error:       # no process, or no auxiliary vector
-        return None
-    found = re.search(r"^\d+\s+AT_ENTRY\s.*\s(0x[0-9a-fA-F]+)\s*$", text, re.MULTILINE)
-    return int(found.group(1), 16) if found else None
+        return {}
+    return {found.group(1): int(found.group(2), 16)
+            for found in re.finditer(r"^\d+\s+(AT_[A-Z_0-9]+)\s.*?\s(0x[0-9a-fA-F]+)\b", text, re.MULTILINE)}
 
 
 def _gdb_names(address: int) -> bool:
@@ -145,10 +160,10 @@ def _gdb_names(address: int) -> bool:
     return not text.startswith("No symbol") and " + " not in text.split(" in section")[0]
 
 
-def _returns_to(frame, end: int) -> bool:
-    """Is frame a caller frame whose pc is `end` (not the innermost, nor one a signal interrupted)?"""
+def _returns_to(frame, ends: Tuple[int, ...]) -> bool:
+    """Is frame a caller frame whose pc is one of `ends` (not the innermost, nor one a signal interrupted)?"""
     try:
-        if frame.pc() != end:
+        if frame.pc() not in ends:
             return False
         newer = frame.newer()       # (gdb.Frame.level() is GDB 11's)
         return newer is not None and newer.type() == gdb.NORMAL_FRAME

@@ -130,3 +130,31 @@ def test_debian_ls_without_its_tables_ends_where_ls_with_them_ends(gdb_version):
     # Debian's ls as shipped: GDB ends at _start by its CFI, and prints bt itself.
     shipped = _gdb(kept, [ENABLED, "bt"], args=["/"], stop=stop)
     assert _enabled(shipped) == [False] and _bt(shipped) == truth
+
+
+def test_before_the_program_starts_bt_ends_at_the_dynamic_loaders_entry_frame(gdb_version):
+    """Stopped in ld.so's _dl_start (called by its _start, which the kernel started): GDB alone reads
+    argc and argv as frames after _start. Oracle: readelf's entry point of ld.so and objdump's first
+    call in its entry code (the return address of _start's frame), the loader's base from GDB."""
+    loader = "/lib64/ld-linux-x86-64.so.2"
+    entry = int(re.search(r"Entry point address:\s+(0x[0-9a-f]+)",
+                          subprocess.run([need_tool("readelf"), "-h", loader], capture_output=True,
+                                         text=True).stdout).group(1), 16)
+    code = subprocess.run([need_tool("objdump"), "-d", "--start-address=%#x" % entry,
+                           "--stop-address=%#x" % (entry + 64), loader], capture_output=True, text=True).stdout
+    lines = [line for line in code.splitlines() if re.match(r"\s+[0-9a-f]+:\t", line)]
+    call = next(i for i, line in enumerate(lines) if "\tcall" in line)
+    first_call_end = int(lines[call + 1].split(":")[0], 16)
+    stop = ["set breakpoint pending on", "break _dl_start"]
+    alone = _bt(_gdb("/usr/bin/true", ["bt"], plugin=False, stop=stop))
+    loaded = _gdb("/usr/bin/true", [ENABLED, "info auxv", "bt"], stop=stop)
+    base = int(re.search(r"AT_BASE\s.*\s(0x[0-9a-f]+)", loaded).group(1), 16)
+    frames = _bt(loaded)
+    # GDB's frame-filter printing has no "from LIBRARY" (py-framefilter.c prints a frame's filename
+    # after "at"): a frame without line information in a library reads "at LIBRARY" there.
+    assert frames[1].endswith(" at " + loader) and alone[1].endswith(" from " + loader)
+    assert len(alone) > 2 and alone[:2] == [frames[0], frames[1].replace(" at " + loader, " from " + loader)], \
+        (alone, loaded)
+    assert len(frames) == 2 and "_dl_start" in frames[0], loaded
+    assert int(frames[1].split()[1], 16) == base + first_call_end, (loaded, hex(base), hex(first_call_end))
+    assert _enabled(loaded) == [True]
