@@ -25,6 +25,7 @@ from elftools.elf.enums import ENUM_E_MACHINE
 from plugin import arch as arches
 from plugin.errors import MemoryReadError, guard
 from plugin.formats.elf import PT_LOAD, ProgramHeader, header_link_address
+from plugin.file_targets import object_layout
 from plugin.modules import on_disk
 from plugin.modules.module import Module, Segment
 from plugin.target import Mapping, ModuleRef, Target
@@ -109,6 +110,9 @@ def symbol_in(table: tuple[list, list], address: int) -> tuple[str, int] | None:
 class FileTarget(LaidOutFile):
     """An ELF file: PT_LOAD segments at their link address plus a bias."""
 
+    section_bases: dict = {}        # an object file's: section index -> address (object_layout.py)
+    relocated_cfi: dict = {}        # an object file's: ".eh_frame" -> (address, relocated bytes, how)
+
     def __init__(self, path: str, base: int | None = None) -> None:
         self.path = path
         self._data = map_regular_file(path)
@@ -141,10 +145,17 @@ class FileTarget(LaidOutFile):
                 self.header_address = None
         else:
             self.bias = 0 if base is None else base
-            for sec in elf.iter_sections():
+            sections = list(elf.iter_sections())
+            if self.relocatable and not any(sec["sh_addr"] for sec in sections):
+                # an object file: its sections placed as a linker would, its CFI relocated to match
+                self.section_bases = object_layout.section_bases(elf)
+                with guard(self.problems, "relocations of the object's CFI not applied"):
+                    self.relocated_cfi = object_layout.relocated_cfi(elf, self.arch, self.section_bases,
+                                                                     self.problems)
+            for index, sec in enumerate(sections):
                 size = min(sec["sh_size"], max(0, len(self._data) - sec["sh_offset"]))
                 if sec["sh_flags"] & 2 and sec["sh_type"] != "SHT_NOBITS" and size:
-                    start = self.bias + sec["sh_addr"]
+                    start = self.bias + self.section_bases.get(index, sec["sh_addr"])
                     pieces.append((start, start + size, sec["sh_offset"], size, bool(sec["sh_flags"] & 4)))
             self.header_address = None
         self._lay_out(pieces)
@@ -160,7 +171,7 @@ class FileTarget(LaidOutFile):
         return module
 
     def _read_symbols(self) -> tuple:
-        return function_table(self.elf, self.bias)
+        return function_table(self.elf, self.bias, self.section_bases)
 
 
 def map_regular_file(path: str) -> mmap.mmap:
@@ -183,11 +194,12 @@ def _machine_number(elf):
     return machine if isinstance(machine, int) else ENUM_E_MACHINE.get(machine)
 
 
-def function_table(elf, bias: int) -> tuple:
-    """A file's function symbols at load bias `bias`: (sorted starts, [(start, end, name)])."""
+def function_table(elf, bias: int, section_bases: dict | None = None) -> tuple:
+    """A file's function symbols at load bias `bias` (an object's: at their section's place,
+    section_bases): (sorted starts, [(start, end, name)])."""
     entries = []
     for sym in on_disk.function_symbols(elf):
-        start = bias + sym["st_value"]
+        start = bias + sym["st_value"] + (section_bases or {}).get(sym["st_shndx"], 0)
         entries.append((start, start + sym["st_size"], sym.name))
     entries.sort()
     return [e[0] for e in entries], entries

@@ -71,6 +71,9 @@ class CfiTables(ModuleTables):
 
     def eh_frame(self) -> cfi.CfiSection | None:
         def load():
+            relocated = self._relocated(".eh_frame")
+            if relocated is not None:
+                return relocated
             hdr = self.eh_frame_hdr()
             if hdr is not None and hdr.eh_frame_ptr is not None:
                 address, found_by = hdr.eh_frame_ptr, "eh_frame_ptr of .eh_frame_hdr"
@@ -105,6 +108,9 @@ class CfiTables(ModuleTables):
 
     def debug_frame(self) -> cfi.CfiSection | None:
         def load():
+            relocated = self._relocated(".debug_frame")
+            if relocated is not None:
+                return relocated
             found = on_disk.debug_frame(self.module)
             if found is None:
                 return None
@@ -113,6 +119,21 @@ class CfiTables(ModuleTables):
             region = Region.from_bytes(".debug_frame", location.address, data, self.module.arch.byteorder)
             return cfi.CfiSection(region, "debug_frame", self.module.arch, bias=self.module.load_bias)
         return self.once(".debug_frame", load)
+
+    def _relocated(self, name: str) -> cfi.CfiSection | None:
+        """An object file's CFI section, relocated where the file target laid its sections out
+        (plugin.file_targets.object_layout), or None."""
+        if self.module.path is None or self.module.path != getattr(self.target, "path", None):
+            return None
+        found = getattr(self.target, "relocated_cfi", {}).get(name)
+        if found is None:
+            return None
+        address, data, how = found
+        self._located[name] = TableLocation(name, address, len(data), how, in_memory=name == ".eh_frame")
+        region = Region.from_bytes(name, address, data, self.module.arch.byteorder)
+        if name == ".eh_frame":
+            return cfi.CfiSection(region, "eh_frame", self.module.arch, bases=self._bases(), deref=self._deref)
+        return cfi.CfiSection(region, "debug_frame", self.module.arch, bias=self.module.load_bias)
 
     def _bases(self):
         bases = {}
