@@ -107,10 +107,15 @@ class KernelFrames(Unwinder):
             if not self._has_kernel(inferior):
                 return False
             target = inferior.target
-            registers = PendingRegisters(frame, target.arch, target.descriptors)
-            stepped = self._step(0, registers, inferior)
         except Exception:       # never break `bt`
             return False
+        target.inside_unwinder = True       # the stack's words from the unwinder's page cache, not the gdbstub
+        try:
+            stepped = self._step(0, PendingRegisters(frame, target.arch, target.descriptors), inferior)
+        except Exception:       # never break `bt`
+            return False
+        finally:
+            target.inside_unwinder = False
         return stepped is not None and stepped[0].outermost
 
     def _has_kernel(self, inferior) -> bool:

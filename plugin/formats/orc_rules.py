@@ -36,7 +36,7 @@ PT_REGS = {"r15": 0, "r14": 8, "r13": 16, "r12": 24, "bp": 32, "bx": 40, "r11": 
            "r9": 64, "r8": 72, "ax": 80, "cx": 88, "dx": 96, "si": 104, "di": 112, "orig_ax": 120,
            "ip": 128, "cs": 136, "flags": 144, "sp": 152, "ss": 160}
 IRET_FRAME = {"ip": 0, "cs": 8, "flags": 16, "sp": 24, "ss": 32}
-_OTHER_BASES = {OrcReg.DX: "dx", OrcReg.DI: "di", OrcReg.R10: "r10", OrcReg.R13: "r13"}
+OTHER_BASES = {OrcReg.DX: "dx", OrcReg.DI: "di", OrcReg.R10: "r10", OrcReg.R13: "r13"}
 
 
 class Outcome(Enum):
@@ -141,7 +141,7 @@ def _cfa(entry, frame, read_word, sp_indirect_v5_12):
         if word is None:
             return None, (Outcome.UNREADABLE, "cannot read the CFA's word at 0x%x" % at)
         return word, None
-    name = _OTHER_BASES.get(reg)
+    name = OTHER_BASES.get(reg)
     if name is not None and name in frame.others:
         return (frame.others[name] + offset) & MASK, None
     what = name or "base register %d" % reg

@@ -39,7 +39,6 @@ SECTION = ".orc_unwind"
 # pt_regs' words (orc_rules.PT_REGS names) as x86-64 DWARF register numbers
 DWARF = {"ax": 0, "dx": 1, "cx": 2, "bx": 3, "si": 4, "di": 5, "bp": 6, "sp": 7, "r8": 8, "r9": 9,
          "r10": 10, "r11": 11, "r12": 12, "r13": 13, "r14": 14, "r15": 15, "ip": 16}
-BASES = ("dx", "di", "r10", "r13")      # the other registers an entry may take the CFA from
 ENDS = {orc_rules.Outcome.END_OF_STACK: "the entry marks the end of the stack",
         orc_rules.Outcome.USER_MODE: "user mode",
         orc_rules.Outcome.UNDEFINED: "the entry is undefined: the kernel's own unwinder stops here"}
@@ -112,7 +111,9 @@ def step(frame, ctx):
                                       FailureKind.NO_ENTRY)
     arch = ctx.arch
     regs = frame.registers
-    others = {name: regs[DWARF[name]] for name in BASES if DWARF[name] in regs}
+    # the other bases only where the entry takes the CFA from one (each is a register read in GDB)
+    base = orc_rules.OTHER_BASES.get(entry.sp_reg)
+    others = {base: regs[DWARF[base]]} if base is not None and DWARF[base] in regs else {}
     start = orc_rules.Frame(regs.get(arch.pc, frame.pc), regs.get(arch.sp, 0), regs.get(arch.fp, 0),
                             exact=frame.exact_pc, others=others)
     if arch.sp not in regs or (arch.fp not in regs and entry.bp_reg == orc.OrcReg.BP):

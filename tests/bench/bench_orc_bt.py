@@ -54,6 +54,7 @@ if %(profile)d:
     profile.disable()
     report = io.StringIO()
     pstats.Stats(profile, stream=report).sort_stats("tottime").print_stats(25)
+    pstats.Stats(profile, stream=report).sort_stats("cumulative").print_stats(40)
     print("PROFILE-START\n" + report.getvalue() + "PROFILE-END")
 print("BENCH " + json.dumps({"plugin": {"frames": frames[True], "cold": times[True][0],
                                         "median": statistics.median(times[True][1:] or times[True])},
