@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Mapping, Optional
 
+from plugin.errors import MemoryReadError
 from plugin.formats.orc import OrcEntry, OrcReg, OrcTable, OrcType
 
 MASK = 0xFFFFFFFFFFFFFFFF
@@ -72,16 +73,19 @@ class Step:
 
 
 ReadWord = Callable[[int], Optional[int]]
+READ_ERRORS = (MemoryReadError, OSError, ValueError, LookupError, RuntimeError)     # a word that cannot be read
 
 
 def word_reader(read: Callable[[int, int], bytes]) -> ReadWord:
-    """A ReadWord over read(address, size): None where read raises or returns short."""
+    """A ReadWord over read(address, size): None where read raises or returns short. Its `read`
+    attribute is READ itself (a pt_regs is read in one piece: _read_words)."""
     def read_word(address: int) -> Optional[int]:
         try:
             raw = read(address & MASK, 8)
-        except (OSError, ValueError, LookupError, RuntimeError):
+        except READ_ERRORS:
             return None
         return struct.unpack("<Q", raw)[0] if raw is not None and len(raw) == 8 else None
+    read_word.read = read
     return read_word
 
 
@@ -179,7 +183,19 @@ def _rule_words(entry, regs_address):
 
 
 def _read_words(read_word, base: int, layout: dict):
-    """{name: word} read at base + each offset of layout, or (address, name) of the first unreadable one."""
+    """{name: word} read at base + each offset of layout, or (address, name) of the first unreadable one.
+    In one read where the reader has one (word_reader's) and the words lie in one piece, else a word
+    at a time (which also finds the unreadable one)."""
+    read = getattr(read_word, "read", None)
+    size = max(layout.values()) + 8
+    if read is not None and size == 8 * len(layout) and base & MASK == base and base + size <= MASK:
+        try:
+            raw = read(base, size)
+        except READ_ERRORS:
+            raw = None
+        if raw is not None and len(raw) == size:
+            values = struct.unpack("<%dQ" % len(layout), raw)
+            return {name: values[offset // 8] for name, offset in layout.items()}
     words = {}
     for name, offset in layout.items():
         value = read_word(base + offset)

@@ -206,3 +206,26 @@ def test_a_plain_call_entrys_row_gives_what_the_orc_rules_give():
                                       (OrcReg.R10, OrcReg.UNDEFINED, 2), (OrcReg.SP, OrcReg.UNDEFINED, 3)]:
         assert plain_row(entry(sp_reg, 8, bp_reg, 0, type_bits), None, ARCH) is None, (sp_reg, bp_reg, type_bits)
     assert plain_row(entry(OrcReg.UNDEFINED, 0, OrcReg.UNDEFINED, 0, 0), None, ARCH) is None
+
+
+def test_a_pt_regs_is_read_in_one_piece_and_an_unreadable_word_is_named():
+    """word_reader's pt_regs in one read gives the words read one by one; where one word cannot be
+    read (the target's MemoryReadError), the step says which, with no exception."""
+    from plugin.errors import MemoryReadError
+    sp = 0x7000
+    words = {sp + offset: 0x100 + offset for offset in PT_REGS.values()}
+    words[sp + PT_REGS["cs"]] = 0x10
+    reads = []
+
+    def read(address, size):
+        reads.append(size)
+        if any(a not in words for a in range(address, address + size, 8)):
+            raise MemoryReadError(address, size)
+        return b"".join(struct.pack("<Q", words[a]) for a in range(address, address + size, 8))
+    regs = entry(OrcReg.SP, 0, OrcReg.UNDEFINED, 0, 3)
+    whole = apply(regs, Frame(1, sp, 9), word_reader(read))
+    assert reads == [8 * len(PT_REGS)]
+    assert whole == apply(regs, Frame(1, sp, 9), memory(words))     # word by word
+    del words[sp + PT_REGS["flags"]]
+    s = apply(regs, Frame(1, sp, 9), word_reader(read))
+    assert s.outcome is Outcome.UNREADABLE and s.reason == "cannot read pt_regs.flags at 0x%x" % (sp + PT_REGS["flags"])
