@@ -88,15 +88,15 @@ class KernelFrames(Unwinder):
         except Exception:       # no process, no target: not a kernel
             return False
 
-    def is_outermost(self, pc: int, sp: int) -> bool:
-        """Did this unwinder prove the frame at (pc, sp) outermost since the process last ran?
-
-        Kept per inferior until the next resume (InferiorState.outermost), not per stop: GDB
-        builds frame #0 for the stop's own report before the stop event is seen, and keeps it."""
+    def proved_outermost(self):
+        """The (pc, sp) of the frames this unwinder proved outermost since the process last ran: a
+        set it adds to as GDB builds frames, emptied at the next resume (InferiorState.outermost).
+        Not per stop: GDB builds frame #0 for the stop's own report before the stop event is seen,
+        and keeps it."""
         try:
-            return (pc, sp) in self.state.inferior().outermost
+            return self.state.inferior().outermost
         except Exception:
-            return False
+            return frozenset()
 
     def newest_is_outermost(self, frame) -> bool:
         """Does the ORC entry of the newest frame (a gdb.Frame, its registers GDB's) end the stack?
@@ -220,7 +220,7 @@ class KernelEnd:
                 inferior_frame = self.inferior_frame()
                 return inferior_frame.name() or "??"        # no name (GDB's frame-filter printing leaves it empty)
 
-        newest = True
+        newest, outermost = True, self.frames.proved_outermost()
         while frame is not None:
             try:
                 pc = frame.pc()
@@ -231,8 +231,7 @@ class KernelEnd:
                 sp = int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
             except gdb.error:
                 sp = None
-            if sp is not None and (self.frames.is_outermost(pc, sp)
-                                   or newest and self.frames.newest_is_outermost(frame)):
+            if sp is not None and ((pc, sp) in outermost or newest and self.frames.newest_is_outermost(frame)):
                 return      # not asking GDB for the frame past it
             newest = False
             try:

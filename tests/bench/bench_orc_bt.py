@@ -26,22 +26,22 @@ INSIDE_GDB = r'''
 import gdb, json, statistics, time
 state = gdb._unwind_plugin_state
 def plugin(on):
-    state.unwinder.enabled = state.kernel_frames.enabled = on
-    state.kernel_end.enabled = on
+    state.unwinder.enabled = state.kernel_frames.enabled = bool(on)
+    state.kernel_end.enabled = on is True       # "unwinders": the plugin's unwinders without its frame filter
 def timed():
     gdb.invalidate_cached_frames()
     start = time.perf_counter()
-    out = gdb.execute("bt", to_string=True)
+    try:
+        out = gdb.execute("bt", to_string=True)
+    except gdb.error as exc:        # GDB alone, or without the frame filter, may end its bt with an error
+        return time.perf_counter() - start, str(exc)
     return time.perf_counter() - start, sum(1 for line in out.splitlines() if line.startswith("#"))
-times = {True: [], False: []}
+times = {True: [], False: [], "unwinders": []}
 frames = {}
 for _ in range(%(rounds)d):
-    for on in (True, False):
+    for on in (True, False, "unwinders"):
         plugin(on)
-        try:
-            seconds, count = timed()
-        except gdb.error as exc:        # GDB alone may end its bt with an error
-            seconds, count = float("nan"), str(exc)
+        seconds, count = timed()
         times[on].append(seconds)
         frames[on] = count
 plugin(True)
@@ -59,7 +59,9 @@ if %(profile)d:
 print("BENCH " + json.dumps({"plugin": {"frames": frames[True], "cold": times[True][0],
                                         "median": statistics.median(times[True][1:] or times[True])},
                              "gdb": {"frames": frames[False], "cold": times[False][0],
-                                     "median": statistics.median(times[False][1:] or times[False])}}))
+                                     "median": statistics.median(times[False][1:] or times[False])},
+                             "unwinders": {"frames": frames["unwinders"], "cold": times["unwinders"][0],
+                                           "median": statistics.median(times["unwinders"][1:] or times["unwinders"])}}))
 '''
 
 
@@ -88,11 +90,12 @@ def main():
     result = json.loads(found[0][6:])
     plugin, alone = result["plugin"], result["gdb"]
     print("kernel %s, timer-tick stop, %d rounds" % (args.release, args.rounds))
-    for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone)):
+    for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone), ("no filter   ", result["unwinders"])):
         per_frame = row["median"] / row["frames"] * 1000 if isinstance(row["frames"], int) and row["frames"] else 0
         print("  %s: %s frames, median %.2f ms (%.2f ms a frame), cold %.2f ms"
               % (label, row["frames"], row["median"] * 1000, per_frame, row["cold"] * 1000))
     print("  ratio of the medians: %.1f (GDB alone stops after its first frames)" % (plugin["median"] / alone["median"]))
+    print("  (no filter: the plugin's unwinders without its frame filter, GDB's own printing: bt ends with an error)")
 
 
 if __name__ == "__main__":
