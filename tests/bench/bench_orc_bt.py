@@ -24,10 +24,18 @@ import test_orc_qemu as qemu  # noqa: E402
 
 INSIDE_GDB = r'''
 import gdb, json, statistics, time
+from gdb.FrameDecorator import FrameDecorator
 state = gdb._unwind_plugin_state
+class PassThrough:
+    """GDB alone printing through a Python frame filter that changes nothing (the "filter" row)."""
+    name, priority, enabled = "bench-pass-through", 0, False
+    def filter(self, frame_iter):
+        return (FrameDecorator(frame.inferior_frame()) for frame in frame_iter)
+passing = gdb.frame_filters[PassThrough.name] = PassThrough()
 def plugin(on):
-    state.unwinder.enabled = state.kernel_frames.enabled = bool(on)
+    state.unwinder.enabled = state.kernel_frames.enabled = on in (True, "unwinders")
     state.kernel_end.enabled = on is True       # "unwinders": the plugin's unwinders without its frame filter
+    passing.enabled = on == "filter"
 def timed():
     gdb.invalidate_cached_frames()
     start = time.perf_counter()
@@ -36,10 +44,10 @@ def timed():
     except gdb.error as exc:        # GDB alone, or without the frame filter, may end its bt with an error
         return time.perf_counter() - start, str(exc)
     return time.perf_counter() - start, sum(1 for line in out.splitlines() if line.startswith("#"))
-times = {True: [], False: [], "unwinders": []}
+times = {True: [], False: [], "unwinders": [], "filter": []}
 frames = {}
 for _ in range(%(rounds)d):
-    for on in (True, False, "unwinders"):
+    for on in (True, False, "unwinders", "filter"):
         plugin(on)
         seconds, count = timed()
         times[on].append(seconds)
@@ -61,7 +69,9 @@ print("BENCH " + json.dumps({"plugin": {"frames": frames[True], "cold": times[Tr
                              "gdb": {"frames": frames[False], "cold": times[False][0],
                                      "median": statistics.median(times[False][1:] or times[False])},
                              "unwinders": {"frames": frames["unwinders"], "cold": times["unwinders"][0],
-                                           "median": statistics.median(times["unwinders"][1:] or times["unwinders"])}}))
+                                           "median": statistics.median(times["unwinders"][1:] or times["unwinders"])},
+                             "filter": {"frames": frames["filter"], "cold": times["filter"][0],
+                                        "median": statistics.median(times["filter"][1:] or times["filter"])}}))
 '''
 
 
@@ -90,12 +100,14 @@ def main():
     result = json.loads(found[0][6:])
     plugin, alone = result["plugin"], result["gdb"]
     print("kernel %s, timer-tick stop, %d rounds" % (args.release, args.rounds))
-    for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone), ("no filter   ", result["unwinders"])):
+    for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone), ("no filter   ", result["unwinders"]),
+                       ("pass filter ", result["filter"])):
         per_frame = row["median"] / row["frames"] * 1000 if isinstance(row["frames"], int) and row["frames"] else 0
         print("  %s: %s frames, median %.2f ms (%.2f ms a frame), cold %.2f ms"
               % (label, row["frames"], row["median"] * 1000, per_frame, row["cold"] * 1000))
     print("  ratio of the medians: %.1f (GDB alone stops after its first frames)" % (plugin["median"] / alone["median"]))
-    print("  (no filter: the plugin's unwinders without its frame filter, GDB's own printing: bt ends with an error)")
+    print("  (no filter: the plugin's unwinders without its frame filter, GDB's own printing: bt ends with an error;"
+          " pass filter: GDB alone, printed through a Python frame filter that changes nothing)")
 
 
 if __name__ == "__main__":
