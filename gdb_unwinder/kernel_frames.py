@@ -227,12 +227,13 @@ class KernelEnd:
             except gdb.error:
                 return      # a frame with no pc: its callee saved none, the way KernelFrames ends a stack
             yield Named(frame)
-            try:
-                sp = int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
-            except gdb.error:
-                sp = None
-            if sp is not None and ((pc, sp) in outermost or newest and self.frames.newest_is_outermost(frame)):
-                return      # not asking GDB for the frame past it
+            if newest or any(pc == proved for proved, _ in outermost):     # rsp read only where it may end here
+                try:
+                    sp = int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
+                except gdb.error:
+                    sp = None
+                if sp is not None and ((pc, sp) in outermost or newest and self.frames.newest_is_outermost(frame)):
+                    return      # not asking GDB for the frame past it
             newest = False
             try:
                 frame = frame.older()
