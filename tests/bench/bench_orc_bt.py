@@ -6,9 +6,11 @@ Boots Debian's kernel as tests/realworld/test_orc_qemu.py does (TCG, nokaslr, sy
 kallsyms), stops at the first timer tick that interrupted the kernel after the initramfs's
 marker (the deepest stop of that test: the tick's handler on the IRQ stack, the interrupted
 syscall below it), and times `bt` there with the plugin loaded (its unwinders and its frame
-filter) and with all three disabled (GDB alone), alternating, GDB's frame cache dropped before
-each. Prints the frames each gives and the median wall time of R rounds, and the first (cold)
-round of each: the plugin's tables are read over the gdbstub then, and kept afterwards.
+filter), with all three disabled (GDB alone), with its unwinders but not its frame filter (GDB's
+own printing, which ends with an error), and GDB alone printed through a Python frame filter that
+changes nothing, alternating, GDB's frame cache dropped before each. Prints the frames each gives
+and the median wall time of R rounds, and the first (cold) round of each: the plugin's tables are
+read over the gdbstub then, and kept afterwards. --profile: cProfile of 20 warm bts inside GDB.
 """
 
 import argparse
