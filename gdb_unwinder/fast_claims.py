@@ -113,7 +113,7 @@ class FastClaims:
         self._answers.clear()
         handed, pc, sp = last.record, last.pc, last.sp
         target = inferior.target
-        if level != last.level + 1 or target.trap_handler_names or inferior.after_signal or not self.state.use_plans:
+        if level != last.level + 1 or target.trap_handler_names or not self.state.use_plans:
             return None
         ctx = self.state.unwinder_context(inferior)
         if inferior.plans.owner is not ctx:
@@ -121,8 +121,9 @@ class FastClaims:
         arch = ctx.arch
         numbered, unknown = self.registers(target, arch), unknown_registers(arch)
         checked = {}        # return address -> its plan, where the checks passed (a recursion repeats one)
+        after_signal = inferior.after_signal    # frames a signal or interrupt left: exact pcs, the slow path's
         for at in range(level, level + self._size):
-            if handed.values is None or pc is None or sp is None:
+            if handed.values is None or pc is None or sp is None or (pc, sp) in after_signal:
                 break
             plan = checked.get(pc)
             if plan is None:
@@ -181,11 +182,12 @@ class FastClaims:
 
     def value(self, pending_frame, name, value):
         """value as a gdb.Value of the register's size: uncast (several times cheaper) where a
-        plain gdb.Value of an int already has that size; GDB copies only the bytes."""
+        plain gdb.Value of an int already has that size (a long long, or above its range an
+        unsigned long long: a kernel address); GDB copies only the bytes."""
         known = self._types.get(name)
         if known is None:
             kind, plain = pending_frame.read_register(name).type, gdb.Value(0).type.sizeof
-            known = self._types[name] = (kind, 1 << (8 * plain - 1) if kind.sizeof == plain else 0)
+            known = self._types[name] = (kind, 1 << (8 * plain) if kind.sizeof == plain else 0)
         kind, limit = known
         if 0 <= value < limit:
             return gdb.Value(value)

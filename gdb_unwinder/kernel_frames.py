@@ -24,7 +24,10 @@ and the stop reason is default_frame_unwind_stop_reason, which says
 UNWIND_OUTERMOST only for that id), so unwinding past such a frame raises
 "PC not saved". KernelEnd, a frame filter enabled only where a kernel is
 among the modules, ends `bt`'s frames at the frame this unwinder proved
-outermost, so `bt` ends there cleanly (`bt -no-filters` still ends with the error).
+outermost, so `bt` ends there cleanly (`bt -no-filters` still ends with the error). The
+proof is kept until the process runs again (InferiorState.outermost), not per stop: GDB builds
+frame #0 for the stop's report before Python sees the stop event. Frame #0, which this unwinder
+leaves to GDB, is also stepped by the filter itself where no proof was kept.
 """
 from __future__ import annotations
 
@@ -51,7 +54,6 @@ class KernelFrames(Unwinder):
         self.state = state
         self.declined = collections.deque(maxlen=64)    # (level, pc, why) of its last answers
         self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
-        self._outermost = (None, set())     # ((id(target), generation, stops), {(pc, sp)} proved outermost)
 
     def __call__(self, pending_frame):
         state = self.state
@@ -86,17 +88,35 @@ class KernelFrames(Unwinder):
         except Exception:       # no process, no target: not a kernel
             return False
 
-    def is_outermost(self, pc: int, sp: int) -> bool:
-        """Did this unwinder prove the frame at (pc, sp) outermost at this stop?"""
+    def proved_outermost(self):
+        """The (pc, sp) of the frames this unwinder proved outermost since the process last ran: a
+        set it adds to as GDB builds frames, emptied at the next resume (InferiorState.outermost).
+        Not per stop: GDB builds frame #0 for the stop's own report before the stop event is seen,
+        and keeps it."""
         try:
-            key = self._stop_key(self.state.inferior().target)
+            return self.state.inferior().outermost
         except Exception:
-            return False
-        return self._outermost[0] == key and (pc, sp) in self._outermost[1]
+            return frozenset()
 
-    @staticmethod
-    def _stop_key(target):
-        return (id(target), target.generation, getattr(target, "stops", 0))
+    def newest_is_outermost(self, frame) -> bool:
+        """Does the ORC entry of the newest frame (a gdb.Frame, its registers GDB's) end the stack?
+        Asked where no record says so: this unwinder left frame #0 to GDB, and may never have
+        been asked about it (another unwinder answered first)."""
+        try:
+            inferior = self.state.inferior()
+            if not self._has_kernel(inferior):
+                return False
+            target = inferior.target
+        except Exception:       # never break `bt`
+            return False
+        target.inside_unwinder = True       # the stack's words from the unwinder's page cache, not the gdbstub
+        try:
+            stepped = self._step(0, PendingRegisters(frame, target.arch, target.descriptors), inferior)
+        except Exception:       # never break `bt`
+            return False
+        finally:
+            target.inside_unwinder = False
+        return stepped is not None and stepped[0].outermost
 
     def _has_kernel(self, inferior) -> bool:
         """Is an x86-64 kernel among the inferior's modules? Kept per module-list generation and stop."""
@@ -110,9 +130,11 @@ class KernelFrames(Unwinder):
             known = self._kernel_known[id(modules)] = (key, here)
         return known[1]
 
-    def _unwind(self, pending_frame, inferior, target):
-        arch = target.arch
-        registers = PendingRegisters(pending_frame, arch, target.descriptors)
+    def _step(self, level, registers, inferior):
+        """The ORC step of the frame at LEVEL whose registers are REGISTERS, where it is this
+        unwinder's (a kernel pc, or ftrace's trampoline): (outcome, pc, sp), else None. A frame proved
+        outermost is noted for KernelEnd until the process runs again."""
+        arch = inferior.target.arch
         pc, sp = registers.get(arch.pc), registers.get(arch.sp)
         if pc is None or sp is None:
             return None
@@ -121,20 +143,27 @@ class KernelFrames(Unwinder):
         trampoline = module is None and orc.in_trampoline(pc, ctx) is not None     # ftrace's: no module holds it
         if not trampoline and (module is None or module.format != ModuleFormat.KERNEL):
             return None
-        level = pending_level(pending_frame)
         exact = level == 0 or (pc, sp) in inferior.after_signal
         outcome = orc.step(Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact), ctx)
         if outcome.status != AttemptStatus.RECOVERED or not (outcome.outermost or outcome.signal_frame or trampoline):
             return None         # the plugin's unwinder's business (or nobody's)
+        if outcome.outermost:
+            inferior.outermost.add((pc, sp))
+        return outcome, pc, sp
+
+    def _unwind(self, pending_frame, inferior, target):
+        arch = target.arch
+        registers = PendingRegisters(pending_frame, arch, target.descriptors)
+        level = pending_level(pending_frame)
+        stepped = self._step(level, registers, inferior)
+        if stepped is None:
+            return None
+        outcome, pc, sp = stepped
         evidence = outcome.evidence
         start = evidence.entry.get("ip", pc) if evidence is not None else pc
         cfa = evidence.cfa if evidence is not None and evidence.cfa is not None else sp
         info = pending_frame.create_unwind_info(FrameId(cfa, start))
         if outcome.outermost:
-            key = self._stop_key(target)
-            if self._outermost[0] != key:
-                self._outermost = (key, set())
-            self._outermost[1].add((pc, sp))
             if level == 0:
                 # Frame #0's caller "not saved" would make every gdb.Frame of #0 fail to build (GDB
                 # asks a new frame object's caller), the frame filter's first frame included: leave
@@ -191,18 +220,21 @@ class KernelEnd:
                 inferior_frame = self.inferior_frame()
                 return inferior_frame.name() or "??"        # no name (GDB's frame-filter printing leaves it empty)
 
+        newest, outermost = True, self.frames.proved_outermost()
         while frame is not None:
             try:
-                frame.pc()
+                pc = frame.pc()
             except gdb.error:
                 return      # a frame with no pc: its callee saved none, the way KernelFrames ends a stack
             yield Named(frame)
-            try:
-                pc, sp = frame.pc(), int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
-            except gdb.error:
-                pc = sp = None
-            if self.frames.is_outermost(pc, sp):
-                return      # not asking GDB for the frame past it
+            if newest or any(pc == proved for proved, _ in outermost):     # rsp read only where it may end here
+                try:
+                    sp = int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
+                except gdb.error:
+                    sp = None
+                if sp is not None and ((pc, sp) in outermost or newest and self.frames.newest_is_outermost(frame)):
+                    return      # not asking GDB for the frame past it
+            newest = False
             try:
                 frame = frame.older()
             except gdb.error:

@@ -38,6 +38,7 @@ class InferiorState:
         self.modules = ModuleMap(self.target)
         self.coverage = GdbCoverage()
         self.after_signal = set()        # (pc, sp) of frames interrupted by a signal: exact pc
+        self.outermost = set()           # (pc, sp) of kernel frames proved outermost (kernel_frames.KernelEnd)
         # What it remembers (plugin.cache), each with its bound and hit counts; until the modules change:
         self.inline_depths = BoundedCache("inline depths", 1 << 16)   # pc -> inlined-function blocks around it
         # until the next resume (for `unwind explain`):
@@ -67,6 +68,7 @@ class InferiorState:
         """The process ran, or memory or registers were written: GDB rebuilds every frame."""
         self.stopped()
         self.after_signal.clear()
+        self.outermost.clear()
         self.claimed.clear()
 
 

@@ -250,14 +250,18 @@ def _sources_for(frame, ctx):
     """ctx.sources, except that a source declared to go before another in a module
     format (settings.Source.goes_before: `compact` before `cfi` in Mach-O, where
     Apple's own unwinders consult __unwind_info first and its DWARF-mode opcodes
-    lead to the __eh_frame FDE themselves) is moved just before it there. Other
-    modules keep the configured order, where `compact` (not applicable to them)
-    comes after the other table sources."""
+    lead to the __eh_frame FDE themselves; `orc` before `cfi` in the kernel, whose
+    only tables are ORC) is moved just before it there. Other modules keep the
+    configured order, where `compact` and `orc` (not applicable to them) come after
+    the other table sources. The frame's module is looked up once."""
     sources = ctx.sources
-    for name, module_format, before in settings.GOES_BEFORE:
+    module_format = None
+    for name, wanted, before in settings.GOES_BEFORE:
         if name in sources and before in sources and sources.index(name) > sources.index(before):
-            module = ctx.modules.find(ctx.lookup_pc(frame))
-            if module is not None and module.format == module_format:
+            if module_format is None:
+                module = ctx.modules.find(ctx.lookup_pc(frame))
+                module_format = module.format if module is not None else False
+            if module_format == wanted:
                 rest = [s for s in sources if s != name]
                 at = rest.index(before)
                 sources = tuple(rest[:at] + [name] + rest[at:])

@@ -24,6 +24,12 @@ it); its plan also keeps the source's own
 check, that the return address follows a call (or starts a signal
 trampoline). So the analysis of a pc is a one-time cost.
 
+The `orc` source's rule is an ORC entry, no Row; a plain CALL entry (CFA =
+sp or bp + offset, the return address at CFA-8, bp unchanged or saved at
+the CFA) amounts to one, which its rule gives (OrcRule.row) and a plan
+replays. Other entries (pt_regs, an indirect CFA, the end of the stack)
+and ftrace's trampolines are not planned.
+
 Only rows that the engine accepted first time are planned: when a source
 before it failed or was rejected (which depends on registers and memory,
 not on the pc), the next frame at that pc may go differently. Plans are
@@ -147,17 +153,27 @@ class PlanCache:
         """Keep the engine's accepted outcome as a plan when replaying it is safe (see the module doc);
         the plan, or None when it is not planned."""
         evidence = outcome.evidence
-        if (outcome.source not in PLANNED_SOURCES or outcome.outermost or outcome.signal_frame
-                or evidence is None or not isinstance(evidence.rule, Row)
+        row = _planned_row(outcome)
+        if (row is None or outcome.outermost or outcome.signal_frame
                 or any(a.outcome != AttemptStatus.NOT_APPLICABLE for a in attempts)
                 or (outcome.source == ANALYSIS and evidence.entry.get("start_by") not in PC_STARTS)):
             return None
         start = evidence.entry.get("start", lookup_pc)
-        fast = compile_row(evidence.rule, evidence.arch) if evidence.arch is not None else None
+        fast = compile_row(row, evidence.arch) if evidence.arch is not None else None
         if fast is not None and not fast.whole_file:
             fast = None             # replay (the evaluator) applies it
-        return self.entries.put((lookup_pc, exact_pc), ReplayPlan(outcome.source, evidence.rule, start, exact_pc, fast,
+        return self.entries.put((lookup_pc, exact_pc), ReplayPlan(outcome.source, row, start, exact_pc, fast,
                                                             outcome.source in AFTER_CALL_SOURCES))
+
+
+def _planned_row(outcome) -> Optional[Row]:
+    """The Row a plan replays: a planned source's row, or the row a rule that is no Row gives where
+    it is plain (ORC's CALL entries: plugin.strategies.orc.plain_row); else None."""
+    rule = getattr(outcome.evidence, "rule", None)
+    if isinstance(rule, Row):
+        return rule if outcome.source in PLANNED_SOURCES else None
+    row = getattr(rule, "row", None)
+    return row if isinstance(row, Row) else None
 
 
 def replay(plan: ReplayPlan, registers, ctx) -> Optional[Replay]:

@@ -67,7 +67,8 @@ SOURCES: Tuple[Source, ...] = (
     Source(Trust.EXIDX, SourceKind.TABLE, "ARM EHABI (.ARM.exidx/.ARM.extab)"),
     # GDB on Linux reads no .pdata (and has no objfile for an image a loader mapped): no gdb_sections
     Source(Trust.PDATA, SourceKind.TABLE, "Windows unwind data of PE images (.pdata/.xdata, x64 and ARM64)"),
-    Source(Trust.ORC, SourceKind.TABLE, "the Linux kernel's ORC tables (.orc_unwind_ip, .orc_unwind), in guest memory"),
+    Source(Trust.ORC, SourceKind.TABLE, "the Linux kernel's ORC tables (.orc_unwind_ip, .orc_unwind), in guest memory",
+           goes_before=(ModuleFormat.KERNEL, Trust.CFI)),    # the kernel's only tables: no other source to try first
     Source(Trust.ANALYSIS, SourceKind.PROOF, "the function's instructions, read from its start to pc",
            planned=True),
     Source(Trust.FRAME_POINTER, SourceKind.GUESS, "the frame-pointer chain"),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Mapping, Optional
 
+from plugin.errors import MemoryReadError
 from plugin.formats.orc import OrcEntry, OrcReg, OrcTable, OrcType
 
 MASK = 0xFFFFFFFFFFFFFFFF
@@ -36,7 +37,7 @@ PT_REGS = {"r15": 0, "r14": 8, "r13": 16, "r12": 24, "bp": 32, "bx": 40, "r11": 
            "r9": 64, "r8": 72, "ax": 80, "cx": 88, "dx": 96, "si": 104, "di": 112, "orig_ax": 120,
            "ip": 128, "cs": 136, "flags": 144, "sp": 152, "ss": 160}
 IRET_FRAME = {"ip": 0, "cs": 8, "flags": 16, "sp": 24, "ss": 32}
-_OTHER_BASES = {OrcReg.DX: "dx", OrcReg.DI: "di", OrcReg.R10: "r10", OrcReg.R13: "r13"}
+OTHER_BASES = {OrcReg.DX: "dx", OrcReg.DI: "di", OrcReg.R10: "r10", OrcReg.R13: "r13"}
 
 
 class Outcome(Enum):
@@ -72,16 +73,19 @@ class Step:
 
 
 ReadWord = Callable[[int], Optional[int]]
+READ_ERRORS = (MemoryReadError, OSError, ValueError, LookupError, RuntimeError)     # a word that cannot be read
 
 
 def word_reader(read: Callable[[int, int], bytes]) -> ReadWord:
-    """A ReadWord over read(address, size): None where read raises or returns short."""
+    """A ReadWord over read(address, size): None where read raises or returns short. Its `read`
+    attribute is READ itself (a pt_regs is read in one piece: _read_words)."""
     def read_word(address: int) -> Optional[int]:
         try:
             raw = read(address & MASK, 8)
-        except (OSError, ValueError, LookupError, RuntimeError):
+        except READ_ERRORS:
             return None
         return struct.unpack("<Q", raw)[0] if raw is not None and len(raw) == 8 else None
+    read_word.read = read
     return read_word
 
 
@@ -141,7 +145,7 @@ def _cfa(entry, frame, read_word, sp_indirect_v5_12):
         if word is None:
             return None, (Outcome.UNREADABLE, "cannot read the CFA's word at 0x%x" % at)
         return word, None
-    name = _OTHER_BASES.get(reg)
+    name = OTHER_BASES.get(reg)
     if name is not None and name in frame.others:
         return (frame.others[name] + offset) & MASK, None
     what = name or "base register %d" % reg
@@ -179,7 +183,19 @@ def _rule_words(entry, regs_address):
 
 
 def _read_words(read_word, base: int, layout: dict):
-    """{name: word} read at base + each offset of layout, or (address, name) of the first unreadable one."""
+    """{name: word} read at base + each offset of layout, or (address, name) of the first unreadable one.
+    In one read where the reader has one (word_reader's) and the words lie in one piece, else a word
+    at a time (which also finds the unreadable one)."""
+    read = getattr(read_word, "read", None)
+    size = max(layout.values()) + 8
+    if read is not None and size == 8 * len(layout) and base & MASK == base and base + size <= MASK:
+        try:
+            raw = read(base, size)
+        except READ_ERRORS:
+            raw = None
+        if raw is not None and len(raw) == size:
+            values = struct.unpack("<%dQ" % len(layout), raw)
+            return {name: values[offset // 8] for name, offset in layout.items()}
     words = {}
     for name, offset in layout.items():
         value = read_word(base + offset)

@@ -25,9 +25,12 @@ applied by plugin.formats.orc_rules, the kernel's unwind_next_frame:
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from plugin.errors import DecodeError, MemoryReadError
 from plugin.formats import orc, orc_rules
 from plugin.model.evidence import StepEvidence
+from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
 from plugin.modules.kernel import KERNEL_NAME, MODULE_AREA, ftrace_trampolines, orc_table
 from plugin.modules.module import ModuleFormat
@@ -39,7 +42,6 @@ SECTION = ".orc_unwind"
 # pt_regs' words (orc_rules.PT_REGS names) as x86-64 DWARF register numbers
 DWARF = {"ax": 0, "dx": 1, "cx": 2, "bx": 3, "si": 4, "di": 5, "bp": 6, "sp": 7, "r8": 8, "r9": 9,
          "r10": 10, "r11": 11, "r12": 12, "r13": 13, "r14": 14, "r15": 15, "ip": 16}
-BASES = ("dx", "di", "r10", "r13")      # the other registers an entry may take the CFA from
 ENDS = {orc_rules.Outcome.END_OF_STACK: "the entry marks the end of the stack",
         orc_rules.Outcome.USER_MODE: "user mode",
         orc_rules.Outcome.UNDEFINED: "the entry is undefined: the kernel's own unwinder stops here"}
@@ -112,7 +114,9 @@ def step(frame, ctx):
                                       FailureKind.NO_ENTRY)
     arch = ctx.arch
     regs = frame.registers
-    others = {name: regs[DWARF[name]] for name in BASES if DWARF[name] in regs}
+    # the other bases only where the entry takes the CFA from one (each is a register read in GDB)
+    base = orc_rules.OTHER_BASES.get(entry.sp_reg)
+    others = {base: regs[DWARF[base]]} if base is not None and DWARF[base] in regs else {}
     start = orc_rules.Frame(regs.get(arch.pc, frame.pc), regs.get(arch.sp, 0), regs.get(arch.fp, 0),
                             exact=frame.exact_pc, others=others)
     if arch.sp not in regs or (arch.fp not in regs and entry.bp_reg == orc.OrcReg.BP):
@@ -122,6 +126,7 @@ def step(frame, ctx):
     evidence = _evidence(entry, tables, pc, result, arch)
     if moved is not None:
         evidence.notes.insert(0, moved[2])
+        evidence.rule = OrcRule(entry, evidence.rule.end)     # no plan: a trampoline lasts no longer than a stop
     if result.outcome in ENDS:
         evidence.notes.append(result.reason)
         return Outcome(AttemptStatus.RECOVERED, SOURCE, "ORC entry %d (%s): %s"
@@ -168,14 +173,15 @@ def _evidence(entry, tables, pc, result, arch):
     if facts is None:
         if len(tables._facts) >= orc.MEMO_SIZE:
             tables._facts.clear()
+        end = _next_ip(table, entry)
         facts = tables._facts[entry.index] = (entry_json(entry, table, found_by, location),
                                               "ORC entry %d at 0x%x: %s" % (entry.index, entry.ip, orc.entry_text(entry)),
-                                              _next_ip(table, entry))
+                                              OrcRule(entry, end, plain_row(entry, end, arch)))
     evidence = StepEvidence(
         source=SOURCE, found_by="ORC .orc_unwind", lookup_pc=pc, module=module.name, section=SECTION,
         section_address=location.address, entry=dict(facts[0]), arch=arch, cfa=result.cfa,
         notes=[facts[1]] + list(layout_notes))
-    evidence.rule = OrcRule(entry, facts[2])
+    evidence.rule = facts[2]
     evidence.stack_switch = entry.sp_reg in (orc.OrcReg.SP_INDIRECT, orc.OrcReg.BP_INDIRECT) \
         or result.outcome is orc_rules.Outcome.INTERRUPTED
     return evidence
@@ -189,22 +195,40 @@ def _next_ip(table, entry):
 
 
 def entry_json(entry, table, found_by, location) -> dict:
-    """The entry for explanations and JSON: its index, ip, type and rules, and how it was found."""
+    """The entry for explanations and JSON: its index, ip, type and rules, and how it was found;
+    start: where the code it covers starts (its ip), the frame id's start in GDB."""
     return {"index": entry.index, "ip": entry.ip, "type": entry.type.value,
             "cfa": orc.reg_text(entry.sp_reg, entry.sp_offset),
             "bp": "unchanged" if entry.bp_reg == orc.OrcReg.UNDEFINED else orc.reg_text(entry.bp_reg, entry.bp_offset),
             "signal": entry.signal, "end": entry.end, "flags": entry.flags,
             "layout": table.layout.value, "layout_by": found_by.value, "entries": table.count,
-            "found_via": "%s; binary search of %d ips" % (location.found_by, table.count)}
+            "found_via": "%s; binary search of %d ips" % (location.found_by, table.count), "start": entry.ip}
+
+
+def plain_row(entry, end, arch) -> Optional[Row]:
+    """A CALL entry whose CFA is sp or bp plus an offset and whose bp is unchanged or saved at
+    the CFA, as the Row it amounts to (CFA = sp/bp + offset, rip = [CFA-8], rsp = CFA, rbp =
+    [CFA+offset]): what a per-pc plan replays (plugin/plans.py). None for every other entry
+    (pt_regs, an indirect CFA, the end of the stack, a CALL entry an exception left: exact pc)."""
+    if entry.type is not orc.OrcType.CALL or entry.signal or entry.sp_reg not in (orc.OrcReg.SP, orc.OrcReg.BP) \
+            or entry.bp_reg not in (orc.OrcReg.UNDEFINED, orc.OrcReg.PREV_SP):
+        return None
+    base = arch.sp if entry.sp_reg == orc.OrcReg.SP else arch.fp
+    registers = {arch.pc: Rule(RuleKind.OFFSET, offset=-8)}
+    if entry.bp_reg == orc.OrcReg.PREV_SP:
+        registers[arch.fp] = Rule(RuleKind.OFFSET, offset=entry.bp_offset)
+    return Row(entry.ip, CfaRule(CfaKind.REGISTER, register=base, offset=entry.sp_offset), registers, end)
 
 
 class OrcRule:
-    """The entry as the evidence's rule: what `unwind explain` prints as the row in force."""
+    """The entry as the evidence's rule: what `unwind explain` prints as the row in force; row: the
+    Row a plain entry amounts to (plain_row), else None."""
     registers: dict = {}        # no CFI-like register rules (explain orders reads by them)
 
-    def __init__(self, entry, end=None):
+    def __init__(self, entry, end=None, row=None):
         self.entry = entry
         self.address, self.end = entry.ip, end
+        self.row = row
 
     def text(self, arch=None) -> str:
         return "ORC %s" % orc.entry_text(self.entry)

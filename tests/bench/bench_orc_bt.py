@@ -6,9 +6,11 @@ Boots Debian's kernel as tests/realworld/test_orc_qemu.py does (TCG, nokaslr, sy
 kallsyms), stops at the first timer tick that interrupted the kernel after the initramfs's
 marker (the deepest stop of that test: the tick's handler on the IRQ stack, the interrupted
 syscall below it), and times `bt` there with the plugin loaded (its unwinders and its frame
-filter) and with all three disabled (GDB alone), alternating, GDB's frame cache dropped before
-each. Prints the frames each gives and the median wall time of R rounds, and the first (cold)
-round of each: the plugin's tables are read over the gdbstub then, and kept afterwards.
+filter), with all three disabled (GDB alone), with its unwinders but not its frame filter (GDB's
+own printing, which ends with an error), and GDB alone printed through a Python frame filter that
+changes nothing, alternating, GDB's frame cache dropped before each. Prints the frames each gives
+and the median wall time of R rounds, and the first (cold) round of each: the plugin's tables are
+read over the gdbstub then, and kept afterwards. --profile: cProfile of 20 warm bts inside GDB.
 """
 
 import argparse
@@ -24,24 +26,32 @@ import test_orc_qemu as qemu  # noqa: E402
 
 INSIDE_GDB = r'''
 import gdb, json, statistics, time
+from gdb.FrameDecorator import FrameDecorator
 state = gdb._unwind_plugin_state
+class PassThrough:
+    """GDB alone printing through a Python frame filter that changes nothing (the "filter" row)."""
+    name, priority, enabled = "bench-pass-through", 0, False
+    def filter(self, frame_iter):
+        return (FrameDecorator(frame.inferior_frame()) for frame in frame_iter)
+passing = gdb.frame_filters[PassThrough.name] = PassThrough()
 def plugin(on):
-    state.unwinder.enabled = state.kernel_frames.enabled = on
-    state.kernel_end.enabled = on
+    state.unwinder.enabled = state.kernel_frames.enabled = on in (True, "unwinders")
+    state.kernel_end.enabled = on is True       # "unwinders": the plugin's unwinders without its frame filter
+    passing.enabled = on == "filter"
 def timed():
     gdb.invalidate_cached_frames()
     start = time.perf_counter()
-    out = gdb.execute("bt", to_string=True)
+    try:
+        out = gdb.execute("bt", to_string=True)
+    except gdb.error as exc:        # GDB alone, or without the frame filter, may end its bt with an error
+        return time.perf_counter() - start, str(exc)
     return time.perf_counter() - start, sum(1 for line in out.splitlines() if line.startswith("#"))
-times = {True: [], False: []}
+times = {True: [], False: [], "unwinders": [], "filter": []}
 frames = {}
 for _ in range(%(rounds)d):
-    for on in (True, False):
+    for on in (True, False, "unwinders", "filter"):
         plugin(on)
-        try:
-            seconds, count = timed()
-        except gdb.error as exc:        # GDB alone may end its bt with an error
-            seconds, count = float("nan"), str(exc)
+        seconds, count = timed()
         times[on].append(seconds)
         frames[on] = count
 plugin(True)
@@ -54,11 +64,16 @@ if %(profile)d:
     profile.disable()
     report = io.StringIO()
     pstats.Stats(profile, stream=report).sort_stats("tottime").print_stats(25)
+    pstats.Stats(profile, stream=report).sort_stats("cumulative").print_stats(40)
     print("PROFILE-START\n" + report.getvalue() + "PROFILE-END")
 print("BENCH " + json.dumps({"plugin": {"frames": frames[True], "cold": times[True][0],
                                         "median": statistics.median(times[True][1:] or times[True])},
                              "gdb": {"frames": frames[False], "cold": times[False][0],
-                                     "median": statistics.median(times[False][1:] or times[False])}}))
+                                     "median": statistics.median(times[False][1:] or times[False])},
+                             "unwinders": {"frames": frames["unwinders"], "cold": times["unwinders"][0],
+                                           "median": statistics.median(times["unwinders"][1:] or times["unwinders"])},
+                             "filter": {"frames": frames["filter"], "cold": times["filter"][0],
+                                        "median": statistics.median(times["filter"][1:] or times["filter"])}}))
 '''
 
 
@@ -87,11 +102,14 @@ def main():
     result = json.loads(found[0][6:])
     plugin, alone = result["plugin"], result["gdb"]
     print("kernel %s, timer-tick stop, %d rounds" % (args.release, args.rounds))
-    for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone)):
+    for label, row in (("GDB + plugin", plugin), ("GDB alone   ", alone), ("no filter   ", result["unwinders"]),
+                       ("pass filter ", result["filter"])):
         per_frame = row["median"] / row["frames"] * 1000 if isinstance(row["frames"], int) and row["frames"] else 0
         print("  %s: %s frames, median %.2f ms (%.2f ms a frame), cold %.2f ms"
               % (label, row["frames"], row["median"] * 1000, per_frame, row["cold"] * 1000))
     print("  ratio of the medians: %.1f (GDB alone stops after its first frames)" % (plugin["median"] / alone["median"]))
+    print("  (no filter: the plugin's unwinders without its frame filter, GDB's own printing: bt ends with an error;"
+          " pass filter: GDB alone, printed through a Python frame filter that changes nothing)")
 
 
 if __name__ == "__main__":

@@ -175,3 +175,57 @@ def test_find_over_many_pages_equals_bisect_and_repeats_read_nothing():
     orc_table._read = None      # a memory read now raises
     assert [orc_table.find(pc) for pc in pcs[:20]] == [bisect.bisect_right(ips, pc) - 1 if pc >= ips[0] else None
                                                        for pc in pcs[:20]]
+
+
+def test_a_plain_call_entrys_row_gives_what_the_orc_rules_give():
+    """plain_row (what the GDB unwinder's per-pc plans replay) against orc_rules.apply: the same CFA,
+    caller pc, sp and bp, by the engine's evaluator and by the plans' FastRow; entries that are no
+    plain row (pt_regs, an indirect CFA, the end of the stack, an exception's CALL) give none."""
+    from plugin.arch.x86_64 import ARCH
+    from plugin.plans import compile_row, evaluate_fast
+    from plugin.strategies.evaluate import evaluate_row
+    from plugin.strategies.orc import plain_row
+    sp, bp = 0x7000, 0x8000
+    words = {address: 0x100000 + address for address in range(0x6f00, 0x8100, 8)}
+    read = lambda address, size: b"".join(struct.pack("<Q", words[a]) for a in range(address, address + size, 8))  # noqa: E731
+    registers = {ARCH.pc: 0x1001, ARCH.sp: sp, ARCH.fp: bp, 3: 0x33}      # rbx: kept
+    for sp_reg, sp_offset, bp_reg, bp_offset in [(OrcReg.SP, 8, OrcReg.UNDEFINED, 0), (OrcReg.SP, 16, OrcReg.PREV_SP, -16),
+                                                 (OrcReg.BP, 16, OrcReg.PREV_SP, -16), (OrcReg.SP, 0x48, OrcReg.UNDEFINED, 0)]:
+        e = entry(sp_reg, sp_offset, bp_reg, bp_offset, 2)
+        truth = apply(e, Frame(0x1001, sp, bp, exact=False), word_reader(read))
+        assert truth.outcome is Outcome.CALLER
+        row = plain_row(e, 0x1010, ARCH)
+        result = evaluate_row(row, ARCH, registers, read)
+        cfa, fast = evaluate_fast(compile_row(row, ARCH), ARCH, registers, read)
+        assert result.cfa == cfa == truth.cfa, (e, result.cfa, truth.cfa)
+        for caller in (result.registers, fast):
+            assert (caller[ARCH.pc], caller[ARCH.sp], caller[ARCH.fp], caller[3]) == \
+                (truth.caller.pc, truth.caller.sp, truth.caller.bp, 0x33), e
+    for sp_reg, bp_reg, type_bits in [(OrcReg.SP, OrcReg.UNDEFINED, 1), (OrcReg.SP_INDIRECT, OrcReg.UNDEFINED, 2),
+                                      (OrcReg.BP_INDIRECT, OrcReg.BP, 2), (OrcReg.SP, OrcReg.BP, 2),
+                                      (OrcReg.R10, OrcReg.UNDEFINED, 2), (OrcReg.SP, OrcReg.UNDEFINED, 3)]:
+        assert plain_row(entry(sp_reg, 8, bp_reg, 0, type_bits), None, ARCH) is None, (sp_reg, bp_reg, type_bits)
+    assert plain_row(entry(OrcReg.UNDEFINED, 0, OrcReg.UNDEFINED, 0, 0), None, ARCH) is None
+
+
+def test_a_pt_regs_is_read_in_one_piece_and_an_unreadable_word_is_named():
+    """word_reader's pt_regs in one read gives the words read one by one; where one word cannot be
+    read (the target's MemoryReadError), the step says which, with no exception."""
+    from plugin.errors import MemoryReadError
+    sp = 0x7000
+    words = {sp + offset: 0x100 + offset for offset in PT_REGS.values()}
+    words[sp + PT_REGS["cs"]] = 0x10
+    reads = []
+
+    def read(address, size):
+        reads.append(size)
+        if any(a not in words for a in range(address, address + size, 8)):
+            raise MemoryReadError(address, size)
+        return b"".join(struct.pack("<Q", words[a]) for a in range(address, address + size, 8))
+    regs = entry(OrcReg.SP, 0, OrcReg.UNDEFINED, 0, 3)
+    whole = apply(regs, Frame(1, sp, 9), word_reader(read))
+    assert reads == [8 * len(PT_REGS)]
+    assert whole == apply(regs, Frame(1, sp, 9), memory(words))     # word by word
+    del words[sp + PT_REGS["flags"]]
+    s = apply(regs, Frame(1, sp, 9), word_reader(read))
+    assert s.outcome is Outcome.UNREADABLE and s.reason == "cannot read pt_regs.flags at 0x%x" % (sp + PT_REGS["flags"])

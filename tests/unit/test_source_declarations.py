@@ -41,8 +41,8 @@ def test_found_by_words_and_kinds_are_declared_once():
     assert settings.is_guess("scan") and not settings.is_guess("cfi")
 
 
-def test_the_mach_o_order_is_declared_with_compact():
-    assert settings.GOES_BEFORE == (("compact", "macho", "cfi"),)
+def test_the_mach_o_and_kernel_orders_are_declared_with_their_sources():
+    assert settings.GOES_BEFORE == (("compact", "macho", "cfi"), ("orc", "kernel", "cfi"))
 
 
 def test_a_rule_shows_its_expression_disassembled_once_formats_are_loaded():
