@@ -43,6 +43,7 @@ from plugin.strategies import orc
 
 from .compat import FrameId, pending_level
 from .registers import PendingRegisters
+from .stack_end import FIRST, frames_until
 
 NAME = "unwind-plugin-kernel"
 END_NAME = "unwind-plugin-kernel-end"
@@ -186,18 +187,12 @@ class KernelFrames(Unwinder):
 class KernelEnd:
     """GDB frame filter: `bt`'s frames end at the one KernelFrames proved outermost (the end of the
     kernel stack, a pt_regs from user mode), not at GDB's error unwinding past it. Enabled only
-    where a kernel is among the modules, so a process's `bt` keeps GDB's own printing.
-
-    It walks the frames itself from the newest (gdb.FrameIterator asks for a frame's older one
-    before it hands the frame out, which past the last frame raises the error), so it runs first
-    (the highest priority) and leaves the iterator it is given unused; other filters apply to its
-    frames. Each frame is named as GDB's own bt names it (gdb.Frame.name(): a caller by its pc - 1),
-    not by FrameDecorator's default (a symbol-less frame by its pc: a return address at the end of a
-    .cold part would name the next function)."""
+    where a kernel is among the modules, so a process's `bt` keeps GDB's own printing. It runs
+    first (the highest priority) and walks the frames itself (stack_end.frames_until)."""
 
     def __init__(self, frames: KernelFrames):
         self.name = END_NAME
-        self.priority = 1 << 30
+        self.priority = FIRST
         self.frames = frames
         self.wanted = True      # `disable frame-filter global unwind-plugin-kernel-end` sets False
 
@@ -210,40 +205,15 @@ class KernelEnd:
         self.wanted = bool(value)
 
     def filter(self, frame_iter):
-        return self._until_outermost(gdb.newest_frame())
+        newest, outermost = gdb.newest_frame(), self.frames.proved_outermost()
 
-    def _until_outermost(self, frame):
-        from gdb.FrameDecorator import FrameDecorator
-
-        class Named(FrameDecorator):
-            def function(self):
-                inferior_frame = self.inferior_frame()
-                return inferior_frame.name() or "??"        # no name (GDB's frame-filter printing leaves it empty)
-
-        newest, outermost = True, self.frames.proved_outermost()
-        while frame is not None:
+        def ends_here(frame, pc):
+            at_newest = frame == newest
+            if not (at_newest or any(pc == proved for proved, _ in outermost)):
+                return False        # rsp read only where the stack may end
             try:
-                pc = frame.pc()
+                sp = int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
             except gdb.error:
-                return      # a frame with no pc: its callee saved none, the way KernelFrames ends a stack
-            yield Named(frame)
-            if newest or any(pc == proved for proved, _ in outermost):     # rsp read only where it may end here
-                try:
-                    sp = int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
-                except gdb.error:
-                    sp = None
-                if sp is not None and ((pc, sp) in outermost or newest and self.frames.newest_is_outermost(frame)):
-                    return      # not asking GDB for the frame past it
-            newest = False
-            try:
-                frame = frame.older()
-            except gdb.error:
-                # GDB made the older frame, then looked past it (frame_info_to_frame_object asks for its
-                # caller) and failed there: the frame's caller is now noted as absent, so asking again
-                # gives the frame. A second error is the walk's own: said as GDB's bt says an end, not
-                # raised (GDB would print a Python exception).
-                try:
-                    frame = frame.older()
-                except gdb.error as exc:
-                    gdb.write("Backtrace stopped: %s\n" % exc)
-                    return
+                return False
+            return (pc, sp) in outermost or at_newest and self.frames.newest_is_outermost(frame)
+        return frames_until(newest, ends_here)

@@ -21,7 +21,7 @@ and whose entry code no table GDB reads covers.
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, Tuple
 
 import gdb
 
@@ -31,8 +31,8 @@ END_NAME = "unwind-plugin-program-end"
 FIRST = 1 << 30         # frame filters run from the highest priority: the end comes before other filters
 
 
-def frames_until(frame, is_end: Callable[[object], bool]) -> Iterator:
-    """GDB's frames from `frame` to the first one is_end(frame) accepts (or GDB's last), each named
+def frames_until(frame, is_end: Callable[[object, int], bool]) -> Iterator:
+    """GDB's frames from `frame` to the first one is_end(frame, its pc) accepts (or GDB's last), each named
     as GDB's own bt names it (gdb.Frame.name(): a caller by its pc - 1), not as FrameDecorator's
     default names a frame without a symbol (by its pc: a return address at the end of a .cold part
     would name the next function). It walks the frames itself, from the newest: gdb.FrameIterator
@@ -46,11 +46,11 @@ def frames_until(frame, is_end: Callable[[object], bool]) -> Iterator:
 
     while frame is not None:
         try:
-            frame.pc()
+            pc = frame.pc()
         except gdb.error:
             return      # a frame with no pc: its callee saved none (the way KernelFrames ends a stack)
         yield Named(frame)
-        if is_end(frame):
+        if is_end(frame, pc):
             return      # not asking GDB for the frame past it
         try:
             frame = frame.older()
@@ -90,7 +90,7 @@ class ProgramEnd:
         ends = self.ends()
         if not ends:
             return frame_iter
-        return frames_until(gdb.newest_frame(), lambda frame: _returns_to(frame, ends))
+        return frames_until(gdb.newest_frame(), lambda frame, pc: pc in ends and _a_callers(frame))
 
     def ends(self) -> Tuple[int, ...]:
         """The return addresses of the first call of the program's and of its dynamic loader's
@@ -160,11 +160,9 @@ def _gdb_names(address: int) -> bool:
     return not text.startswith("No symbol") and " + " not in text.split(" in section")[0]
 
 
-def _returns_to(frame, ends: Tuple[int, ...]) -> bool:
-    """Is frame a caller frame whose pc is one of `ends` (not the innermost, nor one a signal interrupted)?"""
+def _a_callers(frame) -> bool:
+    """Is frame a caller frame (not the innermost, nor one a signal interrupted: their pc is exact)?"""
     try:
-        if frame.pc() not in ends:
-            return False
         newer = frame.newer()       # (gdb.Frame.level() is GDB 11's)
         return newer is not None and newer.type() == gdb.NORMAL_FRAME
     except gdb.error:
