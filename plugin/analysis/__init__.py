@@ -83,6 +83,24 @@ def is_noreturn_name(name: str) -> bool:
     return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)
 
 
+class AddressSet:
+    """A set of code addresses as one bit per byte, in 4 KiB pages (a module's instruction
+    starts: a bit each instead of a Python int in a set)."""
+
+    def __init__(self):
+        self._pages: Dict[int, bytearray] = {}
+
+    def add(self, address: int) -> None:
+        page = self._pages.get(address >> 12)
+        if page is None:
+            page = self._pages[address >> 12] = bytearray(512)
+        page[(address & 0xfff) >> 3] |= 1 << (address & 7)
+
+    def __contains__(self, address: int) -> bool:
+        page = self._pages.get(address >> 12)
+        return page is not None and bool(page[(address & 0xfff) >> 3] & (1 << (address & 7)))
+
+
 class CodeAnalysis:
     """The instruction analysis of one module's functions.
 
@@ -105,6 +123,7 @@ class CodeAnalysis:
         self._decode = self.facts.decode_thumb if thumb else self.facts.decode
         self._cs = capstone.Cs(getattr(capstone, cs_arch), getattr(capstone, cs_mode))
         self._decoded: Dict[int, object] = {}
+        self._dropped = AddressSet()        # addresses decoded once whose Insn was dropped (drop_decoded)
         self.functions = {start: end for start, end in functions}
         self.symbol = symbol
         self.got_names = got_names or {}
@@ -151,6 +170,24 @@ class CodeAnalysis:
             if found[0] not in cache:
                 cache[found[0]] = decode(*found)
 
+    def is_decoded(self, address: int) -> bool:
+        """Was an instruction decoded at address (by a sweep, or on demand), kept or dropped since?"""
+        return address in self._decoded or address in self._dropped
+
+    def drop_decoded(self, start: int, end: int) -> None:
+        """Drop the instructions a linear sweep of [start, end) decoded (memory: a checked function's
+        code is decoded again only if asked for), remembering where they were (is_decoded). Thumb
+        code is kept: capstone decodes an IT block's instructions right only in one sweep."""
+        if self.thumb:
+            return
+        address = start
+        while address < end:
+            insn = self._decoded.pop(address, None)
+            if insn is None:
+                return
+            self._dropped.add(address)
+            address = insn.end
+
     # -- functions --
 
     def function(self, start: int, end: Optional[int] = None) -> FunctionAnalysis:
@@ -163,7 +200,7 @@ class CodeAnalysis:
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
             seeds = continuation_seeds(seeds, self._seeds[start], start)
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
-                            is_boundary=self._decoded.__contains__, callee=self._callee,
+                            is_boundary=self.is_decoded, callee=self._callee,
                             in_part=self._part_instruction)
         self._busy.append(start)
         try:
@@ -228,6 +265,8 @@ class CodeAnalysis:
             first = next(iter(result.states))
             result.states = {first: result.states[first]}
             result.insns = {}
+        if result is not None:
+            self.drop_decoded(start, result.end)
         if result is not None and self.entry_states:
             self.continuation_exits(result)     # all analyse_continuations() reads of the exits
             result.exits, result.exit_slots = [], {}
@@ -251,7 +290,7 @@ class CodeAnalysis:
         if part not in self._swept:
             self._swept.add(part)
             self.decode_range(part, self.functions.get(part, part + 1))
-        return address in self._decoded
+        return self.is_decoded(address)
 
     def continuation_exits(self, result: FunctionAnalysis) -> List[Tuple[int, int, object, object, int]]:
         """[(part, target, state, key, jump)]: the jumps of result into a part with the frame still set up,

@@ -112,12 +112,21 @@ def evaluate(expr, state: State):
     return unknown(expr[1] if len(expr) > 1 and isinstance(expr[1], str) else "not followed")
 
 
-def apply(insn: Insn, state: State, sp: int) -> State:
-    out = state.copy()
-    if not insn.flags_kept and BOUND_PENDING in out.regs:
+def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
+    """The state after insn. share: the result may be `state` itself (an instruction without effects),
+    or hold the same stack-slot dict (one that stores nothing): for callers that never change a state
+    in place once made (the worklist; join makes new states)."""
+    pending = not insn.flags_kept and BOUND_PENDING in state.regs
+    if share and not insn.effects and not pending:
+        return state
+    out = State(dict(state.regs), state.mem if share else dict(state.mem), state.word)
+    own_mem = not share
+    if pending:
         drop_pending(out, insn)         # the flags a compare set are overwritten before its branch
+    temporaries = False
     for effect in insn.effects:
         if effect[0] == "set":
+            temporaries = temporaries or effect[1] < 0
             value = evaluate(effect[2], out)
             if effect[1] == sp and value[0] not in (Kind.STACK, Kind.UNKNOWN):
                 value = unknown("%s sets the stack pointer to a value the analysis does not know"
@@ -127,9 +136,12 @@ def apply(insn: Insn, state: State, sp: int) -> State:
             if compared is not None and compared[1] == effect[1] and effect[1] != BOUND_OF:
                 out.regs[BOUND_OF] = UNCOMPARED      # the compared register changed: the bound is gone
         else:
+            if not own_mem:
+                out.mem, own_mem = dict(out.mem), True
             out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
-    for temporary in [r for r in out.regs if r < 0]:
-        del out.regs[temporary]
+    if temporaries:                     # the registers an instruction uses on its way (negative numbers)
+        for temporary in [r for r in out.regs if r < 0]:
+            del out.regs[temporary]
     return out
 
 
@@ -152,6 +164,7 @@ class Analyser:
     def run(self, start: int, end: int, seeds: List[Tuple[int, State]], pads=()) -> FunctionAnalysis:
         """pads: [(call-site start, end, landing pad)] from the function's LSDA."""
         result = FunctionAnalysis(start, end, {}, {})
+        self._followed: Dict[int, State] = {}     # address -> the state its successors were last given
         visits: Dict[int, int] = {}
         work = []
         for address, state in seeds:
@@ -183,11 +196,13 @@ class Analyser:
 
     def _drain(self, result, visits, work):
         facts = self.facts
+        followed = self._followed
         while work:
             address = work.pop()
             state = result.states.get(address)
-            if state is None:
-                continue
+            if state is None or followed.get(address) is state:
+                continue        # the same state followed again would give its successors nothing new
+            followed[address] = state
             insn = result.insns.get(address)
             if insn is None:
                 insn = self.decode_at(address)
@@ -196,7 +211,7 @@ class Analyser:
                     del result.states[address]
                     continue
                 result.insns[address] = insn
-            after = apply(insn, state, facts.SP)
+            after = apply(insn, state, facts.SP, share=True)
             for target, out in self._successors(result, insn, after):
                 if result.start <= target < result.end:
                     self._merge(result, visits, work, target, out)
