@@ -21,6 +21,7 @@ import bisect
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from plugin.analysis import aarch64, arm, i386, landing, x86_64
+from plugin.analysis.addresses import ByteMap
 from plugin.analysis.calls import MAX_NESTING, NORETURN_NAMES, CallFacts, is_noreturn_name  # noqa: F401
 from plugin.analysis.flow import Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
@@ -63,24 +64,6 @@ def continuation_seeds(entries, jumps, start):
     return entries + list(jumps)
 
 
-class AddressSet:
-    """A set of code addresses as one bit per byte, in 4 KiB pages (a module's instruction
-    starts: a bit each instead of a Python int in a set)."""
-
-    def __init__(self):
-        self._pages: Dict[int, bytearray] = {}
-
-    def add(self, address: int) -> None:
-        page = self._pages.get(address >> 12)
-        if page is None:
-            page = self._pages[address >> 12] = bytearray(512)
-        page[(address & 0xfff) >> 3] |= 1 << (address & 7)
-
-    def __contains__(self, address: int) -> bool:
-        page = self._pages.get(address >> 12)
-        return page is not None and bool(page[(address & 0xfff) >> 3] & (1 << (address & 7)))
-
-
 class CodeAnalysis(CallFacts):
     """The instruction analysis of one module's functions.
 
@@ -103,7 +86,7 @@ class CodeAnalysis(CallFacts):
         self._decode = self.facts.decode_thumb if thumb else self.facts.decode
         self._cs = capstone.Cs(getattr(capstone, cs_arch), getattr(capstone, cs_mode))
         self._decoded: Dict[int, object] = {}
-        self._dropped = AddressSet()        # addresses decoded once whose Insn was dropped (drop_decoded)
+        self._dropped = ByteMap()           # 1 where an Insn decoded once was dropped (drop_decoded)
         self.functions = {start: end for start, end in functions}
         self.symbol = symbol
         self.got_names = got_names or {}
@@ -165,7 +148,7 @@ class CodeAnalysis(CallFacts):
             insn = self._decoded.pop(address, None)
             if insn is None:
                 return
-            self._dropped.add(address)
+            self._dropped.set(address, 1)
             address = insn.end
 
     # -- functions --

@@ -15,7 +15,8 @@ from typing import Dict, Optional
 
 from plugin.analysis import noreturn, probes
 from plugin.analysis.flow import NO_CALLEE, Callee
-from plugin.analysis.ops import Flow
+from plugin.analysis.addresses import ByteMap
+from plugin.analysis.ops import Flow, Insn
 
 # Functions that never return, by symbol name (C library, C++ runtime, CPython).
 NORETURN_NAMES = frozenset((
@@ -70,21 +71,27 @@ class CallFacts:
                 self.decode_range(start, end)
             decode_at = self.decode_at
         else:
-            flow_only: Dict[int, object] = {}
+            flow_only: Dict[int, object] = {}      # the jumps, calls and returns
+            sizes = ByteMap()                       # every instruction's size (memory: not an Insn each)
             for start, end in sorted(self.functions.items()):
                 try:
                     code = self.read(start, end - start)
                 except Exception:
                     continue
                 for found in self._cs.disasm_lite(code, start):
-                    if found[0] not in flow_only:
-                        insn = flow_only[found[0]] = light(*found)
+                    if not sizes.get(found[0]):
+                        sizes.set(found[0], found[1])
+                        insn = light(*found)
                         if insn.text:           # a jump, call or return: decoded whole, kept for the analysis
+                            flow_only[found[0]] = insn
                             self._decoded.setdefault(found[0], insn)
 
             def decode_at(address):
                 insn = flow_only.get(address)
-                return insn if insn is not None else self.decode_at(address)
+                if insn is not None:
+                    return insn
+                size = sizes.get(address)
+                return Insn(address, size, "") if size else self.decode_at(address)
         module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
                                  self._slot_noreturn)
         self._noreturn.update(noreturn.decide(module))

@@ -174,9 +174,10 @@ def decode_flow(d: Dialect, address, size, mnemonic, op_str):
     """decode() where only the control flow is asked for (plugin.analysis.noreturn): an instruction
     that is not a jump, call, return or stop is a plain Insn that falls through."""
     bare = mnemonic
-    for prefix in _PREFIXES:
-        if bare.startswith(prefix):
-            bare = bare[len(prefix):]
+    if " " in bare:                 # every prefix ends with a space
+        for prefix in _PREFIXES:
+            if bare.startswith(prefix):
+                bare = bare[len(prefix):]
     if bare.startswith(("j", "loop", "ret", "call")) or bare in _STOPS:
         return decode(d, address, size, mnemonic, op_str)
     return Insn(address, size, "")

@@ -292,6 +292,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
     result = analysis.function(start, end)
     report = FunctionReport(start, end, name)
     registers_of = {source: checked_registers(source, facts) for source in tables}
+    judged: Dict[str, tuple] = {}       # source -> (row, state, verdict) last judged
     address = start
     while address < end:
         insn = result.insns.get(address) or analysis.decode_at(address)
@@ -300,7 +301,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
             break
         report.instructions += 1
         state = result.states.get(address)
-        line = {"address": address, "instruction": insn.text, "sources": {}}
+        line = {"address": address, "instruction": insn.text, "sources": {}} if keep_detail else None
         if state is None:
             reason = result.gave_up.get(address)
             if reason is None:
@@ -311,7 +312,8 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                     continue
                 reason = "not reached from the function's entry"
             report.unknown[address] = reason
-            line["analysis"] = "unknown (%s)" % reason
+            if keep_detail:
+                line["analysis"] = "unknown (%s)" % reason
         else:
             cfa = arows.cfa_of(state, facts)
             if cfa is None:
@@ -321,13 +323,21 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
             if keep_detail:
                 line["analysis"] = arows.text(state, facts, arch)
             for source, row_at in tables.items():
-                summary = report.sources.setdefault(source, SourceSummary())
+                summary = report.sources.get(source)
+                if summary is None:
+                    summary = report.sources[source] = SourceSummary()
                 row = row_at(address)
                 if row is None:
                     summary.uncovered += 1
                     continue
                 registers = registers_of[source]
-                verdict = quick_verdict(row, state, facts, arch, registers, address)
+                last = judged.get(source)
+                if last is not None and last[0] is row and last[1] is state:
+                    verdict = last[2]               # the same row and the same state as the instruction before
+                else:
+                    verdict = quick_verdict(row, state, facts, arch, registers, address)
+                    if row.cfa.kind != CfaKind.EXPRESSION:      # an expression's verdict may depend on the pc
+                        judged[source] = (row, state, verdict)
                 if verdict == Verdict.WRONG and address in result.assumed:
                     verdict = Verdict.UNKNOWN       # reached only through an unresolved indirect jump
                 summary.checked += 1
