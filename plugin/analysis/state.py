@@ -36,6 +36,10 @@ class Kind(str, Enum):
     UNKNOWN = "unknown"
     INITIAL = "initial"    # the word a stack slot held at the pc a forward analysis starts from
 
+    # Hashed as the string it equals, in C (Enum's own __hash__ is Python code, and every value
+    # tuple holding a Kind is hashed where paths join): also what `==` with that string implies.
+    __hash__ = str.__hash__
+
 
 CFA = "cfa"                # the base of stack values relative to the canonical frame address
 
