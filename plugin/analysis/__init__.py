@@ -64,6 +64,14 @@ def continuation_seeds(entries, jumps, start):
     return entries + list(jumps)
 
 
+def frame_key(state) -> tuple:
+    """A state's registers and slots as one hashable tuple, equal exactly when the states are: each
+    dict's items in a canonical order (slot keys mix bases: sorted by their text). Far smaller than
+    frozensets: a module keeps one for every jump into a `.cold` part until the parts are settled."""
+    return (tuple(sorted(state.regs.items(), key=lambda item: item[0])),
+            tuple(sorted(state.mem.items(), key=lambda item: repr(item[0]))))
+
+
 class CodeAnalysis(CallFacts):
     """The instruction analysis of one module's functions.
 
@@ -264,7 +272,7 @@ class CodeAnalysis(CallFacts):
             for target, state in result.exits:
                 part = self.part_of(target)
                 if part is not None and part != result.start and not entry_like(state, self.facts):
-                    key = (target, frozenset(state.regs.items()), frozenset(state.mem.items()))
+                    key = (target, frame_key(state))
                     if key not in keys:
                         keys.add(key)
                         out.append((part, target, state, key, result.exit_jumps.get(target)))
