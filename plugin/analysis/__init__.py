@@ -12,35 +12,21 @@ a State into an unwind row.
 CodeAnalysis serves one module: it decodes lazily from the target's memory,
 decides which called functions never return (by name, through PLT stubs,
 and by analysing the callee), which are i386 pc thunks and how many
-argument bytes a callee's return pops, and analyses a function's `.cold` part with
-the frame of the jump that reaches it.
+argument bytes a callee's return pops (those decisions: plugin.analysis.calls), and
+analyses a function's `.cold` part with the frame of the jump that reaches it.
 """
 from __future__ import annotations
 
 import bisect
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from plugin.analysis import aarch64, arm, i386, landing, noreturn, probes, x86_64
-from plugin.analysis.flow import NO_CALLEE, Analyser, Callee, FunctionAnalysis, entry_like, entry_state
+from plugin.analysis import aarch64, arm, i386, landing, x86_64
+from plugin.analysis.addresses import ByteMap
+from plugin.analysis.calls import MAX_NESTING, NORETURN_NAMES, CallFacts, is_noreturn_name  # noqa: F401
+from plugin.analysis.flow import Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
 
 FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386, "arm": arm}
-
-# Functions that never return, by symbol name (C library, C++ runtime, CPython).
-NORETURN_NAMES = frozenset((
-    "abort", "exit", "_exit", "_Exit", "quick_exit", "__stack_chk_fail", "__stack_chk_fail_local",
-    "__assert_fail", "__assert_perror_fail", "__libc_fatal", "__fortify_fail", "__chk_fail",
-    "longjmp", "_longjmp", "siglongjmp", "__longjmp_chk", "__libc_longjmp", "__libc_siglongjmp",
-    "pthread_exit", "thrd_exit", "__cxa_throw", "__cxa_rethrow", "__cxa_bad_cast",
-    "__cxa_bad_typeid", "__cxa_pure_virtual", "__cxa_deleted_virtual",
-    "__cxa_throw_bad_array_new_length", "__cxa_call_unexpected", "__cxa_call_terminate",
-    "_Unwind_Resume", "err", "errx", "verr", "verrx", "_ZSt9terminatev", "_ZSt10unexpectedv",
-    "Py_FatalError", "_Py_FatalErrorFunc", "_Py_FatalErrorFormat", "_PyObject_AssertFailed",
-    "_dl_signal_error", "_dl_signal_exception", "_dl_fatal_printf", "__malloc_assert",
-    "__libc_start_main",
-))
-MAX_NESTING = 64                 # callees analysed to decide "does not return", one inside another
-MAX_RETURN_SWEEP = 256           # instructions of a callee read in order for its first return
 
 
 def supported(arch) -> bool:
@@ -78,12 +64,15 @@ def continuation_seeds(entries, jumps, start):
     return entries + list(jumps)
 
 
-def is_noreturn_name(name: str) -> bool:
-    name = name.split("@")[0]
-    return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)
+def frame_key(state) -> tuple:
+    """A state's registers and slots as one hashable tuple, equal exactly when the states are: each
+    dict's items in a canonical order (slot keys mix bases: sorted by their text). Far smaller than
+    frozensets: a module keeps one for every jump into a `.cold` part until the parts are settled."""
+    return (tuple(sorted(state.regs.items(), key=lambda item: item[0])),
+            tuple(sorted(state.mem.items(), key=lambda item: repr(item[0]))))
 
 
-class CodeAnalysis:
+class CodeAnalysis(CallFacts):
     """The instruction analysis of one module's functions.
 
     read(address, size) -> bytes reads code; functions is the sorted list of
@@ -105,6 +94,7 @@ class CodeAnalysis:
         self._decode = self.facts.decode_thumb if thumb else self.facts.decode
         self._cs = capstone.Cs(getattr(capstone, cs_arch), getattr(capstone, cs_mode))
         self._decoded: Dict[int, object] = {}
+        self._dropped = ByteMap()           # 1 where an Insn decoded once was dropped (drop_decoded)
         self.functions = {start: end for start, end in functions}
         self.symbol = symbol
         self.got_names = got_names or {}
@@ -151,6 +141,24 @@ class CodeAnalysis:
             if found[0] not in cache:
                 cache[found[0]] = decode(*found)
 
+    def is_decoded(self, address: int) -> bool:
+        """Was an instruction decoded at address (by a sweep, or on demand), kept or dropped since?"""
+        return address in self._decoded or address in self._dropped
+
+    def drop_decoded(self, start: int, end: int) -> None:
+        """Drop the instructions a linear sweep of [start, end) decoded (memory: a checked function's
+        code is decoded again only if asked for), remembering where they were (is_decoded). Thumb
+        code is kept: capstone decodes an IT block's instructions right only in one sweep."""
+        if self.thumb:
+            return
+        address = start
+        while address < end:
+            insn = self._decoded.pop(address, None)
+            if insn is None:
+                return
+            self._dropped.set(address, 1)
+            address = insn.end
+
     # -- functions --
 
     def function(self, start: int, end: Optional[int] = None) -> FunctionAnalysis:
@@ -163,7 +171,7 @@ class CodeAnalysis:
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
             seeds = continuation_seeds(seeds, self._seeds[start], start)
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
-                            is_boundary=self._decoded.__contains__, callee=self._callee,
+                            is_boundary=self.is_decoded, callee=self._callee,
                             in_part=self._part_instruction)
         self._busy.append(start)
         try:
@@ -228,6 +236,8 @@ class CodeAnalysis:
             first = next(iter(result.states))
             result.states = {first: result.states[first]}
             result.insns = {}
+        if result is not None:
+            self.drop_decoded(start, result.end)
         if result is not None and self.entry_states:
             self.continuation_exits(result)     # all analyse_continuations() reads of the exits
             result.exits, result.exit_slots = [], {}
@@ -251,7 +261,7 @@ class CodeAnalysis:
         if part not in self._swept:
             self._swept.add(part)
             self.decode_range(part, self.functions.get(part, part + 1))
-        return address in self._decoded
+        return self.is_decoded(address)
 
     def continuation_exits(self, result: FunctionAnalysis) -> List[Tuple[int, int, object, object, int]]:
         """[(part, target, state, key, jump)]: the jumps of result into a part with the frame still set up,
@@ -262,7 +272,7 @@ class CodeAnalysis:
             for target, state in result.exits:
                 part = self.part_of(target)
                 if part is not None and part != result.start and not entry_like(state, self.facts):
-                    key = (target, frozenset(state.regs.items()), frozenset(state.mem.items()))
+                    key = (target, frame_key(state))
                     if key not in keys:
                         keys.add(key)
                         out.append((part, target, state, key, result.exit_jumps.get(target)))
@@ -305,149 +315,3 @@ class CodeAnalysis:
     def is_continuation(self, start: int) -> bool:
         """True when the function at start is entered by jumps from another's frame (a .cold part)."""
         return start in self._seeds
-
-    # -- calls that do not return --
-
-    def _is_noreturn(self, insn) -> bool:
-        """Does the call `insn` never return? By its target's name or analysis, or its GOT slot's symbol."""
-        if insn.target is None:
-            if insn.through_memory and insn.indirect[1][0] == "addr":
-                name = self.got_names.get(insn.indirect[1][1])
-                return name is not None and is_noreturn_name(name)
-            return False
-        target = insn.target
-        found = self._noreturn.get(target)
-        if found is not None:
-            return found
-        answer = self._decide_noreturn(target)
-        self._noreturn[target] = answer
-        return answer
-
-    def decide_noreturn(self) -> None:
-        """Decide for every function of the module at once whether it returns (plugin.analysis.noreturn),
-        so that no answer depends on which function was analysed first; call after entry_states is set.
-        Where the architecture has a control-flow-only decoder, the instructions are decoded for this
-        pass alone (cheaper; `--jobs N` runs it before forking, the full decoding is spread after)."""
-        light = None if self.thumb else getattr(self.facts, "decode_flow", None)
-        if light is None:
-            for start, end in sorted(self.functions.items()):
-                self.decode_range(start, end)
-            decode_at = self.decode_at
-        else:
-            flow_only: Dict[int, object] = {}
-            for start, end in sorted(self.functions.items()):
-                try:
-                    code = self.read(start, end - start)
-                except Exception:
-                    continue
-                for found in self._cs.disasm_lite(code, start):
-                    if found[0] not in flow_only:
-                        insn = flow_only[found[0]] = light(*found)
-                        if insn.text:           # a jump, call or return: decoded whole, kept for the analysis
-                            self._decoded.setdefault(found[0], insn)
-
-            def decode_at(address):
-                insn = flow_only.get(address)
-                return insn if insn is not None else self.decode_at(address)
-        module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
-                                 self._slot_noreturn)
-        self._noreturn.update(noreturn.decide(module))
-        self._noreturn_decided = True
-
-    def _named_noreturn(self, target) -> Optional[bool]:
-        """Does the function at target never return, by its name (or its PLT stub's)? None: no name."""
-        name = self.symbol(target) if self.symbol else None
-        if name is None:
-            name = self._stub_name(target)
-        return None if name is None else is_noreturn_name(name)
-
-    def _slot_noreturn(self, slot) -> Optional[bool]:
-        name = self.got_names.get(slot)
-        return None if name is None else is_noreturn_name(name)
-
-    def _decide_noreturn(self, target):
-        named = self._named_noreturn(target)
-        if named is not None:
-            return named
-        if self._noreturn_decided:
-            return False            # not a function decide_noreturn() saw: assumed to return
-        if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
-            result = self.function(target)
-            return not result.returns and not result.unresolved and bool(result.states)
-        return False
-
-    def _stub_name(self, target):
-        """The symbol a PLT stub jumps to, through its GOT slot."""
-        address = target
-        for _ in range(2):
-            insn = self.decode_at(address)
-            if insn is None:
-                return None
-            if insn.flow == Flow.INDIRECT and insn.through_memory:
-                slot = insn.indirect[1]
-                if slot[0] == "addr":
-                    return self.got_names.get(slot[1])
-                return None
-            if insn.flow != Flow.NEXT or insn.effects:
-                return None
-            address = insn.end
-        return None
-
-    # -- what a returning call leaves behind --
-
-    def _callee(self, insn) -> Callee:
-        """A direct call's callee: a pc thunk (i386 PIC), or a function whose return pops arguments."""
-        target = insn.target
-        if target is not None and getattr(self.facts, "STACK_PROBES", ()):
-            probe = self._stack_probe(insn)
-            if probe is not None:
-                return probe
-        if target is None or not (self.facts.PC_THUNKS or self.facts.CALLEE_POPS):
-            return NO_CALLEE
-        found = self._callees.get(target)
-        if found is None:
-            found = self._callees[target] = self._decide_callee(target)
-        return found
-
-    def _decide_callee(self, target) -> Callee:
-        first = self.decode_at(target)
-        if first is None:
-            return NO_CALLEE
-        if self.facts.PC_THUNKS:
-            thunk = self.facts.pc_thunk(first, self.decode_at(first.end))
-            if thunk is not None:
-                return Callee(thunk=thunk)
-        if not self.facts.CALLEE_POPS:
-            return NO_CALLEE
-        if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
-            pops = self.function(target).pops
-            return Callee(popped=next(iter(pops))) if len(pops) == 1 else NO_CALLEE
-        # No known extent: the first return in the callee's code, read in order, says how it returns
-        # (padding after a jump ends the function: what follows is another one).
-        insn, jumped = first, False
-        for _ in range(MAX_RETURN_SWEEP):
-            if insn is None or insn.flow == Flow.STOP or (jumped and self.facts.is_padding(insn.text)):
-                return NO_CALLEE
-            if insn.flow == Flow.RET:
-                return Callee(popped=insn.popped) if insn.popped else NO_CALLEE
-            jumped = insn.flow in (Flow.JUMP, Flow.INDIRECT)
-            insn = self.decode_at(insn.end)
-        return NO_CALLEE
-
-    def _stack_probe(self, insn) -> Optional[Callee]:
-        """A Windows x64 stack probe (plugin.analysis.probes): named so by the module's symbols, or
-        proven by its code where the call is followed by `sub rsp, rax`. None: an ordinary call."""
-        target = insn.target
-        if target in self._probes:
-            return self._probes[target]
-        if target not in self._unnamed:
-            found = probes.by_name(self.facts, target, self.symbol(target) if self.symbol else None)
-            if found is not None:
-                self._probes[target] = found
-                return found
-            self._unnamed.add(target)
-        after = self.decode_at(insn.end)
-        if after is None or after.text not in probes.USES:
-            return None             # not decided here: a later call of the same target may be a probe's
-        found = self._probes[target] = probes.by_code(self.facts, target, self.decode_at, self.read)
-        return found

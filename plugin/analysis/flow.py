@@ -7,18 +7,18 @@ not return, hlt/ud2/brk, and jumps the analysis cannot follow. Jumps out of
 the function with the frame still set up are recorded as exits: they reach
 a part of the same function placed elsewhere (GCC's `.cold` parts), which
 the module driver then analyses with this state instead of an entry state.
+What one instruction does to a state is plugin.analysis.transfer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from plugin.analysis.bounds import (BOUND, BOUND_EXPRESSIONS, BOUND_OF, BOUND_PENDING,  # noqa: F401
-                                    MAX_TABLE_ENTRIES, UNCOMPARED, bounded_entries, branch_bound,
-                                    drop_pending)
+from plugin.analysis.bounds import (BOUND, BOUND_OF, BOUND_PENDING, MAX_TABLE_ENTRIES,  # noqa: F401
+                                    bounded_entries, branch_bound)
 from plugin.analysis.ops import Flow, Insn
-from plugin.analysis.state import (CFA, OTHER, Kind, State, addr, caller, join, plus, stack,
-                                   unknown)
+from plugin.analysis.state import OTHER, Kind, State, addr, join, plus, unknown
+from plugin.analysis.transfer import apply, entry_like, entry_state, evaluate  # noqa: F401
 
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
 CLOBBERED = unknown("clobbered by a call")
@@ -57,82 +57,6 @@ class Callee:
 NO_CALLEE = Callee()
 
 
-def entry_state(arch_facts) -> State:
-    regs = {arch_facts.SP: stack(CFA, arch_facts.ENTRY_SP)}
-    for number in arch_facts.CALLEE_SAVED:
-        regs[number] = caller(number)
-    if arch_facts.RA_REGISTER is not None:
-        regs[arch_facts.RA_REGISTER] = caller(arch_facts.RA_REGISTER)
-    mem = {(CFA, k): caller(r) for k, r in arch_facts.ENTRY_SLOTS.items()}
-    return State(regs, mem, arch_facts.POINTER_SIZE)
-
-
-def entry_like(state: State, arch_facts) -> bool:
-    """The frame is torn down: the stack pointer is where it was at entry."""
-    return state.reg(arch_facts.SP) == stack(CFA, arch_facts.ENTRY_SP)
-
-
-def evaluate(expr, state: State):
-    kind = expr[0]
-    if kind == "reg":
-        return state.reg(expr[1])
-    if kind == "add":
-        return plus(evaluate(expr[1], state), expr[2])
-    if kind == "load":
-        return state.slot(evaluate(expr[1], state), expr[2])
-    if kind == "addr":
-        return addr(expr[1])
-    if kind == "other":
-        return OTHER
-    if kind == "sub":              # expr minus a register holding a known constant (`sub rsp, rax`)
-        amount = state.reg(expr[2])
-        if amount[0] == Kind.ADDR:
-            return plus(evaluate(expr[1], state), -amount[1])
-        return unknown(expr[3])
-    if kind == "align":
-        value = evaluate(expr[1], state)
-        if value[0] == Kind.STACK:
-            return stack(("align", expr[2]), 0)
-        return unknown("realigned a stack pointer the analysis did not know")
-    if kind == "table":
-        base = state.reg(expr[1])
-        count = bounded_entries(state, expr[4] if len(expr) > 4 else None)
-        if base[0] != Kind.ADDR:
-            return OTHER
-        return (Kind.TABLE, base[1] + expr[3], expr[2], count, base[1])     # entries relative to base
-    if kind == "target":
-        a, b = state.reg(expr[1]), state.reg(expr[2])
-        if a[0] == Kind.ADDR:
-            a, b = b, a
-        if a[0] == Kind.TABLE and b[0] == Kind.ADDR and a[4] == b[1]:
-            return (Kind.TARGET, a[1], a[2], a[3], a[4])
-        return OTHER
-    if kind in BOUND_EXPRESSIONS:
-        return BOUND_EXPRESSIONS[kind](expr, state)
-    return unknown(expr[1] if len(expr) > 1 and isinstance(expr[1], str) else "not followed")
-
-
-def apply(insn: Insn, state: State, sp: int) -> State:
-    out = state.copy()
-    if not insn.flags_kept and BOUND_PENDING in out.regs:
-        drop_pending(out, insn)         # the flags a compare set are overwritten before its branch
-    for effect in insn.effects:
-        if effect[0] == "set":
-            value = evaluate(effect[2], out)
-            if effect[1] == sp and value[0] not in (Kind.STACK, Kind.UNKNOWN):
-                value = unknown("%s sets the stack pointer to a value the analysis does not know"
-                                % insn.text)
-            out.regs[effect[1]] = value
-            compared = out.regs.get(BOUND_OF)
-            if compared is not None and compared[1] == effect[1] and effect[1] != BOUND_OF:
-                out.regs[BOUND_OF] = UNCOMPARED      # the compared register changed: the bound is gone
-        else:
-            out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
-    for temporary in [r for r in out.regs if r < 0]:
-        del out.regs[temporary]
-    return out
-
-
 class Analyser:
     """Runs the worklist for one function of one module."""
 
@@ -152,6 +76,7 @@ class Analyser:
     def run(self, start: int, end: int, seeds: List[Tuple[int, State]], pads=()) -> FunctionAnalysis:
         """pads: [(call-site start, end, landing pad)] from the function's LSDA."""
         result = FunctionAnalysis(start, end, {}, {})
+        self._followed: Dict[int, State] = {}     # address -> the state its successors were last given
         visits: Dict[int, int] = {}
         work = []
         for address, state in seeds:
@@ -183,11 +108,13 @@ class Analyser:
 
     def _drain(self, result, visits, work):
         facts = self.facts
+        followed = self._followed
         while work:
             address = work.pop()
             state = result.states.get(address)
-            if state is None:
-                continue
+            if state is None or followed.get(address) is state:
+                continue        # the same state followed again would give its successors nothing new
+            followed[address] = state
             insn = result.insns.get(address)
             if insn is None:
                 insn = self.decode_at(address)
@@ -196,7 +123,7 @@ class Analyser:
                     del result.states[address]
                     continue
                 result.insns[address] = insn
-            after = apply(insn, state, facts.SP)
+            after = apply(insn, state, facts.SP, share=True)
             for target, out in self._successors(result, insn, after):
                 if result.start <= target < result.end:
                     self._merge(result, visits, work, target, out)

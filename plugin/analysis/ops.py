@@ -24,7 +24,6 @@ Effects:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
 
@@ -40,24 +39,42 @@ class Flow(str, Enum):
     INDIRECT = "indirect"    # jump to a computed address (jump table or tail call)
 
 
-@dataclass
 class Insn:
-    address: int
-    size: int
-    text: str
-    effects: list = field(default_factory=list)
-    flow: Flow = Flow.NEXT
-    target: Optional[int] = None
-    indirect: Optional[tuple] = None      # INDIRECT: expression of the target, or ("mem", expr, scale)
-    through_memory: bool = False          # INDIRECT through a memory operand (GOT slot, vtable)
-    popped: int = 0                       # RET: argument bytes it pops besides the return address
-    bound_kept: Optional[str] = None      # BRANCH after `cmp index, N`: the path on which index <= N
-                                          # ("taken" for jbe/jb, "next" for ja/jae); None: neither
-    flags_kept: bool = True               # leaves the flags as they were (x86: mov, lea, push...)
+    """One decoded instruction (slots: a module holds hundreds of thousands of them)."""
+    __slots__ = ("address", "size", "text", "effects", "flow", "target", "indirect", "through_memory",
+                 "popped", "bound_kept", "flags_kept")
+
+    def __init__(self, address: int, size: int, text: str, effects: Optional[list] = None,
+                 flow: Flow = Flow.NEXT, target: Optional[int] = None, indirect: Optional[tuple] = None,
+                 through_memory: bool = False, popped: int = 0, bound_kept: Optional[str] = None,
+                 flags_kept: bool = True):
+        self.address = address
+        self.size = size
+        self.text = text
+        self.effects = [] if effects is None else effects
+        self.flow = flow
+        self.target = target                  # JUMP, BRANCH, CALL: the direct target
+        self.indirect = indirect              # INDIRECT: expression of the target, or ("mem", expr, scale)
+        self.through_memory = through_memory  # INDIRECT through a memory operand (GOT slot, vtable)
+        self.popped = popped                  # RET: argument bytes it pops besides the return address
+        self.bound_kept = bound_kept          # BRANCH after `cmp index, N`: the path on which index <= N
+                                              # ("taken" for jbe/jb, "next" for ja/jae); None: neither
+        self.flags_kept = flags_kept          # leaves the flags as they were (x86: mov, lea, push...)
 
     @property
     def end(self) -> int:
         return self.address + self.size
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Insn) and self._fields() == other._fields()
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return "Insn(%s)" % ", ".join("%s=%r" % (n, getattr(self, n)) for n in self.__slots__)
 
 
 def reg(number):

@@ -36,6 +36,10 @@ class Kind(str, Enum):
     UNKNOWN = "unknown"
     INITIAL = "initial"    # the word a stack slot held at the pc a forward analysis starts from
 
+    # Hashed as the string it equals, in C (Enum's own __hash__ is Python code, and every value
+    # tuple holding a Kind is hashed where paths join): also what `==` with that string implies.
+    __hash__ = str.__hash__
+
 
 CFA = "cfa"                # the base of stack values relative to the canonical frame address
 
@@ -125,6 +129,8 @@ UPPER_BOUNDS = (1000,)     # pseudo-registers holding an upper bound (a jump tab
 def join(old: State, new: State, where: int) -> Tuple[State, bool]:
     """(old met with new, whether it changed). Disagreeing values become unknown; two upper
     bounds (UPPER_BOUNDS) become the larger."""
+    if old is new:
+        return old, False
     regs = _meet(old.regs, new.regs, UNSET, where)
     if regs is not None:
         for number in UPPER_BOUNDS:
@@ -142,11 +148,15 @@ def join(old: State, new: State, where: int) -> Tuple[State, bool]:
 
 def _meet(old: dict, new: dict, missing, where):
     """old met with new, or None when that is old itself."""
-    if old == new:
+    if old is new or old == new:
         return None
     out = None
     disagree = None
-    for key, a in old.items():
+    try:
+        differ = old.items() - new.items()      # the items of old that new lacks or holds otherwise
+    except TypeError:                           # an unhashable value: every item is looked at
+        differ = old.items()
+    for key, a in differ:
         if a[0] == Kind.UNKNOWN:
             continue
         b = new.get(key, missing)

@@ -125,22 +125,31 @@ def judge_register(number: int, rule, state: State, facts, arch, slots_of=None,
 
 
 def _judge_register(number, rule, state, facts, arch, slots_of):
+    """slots_of: saved_slots(state), or a callable giving it (built only when a rule needs it)."""
     wanted = arows.caller(number)
     held = state.regs.get(number) == wanted
-    slots = slots_of.get(wanted, ())
-    # where the caller's value is known to be: its own register, a slot, or a copy in another register
-    known = held or bool(slots) or any(value == wanted for value in state.regs.values())
+
+    def slots():
+        found = slots_of() if callable(slots_of) else slots_of
+        return found.get(wanted, ())
+
+    def known():
+        """Where the caller's value is known to be: its own register, a slot, or a copy in another register."""
+        return held or bool(slots()) or any(value == wanted for value in state.regs.values())
     kind = RuleKind.SAME if rule is None else rule.kind
     if kind == RuleKind.SAME:
         if number == facts.RA and facts.RA_REGISTER is None:
             return Verdict.UNKNOWN, "the return address has no register"
         if held:
             return Verdict.RIGHT, ""
-        if state.reg(number)[0] != Kind.UNKNOWN and slots:
+        if state.reg(number)[0] != Kind.UNKNOWN and slots():
             return Verdict.WRONG, "the register was overwritten; the caller's value is saved on the stack"
         return Verdict.UNKNOWN, "the caller's value is not tracked here"
     if kind == RuleKind.OFFSET or kind == RuleKind.EXPRESSION:
         if kind == RuleKind.OFFSET:
+            content = state.mem.get((CFA, rule.offset))
+            if content == wanted:
+                return Verdict.RIGHT, ""            # the common case, decided without building the slot
             where = arows.stack(CFA, rule.offset)
         else:
             where = arows.symbolic(rule.expression, state, initial=arows.CFA_ZERO)
@@ -151,7 +160,7 @@ def _judge_register(number, rule, state, facts, arch, slots_of):
             return Verdict.RIGHT, ""
         if content is None:
             aligned = where[1] != CFA or any(key[0] != CFA for key in state.mem)
-            if where[2] < 0 and not aligned and known:
+            if where[2] < 0 and not aligned and known():
                 return Verdict.WRONG, "this function never stored anything at that slot"
             return Verdict.UNKNOWN, "slot not written by this function"
         if content[0] == Kind.UNKNOWN:
@@ -161,7 +170,7 @@ def _judge_register(number, rule, state, facts, arch, slots_of):
         current = state.reg(rule.register)
         if current == wanted:
             return Verdict.RIGHT, ""
-        if current[0] != Kind.UNKNOWN and known:
+        if current[0] != Kind.UNKNOWN and known():
             return Verdict.WRONG, "%s holds %s" % (arch.name_of(rule.register), _value_text(current, arch))
         return Verdict.UNKNOWN, "not tracked"
     if kind == RuleKind.UNDEFINED:
@@ -205,15 +214,23 @@ def quick_verdict(row, state: State, facts, arch, registers, pc) -> Verdict:
     if cfa == Verdict.UNKNOWN:
         return cfa
     verdict = cfa
-    slots_of = None
+    slots = []
     regs = state.regs
     rules = row.registers
+
+    def slots_of():
+        if not slots:
+            slots.append(saved_slots(state))
+        return slots[0]
+    mem = state.mem
     for number in registers:
         rule = rules.get(number)
-        if (rule is None or rule.kind == RuleKind.SAME) and regs.get(number) == (Kind.CALLER, number):
-            continue                              # the common case: unchanged and said so
-        if slots_of is None:
-            slots_of = saved_slots(state)
+        kind = RuleKind.SAME if rule is None else rule.kind
+        if kind == RuleKind.SAME:
+            if regs.get(number) == (Kind.CALLER, number):
+                continue                          # the common case: unchanged and said so
+        elif kind == RuleKind.OFFSET and mem.get((CFA, rule.offset)) == (Kind.CALLER, number):
+            continue                              # and saved where the row says
         found, _ = _judge_register(number, rule, state, facts, arch, slots_of)
         if found == Verdict.WRONG:
             return found
@@ -274,6 +291,8 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
     """tables: source -> callable(pc) giving the Row in force at pc, or None."""
     result = analysis.function(start, end)
     report = FunctionReport(start, end, name)
+    registers_of = {source: checked_registers(source, facts) for source in tables}
+    judged: Dict[str, tuple] = {}       # source -> (row, state, verdict) last judged
     address = start
     while address < end:
         insn = result.insns.get(address) or analysis.decode_at(address)
@@ -282,7 +301,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
             break
         report.instructions += 1
         state = result.states.get(address)
-        line = {"address": address, "instruction": insn.text, "sources": {}}
+        line = {"address": address, "instruction": insn.text, "sources": {}} if keep_detail else None
         if state is None:
             reason = result.gave_up.get(address)
             if reason is None:
@@ -293,7 +312,8 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                     continue
                 reason = "not reached from the function's entry"
             report.unknown[address] = reason
-            line["analysis"] = "unknown (%s)" % reason
+            if keep_detail:
+                line["analysis"] = "unknown (%s)" % reason
         else:
             cfa = arows.cfa_of(state, facts)
             if cfa is None:
@@ -303,13 +323,21 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
             if keep_detail:
                 line["analysis"] = arows.text(state, facts, arch)
             for source, row_at in tables.items():
-                summary = report.sources.setdefault(source, SourceSummary())
+                summary = report.sources.get(source)
+                if summary is None:
+                    summary = report.sources[source] = SourceSummary()
                 row = row_at(address)
                 if row is None:
                     summary.uncovered += 1
                     continue
-                registers = checked_registers(source, facts)
-                verdict = quick_verdict(row, state, facts, arch, registers, address)
+                registers = registers_of[source]
+                last = judged.get(source)
+                if last is not None and last[0] is row and last[1] is state:
+                    verdict = last[2]               # the same row and the same state as the instruction before
+                else:
+                    verdict = quick_verdict(row, state, facts, arch, registers, address)
+                    if row.cfa.kind != CfaKind.EXPRESSION:      # an expression's verdict may depend on the pc
+                        judged[source] = (row, state, verdict)
                 if verdict == Verdict.WRONG and address in result.assumed:
                     verdict = Verdict.UNKNOWN       # reached only through an unresolved indirect jump
                 summary.checked += 1

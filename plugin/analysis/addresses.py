@@ -1,0 +1,29 @@
+"""A small number (0-255) per code address, one byte each in 4 KiB pages.
+
+A module's instructions number hundreds of thousands: a byte per address of
+the pages that hold code costs far less than a Python int in a set or a dict
+entry per instruction. 0 means absent.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+PAGE_BITS = 12
+
+
+class ByteMap:
+    def __init__(self):
+        self._pages: Dict[int, bytearray] = {}
+
+    def get(self, address: int) -> int:
+        page = self._pages.get(address >> PAGE_BITS)
+        return 0 if page is None else page[address & ((1 << PAGE_BITS) - 1)]
+
+    def set(self, address: int, value: int) -> None:
+        page = self._pages.get(address >> PAGE_BITS)
+        if page is None:
+            page = self._pages[address >> PAGE_BITS] = bytearray(1 << PAGE_BITS)
+        page[address & ((1 << PAGE_BITS) - 1)] = value
+
+    def __contains__(self, address: int) -> bool:
+        return self.get(address) != 0

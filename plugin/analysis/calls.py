@@ -1,0 +1,196 @@
+"""What the calls a function makes tell its analysis: whether the callee returns, and how.
+
+A callee never returns by its symbol's name (or its PLT stub's, or its GOT
+slot's), or by its own analysis: decide_noreturn() decides it for every
+function of the module at once (plugin.analysis.noreturn). A callee that
+returns may be an i386 pc thunk (it only loads its return address into a
+register), pop argument bytes (`ret 4`), or be a Windows x64 stack probe
+with its own contract (plugin.analysis.probes). CallFacts holds these
+decisions for plugin.analysis.CodeAnalysis, the class it is mixed into
+(whose decoder, functions and analyses they read).
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from plugin.analysis import noreturn, probes
+from plugin.analysis.flow import NO_CALLEE, Callee
+from plugin.analysis.addresses import ByteMap
+from plugin.analysis.ops import Flow, Insn
+
+# Functions that never return, by symbol name (C library, C++ runtime, CPython).
+NORETURN_NAMES = frozenset((
+    "abort", "exit", "_exit", "_Exit", "quick_exit", "__stack_chk_fail", "__stack_chk_fail_local",
+    "__assert_fail", "__assert_perror_fail", "__libc_fatal", "__fortify_fail", "__chk_fail",
+    "longjmp", "_longjmp", "siglongjmp", "__longjmp_chk", "__libc_longjmp", "__libc_siglongjmp",
+    "pthread_exit", "thrd_exit", "__cxa_throw", "__cxa_rethrow", "__cxa_bad_cast",
+    "__cxa_bad_typeid", "__cxa_pure_virtual", "__cxa_deleted_virtual",
+    "__cxa_throw_bad_array_new_length", "__cxa_call_unexpected", "__cxa_call_terminate",
+    "_Unwind_Resume", "err", "errx", "verr", "verrx", "_ZSt9terminatev", "_ZSt10unexpectedv",
+    "Py_FatalError", "_Py_FatalErrorFunc", "_Py_FatalErrorFormat", "_PyObject_AssertFailed",
+    "_dl_signal_error", "_dl_signal_exception", "_dl_fatal_printf", "__malloc_assert",
+    "__libc_start_main",
+))
+MAX_NESTING = 64                 # callees analysed to decide "does not return", one inside another
+MAX_RETURN_SWEEP = 256           # instructions of a callee read in order for its first return
+
+
+def is_noreturn_name(name: str) -> bool:
+    name = name.split("@")[0]
+    return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)
+
+
+class CallFacts:
+    """The call decisions of CodeAnalysis (mixed into it)."""
+
+    # -- calls that do not return --
+
+    def _is_noreturn(self, insn) -> bool:
+        """Does the call `insn` never return? By its target's name or analysis, or its GOT slot's symbol."""
+        if insn.target is None:
+            if insn.through_memory and insn.indirect[1][0] == "addr":
+                name = self.got_names.get(insn.indirect[1][1])
+                return name is not None and is_noreturn_name(name)
+            return False
+        target = insn.target
+        found = self._noreturn.get(target)
+        if found is not None:
+            return found
+        answer = self._decide_noreturn(target)
+        self._noreturn[target] = answer
+        return answer
+
+    def decide_noreturn(self) -> None:
+        """Decide for every function of the module at once whether it returns (plugin.analysis.noreturn),
+        so that no answer depends on which function was analysed first; call after entry_states is set.
+        Where the architecture has a control-flow-only decoder, the instructions are decoded for this
+        pass alone (cheaper; `--jobs N` runs it before forking, the full decoding is spread after)."""
+        light = None if self.thumb else getattr(self.facts, "decode_flow", None)
+        if light is None:
+            for start, end in sorted(self.functions.items()):
+                self.decode_range(start, end)
+            decode_at = self.decode_at
+        else:
+            flow_only: Dict[int, object] = {}      # the jumps, calls and returns
+            sizes = ByteMap()                       # every instruction's size (memory: not an Insn each)
+            for start, end in sorted(self.functions.items()):
+                try:
+                    code = self.read(start, end - start)
+                except Exception:
+                    continue
+                for found in self._cs.disasm_lite(code, start):
+                    if not sizes.get(found[0]):
+                        sizes.set(found[0], found[1])
+                        insn = light(*found)
+                        if insn.text:           # a jump, call or return: decoded whole, kept for the analysis
+                            flow_only[found[0]] = insn
+                            self._decoded.setdefault(found[0], insn)
+
+            def decode_at(address):
+                insn = flow_only.get(address)
+                if insn is not None:
+                    return insn
+                size = sizes.get(address)
+                return Insn(address, size, "") if size else self.decode_at(address)
+        module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
+                                 self._slot_noreturn)
+        self._noreturn.update(noreturn.decide(module))
+        self._noreturn_decided = True
+
+    def _named_noreturn(self, target) -> Optional[bool]:
+        """Does the function at target never return, by its name (or its PLT stub's)? None: no name."""
+        name = self.symbol(target) if self.symbol else None
+        if name is None:
+            name = self._stub_name(target)
+        return None if name is None else is_noreturn_name(name)
+
+    def _slot_noreturn(self, slot) -> Optional[bool]:
+        name = self.got_names.get(slot)
+        return None if name is None else is_noreturn_name(name)
+
+    def _decide_noreturn(self, target):
+        named = self._named_noreturn(target)
+        if named is not None:
+            return named
+        if self._noreturn_decided:
+            return False            # not a function decide_noreturn() saw: assumed to return
+        if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
+            result = self.function(target)
+            return not result.returns and not result.unresolved and bool(result.states)
+        return False
+
+    def _stub_name(self, target):
+        """The symbol a PLT stub jumps to, through its GOT slot."""
+        address = target
+        for _ in range(2):
+            insn = self.decode_at(address)
+            if insn is None:
+                return None
+            if insn.flow == Flow.INDIRECT and insn.through_memory:
+                slot = insn.indirect[1]
+                if slot[0] == "addr":
+                    return self.got_names.get(slot[1])
+                return None
+            if insn.flow != Flow.NEXT or insn.effects:
+                return None
+            address = insn.end
+        return None
+
+    # -- what a returning call leaves behind --
+
+    def _callee(self, insn) -> Callee:
+        """A direct call's callee: a pc thunk (i386 PIC), or a function whose return pops arguments."""
+        target = insn.target
+        if target is not None and getattr(self.facts, "STACK_PROBES", ()):
+            probe = self._stack_probe(insn)
+            if probe is not None:
+                return probe
+        if target is None or not (self.facts.PC_THUNKS or self.facts.CALLEE_POPS):
+            return NO_CALLEE
+        found = self._callees.get(target)
+        if found is None:
+            found = self._callees[target] = self._decide_callee(target)
+        return found
+
+    def _decide_callee(self, target) -> Callee:
+        first = self.decode_at(target)
+        if first is None:
+            return NO_CALLEE
+        if self.facts.PC_THUNKS:
+            thunk = self.facts.pc_thunk(first, self.decode_at(first.end))
+            if thunk is not None:
+                return Callee(thunk=thunk)
+        if not self.facts.CALLEE_POPS:
+            return NO_CALLEE
+        if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
+            pops = self.function(target).pops
+            return Callee(popped=next(iter(pops))) if len(pops) == 1 else NO_CALLEE
+        # No known extent: the first return in the callee's code, read in order, says how it returns
+        # (padding after a jump ends the function: what follows is another one).
+        insn, jumped = first, False
+        for _ in range(MAX_RETURN_SWEEP):
+            if insn is None or insn.flow == Flow.STOP or (jumped and self.facts.is_padding(insn.text)):
+                return NO_CALLEE
+            if insn.flow == Flow.RET:
+                return Callee(popped=insn.popped) if insn.popped else NO_CALLEE
+            jumped = insn.flow in (Flow.JUMP, Flow.INDIRECT)
+            insn = self.decode_at(insn.end)
+        return NO_CALLEE
+
+    def _stack_probe(self, insn) -> Optional[Callee]:
+        """A Windows x64 stack probe (plugin.analysis.probes): named so by the module's symbols, or
+        proven by its code where the call is followed by `sub rsp, rax`. None: an ordinary call."""
+        target = insn.target
+        if target in self._probes:
+            return self._probes[target]
+        if target not in self._unnamed:
+            found = probes.by_name(self.facts, target, self.symbol(target) if self.symbol else None)
+            if found is not None:
+                self._probes[target] = found
+                return found
+            self._unnamed.add(target)
+        after = self.decode_at(insn.end)
+        if after is None or after.text not in probes.USES:
+            return None             # not decided here: a later call of the same target may be a probe's
+        found = self._probes[target] = probes.by_code(self.facts, target, self.decode_at, self.read)
+        return found

@@ -1,0 +1,102 @@
+"""What one instruction does to what the analysis knows: the transfer function of plugin.analysis.flow.
+
+An instruction's effects (plugin.analysis.ops) are applied in order to a
+State (plugin.analysis.state), each expression evaluated against the state
+left by the previous effect; the entry state is what a call leaves at a
+function's first instruction. The worklist that follows every path with
+these is plugin.analysis.flow.
+"""
+from __future__ import annotations
+
+from plugin.analysis.bounds import (BOUND_EXPRESSIONS, BOUND_OF, BOUND_PENDING, UNCOMPARED, bounded_entries,
+                                    drop_pending)
+from plugin.analysis.ops import Insn
+from plugin.analysis.state import CFA, OTHER, Kind, State, addr, caller, plus, stack, unknown
+
+
+def entry_state(arch_facts) -> State:
+    regs = {arch_facts.SP: stack(CFA, arch_facts.ENTRY_SP)}
+    for number in arch_facts.CALLEE_SAVED:
+        regs[number] = caller(number)
+    if arch_facts.RA_REGISTER is not None:
+        regs[arch_facts.RA_REGISTER] = caller(arch_facts.RA_REGISTER)
+    mem = {(CFA, k): caller(r) for k, r in arch_facts.ENTRY_SLOTS.items()}
+    return State(regs, mem, arch_facts.POINTER_SIZE)
+
+
+def entry_like(state: State, arch_facts) -> bool:
+    """The frame is torn down: the stack pointer is where it was at entry."""
+    return state.reg(arch_facts.SP) == stack(CFA, arch_facts.ENTRY_SP)
+
+
+def evaluate(expr, state: State):
+    kind = expr[0]
+    if kind == "reg":
+        return state.reg(expr[1])
+    if kind == "add":
+        return plus(evaluate(expr[1], state), expr[2])
+    if kind == "load":
+        return state.slot(evaluate(expr[1], state), expr[2])
+    if kind == "addr":
+        return addr(expr[1])
+    if kind == "other":
+        return OTHER
+    if kind == "sub":              # expr minus a register holding a known constant (`sub rsp, rax`)
+        amount = state.reg(expr[2])
+        if amount[0] == Kind.ADDR:
+            return plus(evaluate(expr[1], state), -amount[1])
+        return unknown(expr[3])
+    if kind == "align":
+        value = evaluate(expr[1], state)
+        if value[0] == Kind.STACK:
+            return stack(("align", expr[2]), 0)
+        return unknown("realigned a stack pointer the analysis did not know")
+    if kind == "table":
+        base = state.reg(expr[1])
+        count = bounded_entries(state, expr[4] if len(expr) > 4 else None)
+        if base[0] != Kind.ADDR:
+            return OTHER
+        return (Kind.TABLE, base[1] + expr[3], expr[2], count, base[1])     # entries relative to base
+    if kind == "target":
+        a, b = state.reg(expr[1]), state.reg(expr[2])
+        if a[0] == Kind.ADDR:
+            a, b = b, a
+        if a[0] == Kind.TABLE and b[0] == Kind.ADDR and a[4] == b[1]:
+            return (Kind.TARGET, a[1], a[2], a[3], a[4])
+        return OTHER
+    if kind in BOUND_EXPRESSIONS:
+        return BOUND_EXPRESSIONS[kind](expr, state)
+    return unknown(expr[1] if len(expr) > 1 and isinstance(expr[1], str) else "not followed")
+
+
+def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
+    """The state after insn. share: the result may be `state` itself (an instruction without effects),
+    or hold the same stack-slot dict (one that stores nothing): for callers that never change a state
+    in place once made (the worklist; join makes new states)."""
+    pending = not insn.flags_kept and BOUND_PENDING in state.regs
+    if share and not insn.effects and not pending:
+        return state
+    out = State(dict(state.regs), state.mem if share else dict(state.mem), state.word)
+    own_mem = not share
+    if pending:
+        drop_pending(out, insn)         # the flags a compare set are overwritten before its branch
+    temporaries = False
+    for effect in insn.effects:
+        if effect[0] == "set":
+            temporaries = temporaries or effect[1] < 0
+            value = evaluate(effect[2], out)
+            if effect[1] == sp and value[0] not in (Kind.STACK, Kind.UNKNOWN):
+                value = unknown("%s sets the stack pointer to a value the analysis does not know"
+                                % insn.text)
+            out.regs[effect[1]] = value
+            compared = out.regs.get(BOUND_OF)
+            if compared is not None and compared[1] == effect[1] and effect[1] != BOUND_OF:
+                out.regs[BOUND_OF] = UNCOMPARED      # the compared register changed: the bound is gone
+        else:
+            if not own_mem:
+                out.mem, own_mem = dict(out.mem), True
+            out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
+    if temporaries:                     # the registers an instruction uses on its way (negative numbers)
+        for temporary in [r for r in out.regs if r < 0]:
+            del out.regs[temporary]
+    return out
