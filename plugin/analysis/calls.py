@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from plugin.analysis import noreturn, probes
+from plugin.analysis import arm_plt, noreturn, probes
 from plugin.analysis.flow import NO_CALLEE, Callee
 from plugin.analysis.addresses import ByteMap
 from plugin.analysis.ops import Flow, Insn
@@ -120,7 +120,9 @@ class CallFacts:
         return False
 
     def _stub_name(self, target):
-        """The symbol a PLT stub jumps to, through its GOT slot."""
+        """The symbol a PLT stub jumps to, through its GOT slot (Arm's: from its words, arm_plt)."""
+        if self.arch.name == "arm":
+            return self.got_names.get(arm_plt.got_slot(self.read, target))
         address = target
         for _ in range(2):
             insn = self.decode_at(address)

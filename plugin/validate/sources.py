@@ -23,6 +23,7 @@ from plugin.strategies.compact import CompactTables
 from plugin.validate.live import EXACT_ONLY_AT
 
 PLT_SECTIONS = (".plt", ".plt.sec", ".plt.got", ".iplt")
+RELOCATIONS_NAMING_SLOTS = (".rela.plt", ".rela.dyn", ".rel.plt", ".rel.dyn")    # RELA: x86_64, aarch64; REL: i386, Arm
 EXIDX_EXACT_AT = (Flow.CALL,)   # EHABI opcodes describe a function's body where it calls
 
 
@@ -70,7 +71,7 @@ def got_names(target, bias: int) -> Dict[int, str]:
     lost = []       # a damaged section table or relocation section only loses stub names
     with guard(lost, "relocations"):
         for section in elf.iter_sections():
-            if not isinstance(section, RelocationSection) or section.name not in (".rela.plt", ".rela.dyn"):
+            if not isinstance(section, RelocationSection) or section.name not in RELOCATIONS_NAMING_SLOTS:
                 continue
             symbols = elf.get_section(section["sh_link"])
             for reloc in section.iter_relocations() if isinstance(symbols, SymbolTableSection) else ():

@@ -90,3 +90,22 @@ def test_instruction_sets_of_nameless_functions_agree_with_the_symbols():
         right = sum(1 for s in hidden if coded[s] == truth[s][1])
         print("hide %s: %d of %d right" % ("all" if hide_all else "half", right, len(hidden)))
         assert right >= 0.99 * len(hidden)
+
+
+@pytest.mark.parametrize("name, calls", [("librt.so.1", 4), ("libstdc++.so.6", 300)])
+def test_a_call_through_the_plt_of_a_function_that_never_returns_ends_its_path(name, calls):
+    """Debian's armhf cross libraries (/usr/arm-linux-gnueabihf/lib): ld merges the equal .ARM.exidx
+    entries of neighbouring functions, so one entry covers a function that ends in `blx
+    __libc_fatal@plt` (or __cxa_throw@plt), its literal pool, and the next function. Read on past
+    the call, the literal words decoded as instructions carried the first function's frame into the
+    next: 4 (librt) and 392 (libstdc++) rows reported wrong that are right. The PLT entry's words
+    name the GOT slot whose relocation names the callee (plugin/analysis/arm_plt.py), and a callee
+    that never returns ends the path. Oracle for the callees: objdump's <NAME@plt> call targets."""
+    path = "/usr/arm-linux-gnueabihf/lib/" + name
+    dump = subprocess.run([need_tool("arm-linux-gnueabihf-objdump"), "-d", path], capture_output=True,
+                          text=True, check=True).stdout
+    noreturn = re.findall(r"\tblx?\t[0-9a-f]+ <(__libc_fatal|__cxa_throw|abort|_ZSt\w*__throw_\w*)@plt>", dump)
+    assert len(noreturn) >= calls
+    report = validate(path)
+    assert report["sources"]["exidx"]["wrong"] == 0, report["disagreements"][:3]
+    assert report["sources"]["exidx"]["right"] >= 7
