@@ -223,6 +223,11 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
         insn.effects.append(("set", -1, ("load", reg(sp), word)))
         insn.effects.append(("set", sp, add(reg(sp), word)))
         _write(d, insn, first, reg(-1))
+    elif mnemonic in _PUSH_FLAGS:
+        insn.effects.append(("store", add(reg(sp), -word), word, OTHER))
+        insn.effects.append(("set", sp, add(reg(sp), -word)))
+    elif mnemonic in _POP_FLAGS:
+        insn.effects.append(("set", sp, add(reg(sp), word)))
     elif mnemonic == "leave":
         insn.effects += [("set", sp, reg(d.fp)), ("set", d.fp, ("load", reg(sp), word)),
                          ("set", sp, add(reg(sp), word))]
@@ -355,6 +360,8 @@ def _vector_move(d: Dialect, insn, ops) -> bool:
 
 
 ACCUMULATOR = 0                     # rax/eax (DWARF 0 in both modes): a constant moved there is kept
+_PUSH_FLAGS = frozenset(("pushf", "pushfd", "pushfq"))       # the flags register pushed and popped: a word
+_POP_FLAGS = frozenset(("popf", "popfd", "popfq"))
 _FLAGS_KEPT = frozenset(("mov", "movabs", "movzx", "movsx", "movsxd", "lea", "push", "pop", "nop",
                          "endbr64", "endbr32", "xchg", "bswap", "not", "cmp", "leave"))   # cmp: its own
 _UNSIGNED_BOUND = {"ja": "next", "jae": "next", "jnbe": "next", "jnb": "next",

@@ -195,3 +195,14 @@ def test_i386_callee_pops_read_from_its_code_without_a_function_table():
     assert result.insns[BASE + 1].target == BASE + 8
     assert result.states[BASE + 6].reg(4) == stack(CFA, -4)      # g's `ret 4` took the pushed eax
     assert cfa(result, analysis, BASE + 6) == (4, 4, False)
+
+
+def test_pushf_and_popf_move_the_stack_pointer_by_a_word():
+    """GCC's cpuid.h (crtfastmath.o, i386) toggles EFLAGS.ID with pushf/popf in inline asm: each moves
+    esp by 4 (x86_64: rsp by 8). Before, they were taken to leave the stack pointer alone."""
+    # i386: pushfd; pushfd; pop eax; push eax; popfd; popfd; ret
+    analysis, result = analyse(x86("9c", "9c", "58", "50", "9d", "9d", "c3"), arch="i386")
+    assert [cfa(result, analysis, BASE + i)[1] for i in range(7)] == [4, 8, 12, 8, 12, 8, 4]
+    # x86_64: pushfq; popfq; ret
+    analysis, result = analyse(x86("9c", "9d", "c3"))
+    assert [cfa(result, analysis, BASE + i) for i in range(3)] == [(7, 8, False), (7, 16, False), (7, 8, False)]
