@@ -8,6 +8,8 @@ signal trampoline the kernel planted (plugin/strategies/sigframe.py); those
 are never held against either side.
 """
 
+from __future__ import annotations
+
 from plugin.arch import reader
 from plugin.strategies import planted, sigframe
 
