@@ -21,9 +21,7 @@ def install():
     state = GdbState()
     unwinder = PluginUnwinder(state)       # GDB's list holds it; the state only a weak reference
     state.unwinder = unwinder
-    # registered first, so GDB asks it after the plugin's unwinder (each goes to the list's front)
-    state.kernel_frames = KernelFrames(state)
-    gdb.unwinder.register_unwinder(None, state.kernel_frames, replace=True)
+    state.kernel_frames = unwinder.then = KernelFrames(state)      # asked after the plugin's unwinder declines
     state.kernel_end = KernelEnd(state.kernel_frames)       # ends `bt` at the kernel stack's proved end
     gdb.frame_filters[state.kernel_end.name] = state.kernel_end
     state.program_end = ProgramEnd(state)       # ends `bt` at a program's entry frame where GDB walks past it

@@ -253,10 +253,12 @@ class GdbCoverage:
         return self._modules_verdict[1]
 
     def has_pauth(self, pending_frame, arch_name) -> bool:
+        """Does GDB know arch_name's pointer-authentication mask register? Read from pending_frame (a
+        gdb.PendingFrame or gdb.Frame), or from the newest frame where None (a frame filter)."""
         known = self.pauth.get(arch_name)
         if known is None:
             try:
-                pending_frame.read_register(PAUTH_REGISTER)
+                (pending_frame or gdb.newest_frame()).read_register(PAUTH_REGISTER)
                 known = True
             except (ValueError, gdb.error):
                 known = False

@@ -5,10 +5,11 @@ frame whose caller a signal interrupted (GDB's sigtramp unwinder marks
 it), and the outermost frame. In a kernel under QEMU, GDB has neither: no
 sigtramp unwinder knows the kernel's interrupt and exception entries, and
 its prologue analyser takes the last kernel frame's caller from a user
-stack (`#4 0x0000000000000003 in ?? ()`). This unwinder runs after the
-plugin's (GDB asks the next Python unwinder when one declines) and only
-for pcs in the kernel module (plugin.modules.kernel), with the `orc`
-source:
+stack (`#4 0x0000000000000003 in ?? ()`). The plugin's unwinder asks this
+one for a frame it declined and did not leave to GDB as covered (its
+`then`: one Python unwinder in GDB's list, so a process's frames pay for
+no second call), and it answers only for pcs in the kernel module
+(plugin.modules.kernel), with the `orc` source:
 
 - an ORC REGS/REGS_PARTIAL entry: the interrupted frame's registers from
   the pt_regs (or iret frame) at the CFA; the plugin's unwinder looks that
@@ -34,7 +35,6 @@ from __future__ import annotations
 import collections
 
 import gdb
-from gdb.unwinder import Unwinder
 
 from plugin.model.evidence import Frame
 from plugin.model.outcome import AttemptStatus
@@ -43,23 +43,22 @@ from plugin.strategies import orc
 
 from .compat import FrameId, pending_level
 from .registers import PendingRegisters
-from .stack_end import FIRST, frames_until
+from .stack_end import EndFilter, frames_until
 
-NAME = "unwind-plugin-kernel"
 END_NAME = "unwind-plugin-kernel-end"
 
 
-class KernelFrames(Unwinder):
+class KernelFrames:
+    """Asked by the plugin's unwinder (PluginUnwinder.then) with GDB's pending frame: an
+    UnwindInfo, or None."""
+
     def __init__(self, state):
-        super().__init__(NAME)
         self.state = state
         self.declined = collections.deque(maxlen=64)    # (level, pc, why) of its last answers
         self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
 
     def __call__(self, pending_frame):
         state = self.state
-        if pending_frame is state.left_to_gdb:
-            return None     # the plugin's unwinder just found GDB's own unwinders right for this frame
         if state.claim == "none" or "orc" not in state.sources:
             return None
         try:
@@ -96,6 +95,14 @@ class KernelFrames(Unwinder):
         and keeps it."""
         try:
             return self.state.inferior().outermost
+        except Exception:
+            return frozenset()
+
+    def interrupted(self):
+        """The (pc, sp) of the frames an interrupt or exception left since the process last ran (their
+        pcs are exact)."""
+        try:
+            return self.state.inferior().after_signal
         except Exception:
             return frozenset()
 
@@ -184,36 +191,39 @@ class KernelFrames(Unwinder):
         return info
 
 
-class KernelEnd:
+class KernelEnd(EndFilter):
     """GDB frame filter: `bt`'s frames end at the one KernelFrames proved outermost (the end of the
-    kernel stack, a pt_regs from user mode), not at GDB's error unwinding past it. Enabled only
-    where a kernel is among the modules, so a process's `bt` keeps GDB's own printing. It runs
-    first (the highest priority) and walks the frames itself (stack_end.frames_until)."""
+    kernel stack, a pt_regs from user mode), not at GDB's error unwinding past it. Active only
+    where a kernel is among the modules; it walks the frames itself (stack_end.frames_until)."""
 
     def __init__(self, frames: KernelFrames):
-        self.name = END_NAME
-        self.priority = FIRST
+        super().__init__(END_NAME)
         self.frames = frames
-        self.wanted = True      # `disable frame-filter global unwind-plugin-kernel-end` sets False
 
-    @property
-    def enabled(self) -> bool:
-        return self.wanted and self.frames.kernel_here()
-
-    @enabled.setter
-    def enabled(self, value: bool) -> None:
-        self.wanted = bool(value)
+    def active(self) -> bool:
+        return self.frames.kernel_here()
 
     def filter(self, frame_iter):
         newest, outermost = gdb.newest_frame(), self.frames.proved_outermost()
+        interrupted = self.frames.interrupted()
+        exact_pcs = {pc for pc, _ in interrupted}
+
+        def exact(frame, pc):
+            return pc in exact_pcs and (pc, _sp(frame)) in interrupted
 
         def ends_here(frame, pc):
             at_newest = frame == newest
             if not (at_newest or any(pc == proved for proved, _ in outermost)):
                 return False        # rsp read only where the stack may end
-            try:
-                sp = int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
-            except gdb.error:
+            sp = _sp(frame)
+            if sp is None:
                 return False
             return (pc, sp) in outermost or at_newest and self.frames.newest_is_outermost(frame)
-        return frames_until(newest, ends_here)
+        return frames_until(newest, ends_here, exact)
+
+
+def _sp(frame):
+    try:
+        return int(frame.read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
+    except gdb.error:
+        return None

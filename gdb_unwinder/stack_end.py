@@ -21,7 +21,7 @@ and whose entry code no table GDB reads covers.
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, Iterator, Tuple
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
 import gdb
 
@@ -31,25 +31,34 @@ END_NAME = "unwind-plugin-program-end"
 FIRST = 1 << 30         # frame filters run from the highest priority: the end comes before other filters
 
 
-def frames_until(frame, is_end: Callable[[object, int], bool]) -> Iterator:
+def frames_until(frame, is_end: Callable[[object, int], bool],
+                 exact: Optional[Callable[[object, int], bool]] = None) -> Iterator:
     """GDB's frames from `frame` to the first one is_end(frame, its pc) accepts (or GDB's last), each named
     as GDB's own bt names it (gdb.Frame.name(): a caller by its pc - 1), not as FrameDecorator's
     default names a frame without a symbol (by its pc: a return address at the end of a .cold part
-    would name the next function). It walks the frames itself, from the newest: gdb.FrameIterator
-    asks for a frame's older one before it hands the frame out, which past a frame whose caller is
-    not saved raises."""
+    would name the next function); but a frame exact(frame, pc) accepts (an interrupt left it, and
+    GDB, which sees a normal frame as its callee, would look it up at pc - 1: at a function's first
+    instruction, the padding before it) by its pc. It walks the frames itself, from the newest:
+    gdb.FrameIterator asks for a frame's older one before it hands the frame out, which past a frame
+    whose caller is not saved raises."""
     from gdb.FrameDecorator import FrameDecorator
 
     class Named(FrameDecorator):
+        def __init__(self, frame, at_pc):
+            super().__init__(frame)
+            self.at_pc = at_pc
+
         def function(self):
-            return self.inferior_frame().name() or "??"     # no name: GDB's frame-filter printing leaves it empty
+            frame = self.inferior_frame()
+            name = _name_at(frame.pc()) if self.at_pc else None
+            return name or frame.name() or "??"     # no name: GDB's frame-filter printing leaves it empty
 
     while frame is not None:
         try:
             pc = frame.pc()
         except gdb.error:
             return      # a frame with no pc: its callee saved none (the way KernelFrames ends a stack)
-        yield Named(frame)
+        yield Named(frame, exact is not None and exact(frame, pc))
         if is_end(frame, pc):
             return      # not asking GDB for the frame past it
         try:
@@ -68,23 +77,38 @@ def frames_until(frame, is_end: Callable[[object, int], bool]) -> Iterator:
             return
 
 
-class ProgramEnd:
-    """GDB frame filter: a program's `bt` ends at the frame its entry code made (see the module)."""
+class EndFilter:
+    """A GDB frame filter that ends `bt` at a frame proved outermost: enabled where the user wants it
+    (`disable frame-filter global NAME` sets it off) and where active() says it ends something, so
+    every other `bt` keeps GDB's own printing. It runs first (the highest priority)."""
 
-    def __init__(self, state):
-        self.name = END_NAME
+    def __init__(self, name: str):
+        self.name = name
         self.priority = FIRST
-        self.state = state
-        self.wanted = True      # `disable frame-filter global unwind-plugin-program-end` sets False
-        self._known = (None, ())    # (key, the ends)
+        self.wanted = True
 
     @property
     def enabled(self) -> bool:
-        return self.wanted and bool(self.ends())
+        return self.wanted and self.active()
 
     @enabled.setter
     def enabled(self, value: bool) -> None:
         self.wanted = bool(value)
+
+    def active(self) -> bool:
+        raise NotImplementedError
+
+
+class ProgramEnd(EndFilter):
+    """GDB frame filter: a program's `bt` ends at the frame its entry code made (see the module)."""
+
+    def __init__(self, state):
+        super().__init__(END_NAME)
+        self.state = state
+        self._known = (None, ())    # (key, the ends)
+
+    def active(self) -> bool:
+        return bool(self.ends())
 
     def filter(self, frame_iter):
         ends = self.ends()
@@ -158,6 +182,22 @@ def _gdb_names(address: int) -> bool:
     except gdb.error:
         return False
     return not text.startswith("No symbol") and " + " not in text.split(" in section")[0]
+
+
+def _name_at(pc: int) -> Optional[str]:
+    """The function GDB's symbols put at pc itself (its debug information, else its minimal symbols)."""
+    try:
+        block = gdb.current_progspace().block_for_pc(pc)
+        while block is not None and block.function is None:
+            block = block.superblock
+        if block is not None:
+            return block.function.print_name
+        text = gdb.execute("info symbol 0x%x" % pc, to_string=True)
+    except (gdb.error, RuntimeError):
+        return None
+    if text.startswith("No symbol"):
+        return None
+    return text.split(" in section")[0].split(" + ")[0].strip() or None
 
 
 def _a_callers(frame) -> bool:

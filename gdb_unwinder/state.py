@@ -100,7 +100,6 @@ class GdbState:
         self.claim = Claim.AUTO.value    # `set unwind claim`: which frames GDB's `bt` takes from the plugin
         self._unwinder = None            # a weak reference: the unwinder holds the state, not the other way
         self.epoch = 0                   # counts reconsider_claims: the unwinder drops its decisions when it moves
-        self.left_to_gdb = None          # the gdb.PendingFrame the unwinder last declined as GDB's (covered)
         self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
         self.pending = PendingEvents()
         self._last_selected = (None, None)    # (gdb.Inferior, its InferiorState) of the last inferior_of

@@ -50,6 +50,7 @@ class PluginUnwinder(Unwinder):
         self._by_pc = None      # the decline by pc of __call__, kept by _covered_by_pc: (gdb.Inferior,
         #   gdb.Architecture, its pc register, pc mask, the dict of CallerVerdicts.verdicts and that cache)
         self._may_be_quiet = True
+        self.then = None        # asked for a frame it declined and did not leave to GDB (kernel_frames)
 
     @property
     def may_be_quiet(self) -> bool:
@@ -105,7 +106,6 @@ class PluginUnwinder(Unwinder):
                     if level > depth:
                         cache.hits += 1
                         self.declines.append((level, pc, reason))
-                        state.left_to_gdb = pending_frame     # the kernel-frames unwinder: not its frame
                         return None
         else:
             self._last = None
@@ -123,7 +123,7 @@ class PluginUnwinder(Unwinder):
         target = inferior.target
         target.inside_unwinder = True
         try:
-            return self._unwind(pending_frame, selected, inferior, claim, last)
+            info = self._unwind(pending_frame, selected, inferior, claim, last)
         except Exception as exc:        # never break `bt`: decline and remember why
             try:
                 pc = int(pending_frame.read_register("pc"))
@@ -131,9 +131,12 @@ class PluginUnwinder(Unwinder):
                 pc = None
             self.declines.append((None, pc, "internal error: %s: %s\n%s" % (
                 type(exc).__name__, exc, traceback.format_exc(limit=4))))
-            return None
+            info = None
         finally:
             target.inside_unwinder = False
+        if info is None and self.then is not None:
+            return self.then(pending_frame)     # the kernel's frames GDB has no unwinder for
+        return info
 
     def _unwind(self, pending_frame, selected, inferior, claim, last):
         """The policy, in order: under auto, decline what GDB covers (the whole inferior, a caller

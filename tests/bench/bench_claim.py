@@ -65,8 +65,8 @@ FLOOR = Floor()
 register_unwinder(None, FLOOR)
 def use(mode):
     STATE.unwinder.enabled = mode not in ("native", "floor")
-    kernel = getattr(STATE, "kernel_frames", None)     # the plugin's second unwinder: off for GDB alone too
-    if kernel is not None:
+    kernel = getattr(STATE, "kernel_frames", None)     # a second unwinder in older checkouts (--root)
+    if kernel is not None and hasattr(kernel, "enabled"):
         kernel.enabled = STATE.unwinder.enabled
     FLOOR.enabled = mode == "floor"
     if STATE.unwinder.enabled:

@@ -35,7 +35,7 @@ class PassThrough:
         return (FrameDecorator(frame.inferior_frame()) for frame in frame_iter)
 passing = gdb.frame_filters[PassThrough.name] = PassThrough()
 def plugin(on):
-    state.unwinder.enabled = state.kernel_frames.enabled = on in (True, "unwinders")
+    state.unwinder.enabled = on in (True, "unwinders")     # and the kernel frames it asks
     state.kernel_end.enabled = on is True       # "unwinders": the plugin's unwinders without its frame filter
     passing.enabled = on == "filter"
 def timed():

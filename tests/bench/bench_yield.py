@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "helpers"))
 
-from support import ROOT, build  # noqa: E402
+from support import NO_TABLES, ROOT, build  # noqa: E402
 
 INSIDE_GDB = r'''
 import gdb, json, time
@@ -57,8 +57,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     binary = build("chain.c", ["-O0"], name="chain-noeh-bench",
-                   post=[["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
-                          "--remove-section", ".debug_frame", "{out}"]])
+                   post=[["objcopy", *NO_TABLES, "{out}"]])
     with tempfile.TemporaryDirectory() as tmp:
         out, script = os.path.join(tmp, "bench.json"), os.path.join(tmp, "bench.py")
         with open(script, "w") as handle:

@@ -11,11 +11,11 @@ import pytest
 from gdb_actions import DECLINES, DISABLE, LEAVES_ALL, LOOK_AT_EACH, SIGNAL, claim_all, claimed, claimed_then_native, native_frames
 from gdbrun import run_gdb
 from sframe_demo import STRIP_CFI
-from support import ROOT, build, need_tool, pcs_sps
+from support import NO_EH, build, gdb_batch, need_tool, pcs_sps
 from test_transcripts import inline_program
 
 TABLES = "cfi,sframe,compact,exidx,pdata"      # the table sources only: no source reads code or the stack
-NOEH = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+NOEH = [["objcopy", *NO_EH, "{out}"]]
 
 
 def test_default_auto_leaves_dwarf_frames_to_gdb():
@@ -111,38 +111,29 @@ def test_frame_0_in_inlined_code(claim):
     assert results["explain"]["frames"][1]["evidence"]["lookup_pc"] == native[0]["pc"]
 
 
-def _gdb_alone(args, plugin):
-    gdb = need_tool("gdb")
-    command = [gdb, "-nx", "-q", "-batch"]
-    if plugin:
-        command += ["-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT]
-    command += args
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-
-
 @pytest.mark.parametrize("mode,breakpoint", [("qsort", "getpid"), ("plain", "stop_here")])
 def test_core_without_the_executable(tmp_path, mode, breakpoint, gdb_version):
     binary = build("chain.c", ["-O2"])
     core = tmp_path / "core"
-    made = _gdb_alone(["-ex", "break %s" % breakpoint, "-ex", "run %s" % mode, "-ex", "gcore %s" % core,
+    made = gdb_batch(["-ex", "break %s" % breakpoint, "-ex", "run %s" % mode, "-ex", "gcore %s" % core,
                        str(binary)], plugin=False)
     assert core.exists(), made.stdout + made.stderr
     commands = ["-c", str(core), "-ex", "bt", "-ex", "info frame", "-ex", "frame 1", "-ex", "info frame",
                 "-ex", PHYSICAL_PCS]
-    alone = _gdb_alone(commands, plugin=False)
-    loaded = _gdb_alone(commands + ["-ex", "unwind backtrace", "-ex", "unwind modules"], plugin=True)
+    alone = gdb_batch(commands, plugin=False)
+    loaded = gdb_batch(commands + ["-ex", "unwind backtrace", "-ex", "unwind modules"], plugin=True)
     assert "Fatal signal" not in loaded.stderr and loaded.returncode == 0, loaded.stderr[-2000:]
     assert "#1" in alone.stdout
     # GDB has no objfile for the executable or libc here; the plugin reads the files the core's mapping
     # list names (their build ids checked) and GDB's bt goes as far as GDB's own with the executable.
-    with_exe = _gdb_alone([str(binary)] + commands, plugin=False)
+    with_exe = gdb_batch([str(binary)] + commands, plugin=False)
     truth = _bt_pcs(with_exe.stdout)
     # (GDB 16 reads the core's files itself and is right alone: there the plugin must lose nothing.)
     assert gdb_version == 16 or _bt_pcs(alone.stdout) != truth, alone.stdout
     assert _bt_pcs(loaded.stdout)[:len(truth)] == truth, (alone.stdout, loaded.stdout, with_exe.stdout)
     assert "[vdso]" in loaded.stdout            # GDB's in-memory objfile is located without a command
     # With the executable too: the plugin's bt is GDB's own.
-    with_exe_loaded = _gdb_alone([str(binary)] + commands + ["-ex", "set unwind claim all", "-ex", "bt"],
+    with_exe_loaded = gdb_batch([str(binary)] + commands + ["-ex", "set unwind claim all", "-ex", "bt"],
                                  plugin=True)
     assert with_exe_loaded.returncode == 0 and "Fatal signal" not in with_exe_loaded.stderr
     assert with_exe_loaded.stdout.startswith(with_exe.stdout)

@@ -21,17 +21,16 @@ import subprocess
 import pytest
 
 from gdbrun import run_gdb
-from support import BUILD, FIXTURES, need_tool
+from support import BUILD, FIXTURES, NO_EH, need_tool
 
 SOURCE = FIXTURES / "neighbour.c"
 FLAGS = ["-O2", "-fomit-frame-pointer"]
 WALK = "unwind explain -json -sources %s all"
-NO_TABLES = ["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr"]
 # the case: (architecture, the neighbour's table as the evidence names it, assembler flags, what
 # objcopy removes besides the symbols, the sources walked)
 CASES = {
     "x86_64-eh_frame": ("x86_64", ".eh_frame FDE", [], [], "cfi,analysis"),
-    "x86_64-sframe": ("x86_64", ".sframe FDE", ["-Wa,--gsframe"], NO_TABLES, "sframe,analysis"),
+    "x86_64-sframe": ("x86_64", ".sframe FDE", ["-Wa,--gsframe"], NO_EH, "sframe,analysis"),
     "aarch64-eh_frame": ("aarch64", ".eh_frame FDE", [], [], "cfi,analysis"),
 }
 TOOLS = {"x86_64": ("gcc", "objcopy", "nm", []),
@@ -117,7 +116,7 @@ def test_start_from_the_neighbouring_table_recovers_every_frame(case):
 
 
 def test_without_the_neighbours_table_the_start_is_not_found():
-    program = _build("neighbour-notables", "x86_64", False, post=[["--strip-all"], NO_TABLES])
+    program = _build("neighbour-notables", "x86_64", False, post=[["--strip-all"], NO_EH])
     frames = _gdb("x86_64", program, [("walk", "json", WALK % "cfi,analysis")])["walk"]["frames"]
     # stop_here is reached by a direct call (its start is found by that call); notable is not:
     # its start is unknown, so the analysis may only read it forward from the pc (every path to

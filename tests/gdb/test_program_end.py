@@ -21,22 +21,16 @@ import subprocess
 
 import pytest
 
-from support import BUILD, ROOT, build, need_tool
-
-NO_TABLES = ["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
-             "--remove-section", ".debug_frame"]
+from support import BUILD, NO_TABLES, build, gdb_batch, need_tool
 FILTER = "unwind-plugin-program-end"
 ENABLED = "python print('ENABLED', gdb._unwind_plugin_state.program_end.enabled)"
 
 
 def _gdb(binary, commands, plugin=True, args=(), stop=()):
-    command = [need_tool("gdb"), "-nx", "-q", "-batch", "-ex", "set pagination off"]
-    if plugin:
-        command += ["-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT]
+    command = ["-ex", "set pagination off"]
     for line in list(stop) + ["run"] + list(commands):
         command += ["-ex", line]
-    proc = subprocess.run(command + ["--args", str(binary), *args], capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL)
+    proc = gdb_batch(command + ["--args", str(binary), *args], plugin)
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert "Python Exception" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     return proc.stdout
@@ -65,7 +59,7 @@ def _twins():
     twin = build("matrix.c", ["-O2", "-fomit-frame-pointer"], name="end-twin",
                  post=[["strip", "--strip-all", "{out}"]])
     bare = build("matrix.c", ["-O2", "-fomit-frame-pointer"], name="end-bare",
-                 post=[["strip", "--strip-all", "{out}"], NO_TABLES + ["{out}"]])
+                 post=[["strip", "--strip-all", "{out}"], ["objcopy", *NO_TABLES, "{out}"]])
     return twin, bare
 
 
@@ -89,10 +83,8 @@ def test_a_core_opened_without_the_program_ends_at_its_entry_frame(tmp_path, gdb
     truth = _pcs(_bt(_gdb(twin, ["bt"], plugin=False, args=["plain"])))
     core = tmp_path / "core"
     _gdb(bare, ["gcore %s" % core], plugin=False, args=["plain"])
-    start, rest = [need_tool("gdb"), "-nx", "-q", "-batch", "-ex", "set pagination off"], ["-c", str(core), "-ex", "bt"]
-    alone = subprocess.run(start + rest, capture_output=True, text=True, timeout=300).stdout
-    loaded = subprocess.run(start + ["-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT] + rest,
-                            capture_output=True, text=True, timeout=300).stdout
+    args = ["-ex", "set pagination off", "-c", str(core), "-ex", "bt"]
+    alone, loaded = gdb_batch(args, plugin=False).stdout, gdb_batch(args).stdout
     assert "Traceback" not in loaded and "Python Exception" not in loaded, loaded
     assert _pcs(_bt(loaded, 1)) == truth, (loaded, truth)
     assert _pcs(_bt(alone, 1)) != truth, alone
@@ -118,7 +110,7 @@ def test_debian_ls_without_its_tables_ends_where_ls_with_them_ends(gdb_version):
     if not kept.exists():
         shutil.copy("/usr/bin/ls", kept)
     if not bare.exists():
-        subprocess.run(NO_TABLES + ["/usr/bin/ls", str(bare)], check=True)
+        subprocess.run(["objcopy", *NO_TABLES, "/usr/bin/ls", str(bare)], check=True)
     stop = ["catch syscall write"]
     truth = _bt(_gdb(kept, ["bt"], plugin=False, args=["/"], stop=stop))
     alone = _bt(_gdb(bare, ["bt"], plugin=False, args=["/"], stop=stop))

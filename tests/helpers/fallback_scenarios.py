@@ -3,9 +3,9 @@
 without .eh_frame, the program's modes, and which fallback source should
 have found each frame; jit.c, whose code runs in no module."""
 
-from support import build
+from support import NO_EH, build
 
-STRIP = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+STRIP = [["objcopy", *NO_EH, "{out}"]]
 BUILDS = {"O0": ["-O0"], "O2-nofp": ["-O2", "-fomit-frame-pointer"]}
 SCENARIOS = {
     "plain": ["plain"],

@@ -1,9 +1,9 @@
 """chain.c built with `gcc -m32` for the i386 tests in GDB and LLDB: builds, stops, the stripped twin."""
 
-from support import build
+from support import NO_EH, build
 
 BUILDS = {"O0": ["-O0"], "O2": ["-O2"], "O2-nofp": ["-O2", "-fomit-frame-pointer"]}
-STRIP = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+STRIP = [["objcopy", *NO_EH, "{out}"]]
 
 
 def stops(signal_setup):

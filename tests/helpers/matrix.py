@@ -45,7 +45,7 @@ from matrix_judge import (_in_function, _pie_bias, function_ranges, right_by_pc,
                           right_frames)
 from matrix_signal import arm_sigstop, right_pcs, shadow_truth  # noqa: E402
 from qemu_arm import SYSROOT  # noqa: E402
-from support import BUILD, FIXTURES, ROOT, build, need_tool  # noqa: E402
+from support import BUILD, FIXTURES, NO_TABLES, ROOT, build, need_tool  # noqa: E402
 
 RESULTS = BUILD / "matrix-results.json"
 # LLDB 22's own `bt` as loaded (its frame provider on), counted by pc: tests/lldb/test_lldb_provider_matrix.py
@@ -53,8 +53,6 @@ PROVIDER_RESULTS = BUILD / "matrix-lldb22-bt.json"
 PROVIDER_COLUMN = "LLDB 22 `bt` (as loaded)"
 README = ROOT / "docs" / "matrix.md"     # the table the README used to hold; the flag keeps its name
 BEGIN, END = "<!-- matrix: begin (tests/helpers/matrix.py) -->", "<!-- matrix: end -->"
-NO_TABLES = ["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
-             "--remove-section", ".debug_frame"]
 FLAGS = {"O2": ["-O2", "-fomit-frame-pointer"], "O0": ["-O0", "-fno-omit-frame-pointer"]}
 COLUMNS = (("gdb_alone", "GDB alone"), ("gdb_default", "GDB + plugin"), ("gdb_fallback", "GDB + plugin, fallback on"),
            ("gdb_walk", "`unwind backtrace` (GDB)"), ("lldb_alone", "LLDB alone"),

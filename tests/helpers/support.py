@@ -18,6 +18,10 @@ BUILD = ROOT / "tests" / ".build"
 # on LLDB 16/19/22, GDB's testsuite on all its files); each also has its own variable.
 EVERYTHING = "UNWIND_EVERYTHING"
 
+# objcopy's options that remove a program's unwind tables: .eh_frame (and its index), and with it .debug_frame
+NO_EH = ["--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr"]
+NO_TABLES = NO_EH + ["--remove-section", ".debug_frame"]
+
 
 def every(variable: str) -> bool:
     """Does the slow matrix `variable` names run whole (its own variable, or UNWIND_EVERYTHING)?"""
@@ -77,6 +81,16 @@ def build(source, flags=(), name=None, compiler="gcc", post=None):
                        capture_output=True, text=True)
     tmp.rename(out)
     return out
+
+
+def gdb_batch(args, plugin=True, timeout=300):
+    """GDB in batch mode without ~/.gdbinit (the plugin loaded as a user's ~/.gdbinit line would, or not)
+    with ARGS: the CompletedProcess, its output as text."""
+    command = [need_tool("gdb"), "-nx", "-q", "-batch"]
+    if plugin:
+        command += ["-ex", "source %s/gdb_unwinder/gdbinit.py" % ROOT]
+    return subprocess.run(command + list(args), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
 
 
 def run(cmd, **kw):

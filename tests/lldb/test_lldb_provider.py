@@ -15,12 +15,11 @@ import pytest
 
 from fallback_scenarios import BUILDS
 from lldbrun import run_batch, run_lldb, version
-from support import build, pcs, run
+from support import NO_EH, build, pcs, run
 
 PROVIDER_VERSION = 22
-STRIP_ALL = [["objcopy", "--strip-all", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr",
-              "{out}"]]
-SFRAME_ONLY = [["objcopy", "--remove-section", ".eh_frame", "--remove-section", ".eh_frame_hdr", "{out}"]]
+STRIP_ALL = [["objcopy", "--strip-all", *NO_EH, "{out}"]]
+SFRAME_ONLY = [["objcopy", *NO_EH, "{out}"]]
 REGISTERS = "[frame.GetRegisters().GetSize(), frame.GetPC()]"
 LLDB_ALONE = ["unwind provider off"]       # before the launch: no target stops with the provider
 
