@@ -42,14 +42,16 @@ from typing import Optional
 
 import gdb
 
+from plugin.arch import arm as arm_arch
+from plugin.arch.base import reader
 from plugin.cache import BoundedCache
-from plugin.debugger_heuristic import modelled_answer
+from plugin.debugger_heuristic import debugger_function_start, modelled_answer
 from plugin.settings import SourceKind, gdb_sections, is_fallback, kind_of
 from plugin.strategies.analysis_forward import FORWARD
 from plugin.strategies.cfi import CfiTables
 from plugin.strategies.exidx import ExidxTables
 
-from . import objfiles
+from . import objfiles, sigtramp
 from .levels import inline_depth
 
 GDB_DWARF_SECTIONS = gdb_sections()    # the tables GDB's own DWARF unwinder reads (declared with their source)
@@ -110,6 +112,9 @@ def why_claimed(claim, callee, frame, ctx, coverage) -> str:
     if claim != Claim.AUTO.value:
         return "%s; GDB's own unwinders were not asked (set unwind claim %s)" % (proof, claim)
     module = ctx.modules.find(lookup)
+    misread = sigtramp.gdb_misreads(ctx, callee.registers, callee.pc, frame.pc)
+    if misread is not None:
+        return "%s; %s" % (proof, misread)
     if ctx.trap_handler(callee.pc) is not None:
         gdb_cannot = "GDB looks frame #%d up at pc-1, but 0x%x is in a trap handler, entered by a planted " \
                      "return address (set unwind trap-handler-names)" % (callee.level, callee.pc)
@@ -136,6 +141,31 @@ def _heuristic_differs(callee, ctx):
     arch = ctx.arch
     return "GDB's prologue analyser gives another caller, pc 0x%x sp 0x%x (%s)" % (
         model.registers.get(arch.pc) or 0, model.registers.get(arch.sp) or 0, model.evidence.found_by)
+
+
+def arm_prologue_gives(frame, ctx) -> Optional[str]:
+    """Under auto, a frame on arm that GDB's prologue analyser unwinds (no table GDB reads covers it
+    there: the innermost frame, one a signal interrupted, or a call site without an EHABI entry GDB
+    can use): where GDB knows the function's start (a symbol) and the code from there to pc (to the
+    call, in a caller) is straight-line (no branch: pushes, stack adjustments, stores;
+    plugin.arch.arm.code_facts), the analyser reads that same code and gives the caller the plugin
+    gives. Why it is left to GDB, whose frame keeps the locations of the saved registers; None
+    otherwise."""
+    if ctx.arch.name != "arm":
+        return None
+    start, cpsr = debugger_function_start(ctx, ctx.lookup_pc(frame)), frame.registers.get(arm_arch.CPSR)
+    if start is None or cpsr is None:
+        return None
+    read, start, thumb = reader(ctx.read_memory), start & ~1, bool(cpsr & arm_arch.CPSR_THUMB)
+    ends = [frame.pc] if frame.exact_pc else \
+        [frame.pc - size for size in (4, 2)] if ctx.arch.call_before(read, frame.pc) else []
+    for end in ends:
+        facts = arm_arch.code_facts(read, start, end, thumb) if start < end else None
+        if facts is not None and facts.prologue is not None:
+            return ("GDB's arm prologue analyser reads the same straight-line code from the function's start "
+                    "0x%x (its symbol) to 0x%x: left to GDB, so its frame keeps the locations of the "
+                    "registers it restores" % (start, end))
+    return None
 
 
 NOT_COVERED = (sys.maxsize, None)     # a caller verdict that never declines: no level is above it
@@ -278,7 +308,7 @@ class GdbCoverage:
         if verdict is None and call_site and ctx.arch.name == "arm":
             verdict = self.exidx_covers.get(pc, False)
             if verdict is False:
-                verdict = self.exidx_covers.put(pc, self._exidx_covers(pc, ctx))
+                verdict = self.exidx_covers.put(pc, None if sigtramp.gdb_takes(ctx, pc) else self._exidx_covers(pc, ctx))
         return verdict
 
     def _exidx_covers(self, pc, ctx):
@@ -295,6 +325,8 @@ class GdbCoverage:
             "left to GDB (set unwind claim auto)" % (pc, entry.index, entry.function, module.name)
 
     def _covers(self, pc, ctx, pending_frame):
+        if sigtramp.gdb_takes(ctx, pc):
+            return None     # GDB's sigtramp unwinder, before its tables: the slow path decides (sigtramp.py)
         module = ctx.modules.find(pc)
         if module is None:
             # Not placed (a remote target's library without debug information

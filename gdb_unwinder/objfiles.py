@@ -18,7 +18,8 @@ from typing import List, Optional, Set, Tuple
 
 import gdb
 
-from plugin.modules import on_disk
+from plugin.errors import MemoryReadError
+from plugin.modules import link_map, on_disk
 from plugin.target import ModuleRef
 
 VDSO_NAME = re.compile(r"system-supplied DSO at (0x[0-9a-fA-F]+)")
@@ -145,6 +146,36 @@ def module_refs(progspace) -> List[ModuleRef]:
                 refs.append(ModuleRef(os.path.basename(path), runtime - _code_address(value, runtime) + low, path))
                 break
     return refs
+
+
+def link_map_refs(progspace, refs: List[ModuleRef], read_memory) -> List[ModuleRef]:
+    """GDB's objfiles that module_refs could not place (a library without debug information), placed
+    by the loader's list in memory (plugin.modules.link_map): no GDB command, so the unwinder may ask
+    on a remote stub without a mapping list (qemu-user)."""
+    exe = local_path(progspace.filename) if progspace is not None else None
+    main = next((ref for ref in refs if ref.path is not None and ref.path == exe), None)
+    if main is None:
+        return []
+    files = {}
+    for objfile in _objfiles(progspace):
+        path = local_path(objfile.filename) if objfile.is_valid() and objfile.owner is None else None
+        if path is not None:
+            files.setdefault(os.path.basename(path), path)
+    placed = {ref.path for ref in refs} | {ref.header_address for ref in refs}
+    found = []
+    for name, bias in link_map.loaded_objects(read_memory, main.header_address):
+        path = files.get(os.path.basename(name))
+        if path is None or path in placed:
+            continue
+        try:
+            header = bias + _lowest_load(path)[0]
+            if header in placed or read_memory(header, 4) != b"\x7fELF":
+                continue
+        except (OSError, ValueError, MemoryReadError):
+            continue
+        placed.add(header)
+        found.append(ModuleRef(os.path.basename(path), header, path))
+    return found
 
 
 def refs_from_commands() -> List[ModuleRef]:

@@ -180,9 +180,10 @@ class GdbTarget(Target):
 
     def _modules_from_gdb(self):
         """Remote targets and cores: GDB's objfiles, located without GDB commands where possible."""
-        refs = objfiles.module_refs(gdb.selected_inferior().progspace)
+        progspace = gdb.selected_inferior().progspace
+        refs = objfiles.module_refs(progspace)
         if self.inside_unwinder:
-            return refs
+            return refs + objfiles.link_map_refs(progspace, refs, self.read_memory)
         known = {ref.path for ref in refs}
         return refs + [ref for ref in objfiles.refs_from_commands() if ref.path not in known]
 

@@ -25,11 +25,12 @@ from plugin.plans import replay
 from plugin.settings import SourceKind, kind_of
 
 from .fast_claims import FastClaims
-from .claim import NOT_COVERED, Claim, covered_caller
+from .claim import NOT_COVERED, Claim, arm_prologue_gives, covered_caller
 from .levels import is_innermost_physical
 from .compat import pending_level
 from .handover import Asked, Found, LastClaim, hand_over
 from .registers import PendingRegisters
+from . import sigtramp
 
 NAME = "unwind-plugin"
 
@@ -336,20 +337,23 @@ class PluginUnwinder(Unwinder):
         if outcome.signal_frame:
             # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
             # same registers and marks the frame "<signal handler called>", which
-            # a Python unwinder cannot. The interrupted frame above it is ours
-            # again, looked up at its exact pc.
+            # a Python unwinder cannot; but not where it reads another layout
+            # (sigtramp.py). The interrupted frame above it is ours again, looked
+            # up at its exact pc.
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
             self._by_pc = None       # frames above it are looked up at their exact pc
-            self._decline(level, pc, "signal trampoline: left to GDB's sigtramp unwinder")
-            return None
+            if sigtramp.gdb_misreads(ctx, asked.registers, pc, caller.get(arch.pc, 0)) is None:
+                self._decline(level, pc, "signal trampoline: left to GDB's sigtramp unwinder")
+                return None
         yielded = yields_to_debugger(outcome, frame, ctx)
         if yielded is not None:     # a guess where GDB's own heuristic gives another plausible caller
             self._decline(level, pc, yielded)
             return None
         lookup = asked.lookup
         planned = inferior.plans.remember(lookup, asked.exact, outcome, attempts) if self.state.use_plans else None
-        same = same_as_debugger(outcome, frame, ctx) \
-            if kind_of(outcome.source) == SourceKind.PROOF and not asked.trap else None
+        same = None if asked.trap or outcome.signal_frame else (same_as_debugger(outcome, frame, ctx)
+                                        if kind_of(outcome.source) == SourceKind.PROOF else None) \
+            or arm_prologue_gives(frame, ctx)
         if same is not None:
             if planned is not None:     # a verdict of the pc alone, as its plan is
                 inferior.coverage.heuristic_gives(lookup, asked.exact, same)

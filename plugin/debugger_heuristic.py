@@ -113,7 +113,7 @@ def _model(frame, ctx) -> Optional[PrologueModel]:
     read = reader(ctx.read_memory)
     if frame.exact_pc and arch.return_at(read, frame.pc):
         return None             # GDB's epilogue unwinder may take a frame at its return: not modelled
-    start = _function_start(ctx, ctx.lookup_pc(frame))
+    start = debugger_function_start(ctx, ctx.lookup_pc(frame))
     models = ctx.prologue_models.for_generation(ctx.target.generation)
     return models.lookup((start, frame.pc), arch.debugger_prologue_row, read, start, frame.pc)
 
@@ -132,7 +132,7 @@ def _same_rules(row, applied, arch) -> bool:
         and ra.offset == other.offset
 
 
-def _function_start(ctx, lookup) -> Optional[int]:
+def debugger_function_start(ctx, lookup) -> Optional[int]:
     """The start of the function holding lookup as the debugger knows it: its symbol (debug
     information, or the file's symbol tables: GDB's minimal symbols), or None."""
     found = ctx.symbol(lookup)

@@ -101,11 +101,14 @@ def _call_ending_at(read, end: int):
 # svc 0` built for Arm; the kernel's own are `movs r7, #N; svc 0` and `mov r7, #N; swi 0x9000NN`.
 _SIGCONTEXT = {n: 12 + 4 * n for n in range(16)}
 _SIGCONTEXT[CPSR] = 12 + 4 * 16
+UCONTEXT_MCONTEXT = 20      # uc_flags, uc_link, uc_stack before uc_mcontext (the sigcontext)
+SIGINFO_SIZE = 128
 
 
 def _sigreturns():
     found = []
-    for number, name, context in ((119, "sigreturn", 20), (173, "rt_sigreturn", 128 + 20)):
+    for number, name, context in ((119, "sigreturn", UCONTEXT_MCONTEXT),
+                                  (173, "rt_sigreturn", SIGINFO_SIZE + UCONTEXT_MCONTEXT)):
         forms = (
             (bytes((0x4f, 0xf0, number, 0x07, 0x00, 0xdf)), "mov.w r7, #%d; svc 0" % number),
             (bytes((number, 0x27, 0x00, 0xdf)), "movs r7, #%d; svc 0" % number),

@@ -42,7 +42,8 @@ def compare(frames, native, ctx):
                               else "only the plugin has this frame")
         else:
             row["agrees"] = _same(ours, theirs, arch)
-            row["verdict"] = "agree" if row["agrees"] else _judge(ours.pc, theirs["pc"], level, ctx)
+            row["verdict"] = "agree" if row["agrees"] else _judge(ours.pc, theirs["pc"], level, ctx,
+                                                                  getattr(ours, "exact_pc", False))
         rows.append(row)
     return rows
 
@@ -76,26 +77,34 @@ def _paired(frames, native, arch):
     return out
 
 
-def _judge(our_pc, their_pc, level, ctx):
+def _judge(our_pc, their_pc, level, ctx, exact=False):
     """Which side looks right, resting only on bytes that were read: where the code before
-    a pc could not be read, that pc's plausibility is unknown and no side is called right."""
+    a pc could not be read, that pc's plausibility is unknown and no side is called right.
+    exact: the plugin's frame is one a signal interrupted, whose pc is no return address."""
     if our_pc == their_pc:
         return "same pc, different stack pointer"
     if level == 0:
         return "different innermost pc"
-    ours_ok, ours_known = _plausible_return(our_pc, ctx)
-    theirs_ok, theirs_known = _plausible_return(their_pc, ctx)
+    if exact:
+        (ours_ok, ours_known), (theirs_ok, theirs_known) = _plausible_exact(our_pc, ctx), _plausible_exact(their_pc, ctx)
+    else:
+        (ours_ok, ours_known), (theirs_ok, theirs_known) = _plausible_return(our_pc, ctx), _plausible_return(their_pc, ctx)
     if not (ours_known and theirs_known):
         unread = [pc for pc, known in ((our_pc, ours_known), (their_pc, theirs_known)) if not known]
         return "unknown: the code before %s cannot be read, so neither side can be judged" % (
             " and ".join("0x%x" % pc for pc in unread))
+    wrong = "is not code" if exact else "does not follow a call"
     if ours_ok and not theirs_ok:
-        return "plugin looks right: 0x%x %s; the debugger's 0x%x does not follow a call" % (
-            our_pc, ours_ok, their_pc)
+        return "plugin looks right: 0x%x %s; the debugger's 0x%x %s" % (our_pc, ours_ok, their_pc, wrong)
     if theirs_ok and not ours_ok:
-        return "debugger looks right: 0x%x %s; the plugin's 0x%x does not follow a call" % (
-            their_pc, theirs_ok, our_pc)
-    return "cannot tell which is right: both pcs %s" % ("look like return addresses" if ours_ok else "look wrong")
+        return "debugger looks right: 0x%x %s; the plugin's 0x%x %s" % (their_pc, theirs_ok, our_pc, wrong)
+    return "cannot tell which is right: both pcs %s" % (
+        ("are code" if exact else "look like return addresses") if ours_ok else "look wrong")
+
+
+def _plausible_exact(pc, ctx):
+    """(why pc is plausible for a frame a signal interrupted, which may stop at any instruction; known)."""
+    return ("is code (a frame a signal interrupted stops at any instruction)" if ctx.is_code(pc) else None), True
 
 
 def _plausible_return(pc, ctx):

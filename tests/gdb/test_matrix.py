@@ -35,15 +35,7 @@ from matrix import Row, run_row
 ROWS = matrix.rows()
 _RESULTS = {}
 # Columns short of the truth, and why; the test asserts exactly these counts, so a change shows.
-KNOWN_GAPS = {
-    # arm32, a signal raised (sigstop.c) under qemu-arm: GDB's own arm-linux sigtramp unwinder takes
-    # glibc's restorer (`mov r7, #119; svc 0`) and reads the sigcontext at the wrong place (its caller:
-    # pc 0), because qemu-arm writes uc_flags 0 where Linux writes 0x5ac3c35a (GDB then takes the
-    # pre-2.6.18 layout); the plugin's walk is right there, and its unwinder leaves the trampoline's
-    # frame to GDB, which reads that layout itself (docs/matrix.md).
-    **{("arm32 %s raise signal -%s" % (arch, build), column): 3
-       for arch in ("Thumb-2", "Arm") for build in ("O2", "O0") for column in ("gdb_default", "gdb_fallback")},
-}
+KNOWN_GAPS = {}     # none now: the arm32 signal rows' gap (qemu-arm's uc_flags) is closed by gdb_unwinder/sigtramp.py
 
 # LLDB 22's bt as loaded, by pc, where it is short of the truth: LLDB's own unwinder gives a wrong
 # frame there (its list does not end where it goes wrong), and the provider keeps LLDB's frames.
