@@ -37,8 +37,9 @@ UNDECIDED_POPS = Callee(popped=None, why="its returns pop different argument byt
 
 
 def _agreed(pops) -> Callee:
-    """The callee that pops the one amount all its returns pop (none found: nothing), else undecided."""
-    if len(pops) > 1:
+    """The callee that pops the one amount all its returns pop (none found: nothing), else undecided
+    (amounts that disagree, or None: one not decided)."""
+    if len(pops) > 1 or None in pops:
         return UNDECIDED_POPS
     popped = next(iter(pops)) if pops else 0
     return Callee(popped=popped) if popped else NO_CALLEE
@@ -189,14 +190,12 @@ class CallFacts:
         """How the function at target returns: the argument bytes every return reached in it (and in
         the functions it tail-calls) pops, when they agree; None when they disagree, or (readable:
         a function known to be there) its code cannot be read. Cached per function, except while
-        its own analysis runs (a recursive call: read from every return in its extent instead)."""
+        its returns are being read (a recursive call, a cycle of calls): then from its extent."""
         found = self._callees.get(target)
         if found is not None:
             return found
-        if target in self.functions and (target in self._busy or len(self._busy) >= MAX_NESTING):
-            return self._extent_pops(target)
-        if target in self._deciding:
-            return NO_CALLEE            # a cycle of tail calls: adds no return of its own
+        if self._provisional(target):
+            return _agreed(self._extent_pops(target))
         self._deciding.add(target)
         try:
             found = self._read_pops(target, readable)
@@ -213,7 +212,7 @@ class CallFacts:
             result = self.function(target)
             pops = set(result.pops)
             for tail in sorted(result.tail_calls):
-                pops.add(self._callee_of(tail).popped)
+                pops |= self._tail_pops(tail)
             return _agreed(pops)
         # No known extent: the first return in the callee's code, read in order, says how it returns
         # (padding after a jump ends the function: what follows is another one).
@@ -227,27 +226,44 @@ class CallFacts:
             insn = self.decode_at(insn.end)
         return NO_CALLEE
 
-    def _extent_pops(self, start) -> Callee:
-        """The argument bytes every return in the function's extent pops, read in order (its
-        analysis is running, or too deep to start): agreed, else None."""
+    def _tail_pops(self, tail) -> set:
+        """What a tail call's callee adds to the caller's returns: the amounts its own returns pop
+        (none from a function that never returns, or one whose returns are being read already
+        and has none in its extent); None among them: not decided."""
+        if self._noreturn.get(tail):
+            return set()
+        if self._provisional(tail):
+            return self._extent_pops(tail)
+        return {self._callee_of(tail).popped}
+
+    def _extent_pops(self, start) -> set:
+        """The argument bytes each return in the function's extent pops, read in order ({None}: code
+        that cannot be read); for a function whose returns are being read already, or whose
+        analysis would nest too deep."""
         pops, address, end = set(), start, self.functions[start]
         while address < end:
             insn = self.decode_at(address)
             if insn is None:
-                return UNDECIDED_POPS
+                return {None}
             if insn.flow == Flow.RET:
                 pops.add(insn.popped)
             address = insn.end
-        return _agreed(pops)
+        return pops
 
     def _callee_of(self, target) -> Callee:
         """A call's (or tail call's) callee, cached unless decided while its own analysis runs."""
         found = self._callees.get(target)
         if found is None:
             found = self._decide_callee(target)
-            if not (target in self.functions and (target in self._busy or len(self._busy) >= MAX_NESTING)):
+            if not self._provisional(target):
                 self._callees[target] = found
         return found
+
+    def _provisional(self, target) -> bool:
+        """Is the function at target being analysed, or its returns read, or would its analysis
+        nest too deep? Then how it returns is read from its extent (_extent_pops), not cached."""
+        return target in self.functions and (target in self._busy or target in self._deciding
+                                             or len(self._busy) >= MAX_NESTING)
 
     def _stack_probe(self, insn) -> Optional[Callee]:
         """A Windows x64 stack probe (plugin.analysis.probes): named so by the module's symbols, or
