@@ -114,6 +114,7 @@ class CodeAnalysis(CallFacts):
         self._noreturn: Dict[int, bool] = {}
         self._callees: Dict[int, Callee] = {}
         self._deciding: set = set()                         # callees whose returns are being read (cycles)
+        self._extents: Dict[int, frozenset] = {}            # function -> what each return in its extent pops
         self._probes: Dict[int, Optional[Callee]] = {}      # call target -> its stack-probe contract, or None
         self._unnamed: set = set()                          # call targets no probe's name names
         self._part_starts: Optional[List[int]] = None

@@ -240,14 +240,19 @@ class CallFacts:
         """The argument bytes each return in the function's extent pops, read in order ({None}: code
         that cannot be read); for a function whose returns are being read already, or whose
         analysis would nest too deep."""
+        found = self._extents.get(start)
+        if found is not None:
+            return set(found)
         pops, address, end = set(), start, self.functions[start]
         while address < end:
             insn = self.decode_at(address)
             if insn is None:
-                return {None}
+                pops = {None}
+                break
             if insn.flow == Flow.RET:
                 pops.add(insn.popped)
             address = insn.end
+        self._extents[start] = frozenset(pops)      # the code alone decides it: kept
         return pops
 
     def _callee_of(self, target) -> Callee:
