@@ -79,12 +79,15 @@ class CodeAnalysis(CallFacts):
     (start, end) ranges with table entries (or symbols); symbol(address) ->
     name or None; stubs: (start, end) ranges of PLT sections, whose every
     stub is an entry; thumb: the code is Thumb (Arm only: one CodeAnalysis per
-    instruction set).
+    instruction set); got_names: GOT slot -> symbol name, got_functions: GOT slot ->
+    the module's own function of that name, got_base: the GOT's address (i386 PIC
+    stubs jump through ebx + offset) -- plugin.validate.sources reads all three.
     """
 
     def __init__(self, arch, read: Callable[[int, int], bytes],
                  functions: Sequence[Tuple[int, int]] = (), symbol=None, got_names=None,
-                 stubs: Sequence[Tuple[int, int]] = (), lsda=None, entry_states=None, thumb=False):
+                 stubs: Sequence[Tuple[int, int]] = (), lsda=None, entry_states=None, thumb=False,
+                 got_functions=None, got_base: Optional[int] = None):
         import capstone
         self.arch = arch
         self.facts = FACTS[arch.name]
@@ -98,6 +101,8 @@ class CodeAnalysis(CallFacts):
         self.functions = {start: end for start, end in functions}
         self.symbol = symbol
         self.got_names = got_names or {}
+        self.got_functions = got_functions or {}    # GOT slot -> the module's own function its symbol names
+        self.got_base = got_base                    # i386 PIC: the GOT address a PLT stub's ebx holds
         self.stubs = list(stubs)
         self.lsda = lsda or {}          # function start -> LSDA address
         # function start -> (address, State or None: cannot be set up) for functions
@@ -108,6 +113,8 @@ class CodeAnalysis(CallFacts):
         self._busy: List[int] = []
         self._noreturn: Dict[int, bool] = {}
         self._callees: Dict[int, Callee] = {}
+        self._deciding: set = set()                         # callees whose returns are being read (cycles)
+        self._extents: Dict[int, frozenset] = {}            # function -> what each return in its extent pops
         self._probes: Dict[int, Optional[Callee]] = {}      # call target -> its stack-probe contract, or None
         self._unnamed: set = set()                          # call targets no probe's name names
         self._part_starts: Optional[List[int]] = None

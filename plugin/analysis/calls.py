@@ -33,6 +33,16 @@ NORETURN_NAMES = frozenset((
 ))
 MAX_NESTING = 64                 # callees analysed to decide "does not return", one inside another
 MAX_RETURN_SWEEP = 256           # instructions of a callee read in order for its first return
+UNDECIDED_POPS = Callee(popped=None, why="its returns pop different argument bytes, or its code cannot be read")
+
+
+def _agreed(pops) -> Callee:
+    """The callee that pops the one amount all its returns pop (none found: nothing), else undecided
+    (amounts that disagree, or None: one not decided)."""
+    if len(pops) > 1 or None in pops:
+        return UNDECIDED_POPS
+    popped = next(iter(pops)) if pops else 0
+    return Callee(popped=popped) if popped else NO_CALLEE
 
 
 def is_noreturn_name(name: str) -> bool:
@@ -123,6 +133,11 @@ class CallFacts:
         """The symbol a PLT stub jumps to, through its GOT slot (Arm's: from its words, arm_plt)."""
         if self.arch.name == "arm":
             return self.got_names.get(arm_plt.got_slot(self.read, target))
+        return self.got_names.get(self._stub_slot(target))
+
+    def _stub_slot(self, target) -> Optional[int]:
+        """The GOT slot an x86 or aarch64 PLT stub at target jumps through: an absolute or pc-relative
+        one, or i386 PIC's `jmp [ebx + offset]` (ebx holds the GOT's address there, by the ABI)."""
         address = target
         for _ in range(2):
             insn = self.decode_at(address)
@@ -131,7 +146,10 @@ class CallFacts:
             if insn.flow == Flow.INDIRECT and insn.through_memory:
                 slot = insn.indirect[1]
                 if slot[0] == "addr":
-                    return self.got_names.get(slot[1])
+                    return slot[1]
+                base = getattr(self.facts, "PLT_GOT_REGISTER", None)
+                if self.got_base is not None and slot[0] == "add" and slot[1] == ("reg", base):
+                    return self.got_base + slot[2]
                 return None
             if insn.flow != Flow.NEXT or insn.effects:
                 return None
@@ -149,10 +167,7 @@ class CallFacts:
                 return probe
         if target is None or not (self.facts.PC_THUNKS or self.facts.CALLEE_POPS):
             return NO_CALLEE
-        found = self._callees.get(target)
-        if found is None:
-            found = self._callees[target] = self._decide_callee(target)
-        return found
+        return self._callee_of(target)
 
     def _decide_callee(self, target) -> Callee:
         first = self.decode_at(target)
@@ -164,9 +179,41 @@ class CallFacts:
                 return Callee(thunk=thunk)
         if not self.facts.CALLEE_POPS:
             return NO_CALLEE
-        if target in self.functions and target not in self._busy and len(self._busy) < MAX_NESTING:
-            pops = self.function(target).pops
-            return Callee(popped=next(iter(pops))) if len(pops) == 1 else NO_CALLEE
+        if any(lo <= target < hi for lo, hi in self.stubs):
+            # A PLT stub: its callee's own returns when the module defines it, else another module's
+            # function, taken (as any callee whose code is not known) to pop nothing.
+            defined = self.got_functions.get(self._stub_slot(target))
+            return NO_CALLEE if defined is None else self._popping(defined, readable=True)
+        return self._popping(target)
+
+    def _popping(self, target, readable=False) -> Callee:
+        """How the function at target returns: the argument bytes every return reached in it (and in
+        the functions it tail-calls) pops, when they agree; None when they disagree, or (readable:
+        a function known to be there) its code cannot be read. Cached per function, except while
+        its returns are being read (a recursive call, a cycle of calls): then from its extent."""
+        found = self._callees.get(target)
+        if found is not None:
+            return found
+        if self._provisional(target):
+            return _agreed(self._extent_pops(target))
+        self._deciding.add(target)
+        try:
+            found = self._read_pops(target, readable)
+        finally:
+            self._deciding.discard(target)
+        self._callees[target] = found
+        return found
+
+    def _read_pops(self, target, readable) -> Callee:
+        first = self.decode_at(target)
+        if first is None:
+            return UNDECIDED_POPS if readable else NO_CALLEE
+        if target in self.functions:
+            result = self.function(target)
+            pops = set(result.pops)
+            for tail in sorted(result.tail_calls):
+                pops |= self._tail_pops(tail)
+            return _agreed(pops)
         # No known extent: the first return in the callee's code, read in order, says how it returns
         # (padding after a jump ends the function: what follows is another one).
         insn, jumped = first, False
@@ -178,6 +225,50 @@ class CallFacts:
             jumped = insn.flow in (Flow.JUMP, Flow.INDIRECT)
             insn = self.decode_at(insn.end)
         return NO_CALLEE
+
+    def _tail_pops(self, tail) -> set:
+        """What a tail call's callee adds to the caller's returns: the amounts its own returns pop
+        (none from a function that never returns, or one whose returns are being read already
+        and has none in its extent); None among them: not decided."""
+        if self._noreturn.get(tail):
+            return set()
+        if self._provisional(tail):
+            return self._extent_pops(tail)
+        return {self._callee_of(tail).popped}
+
+    def _extent_pops(self, start) -> set:
+        """The argument bytes each return in the function's extent pops, read in order ({None}: code
+        that cannot be read); for a function whose returns are being read already, or whose
+        analysis would nest too deep."""
+        found = self._extents.get(start)
+        if found is not None:
+            return set(found)
+        pops, address, end = set(), start, self.functions[start]
+        while address < end:
+            insn = self.decode_at(address)
+            if insn is None:
+                pops = {None}
+                break
+            if insn.flow == Flow.RET:
+                pops.add(insn.popped)
+            address = insn.end
+        self._extents[start] = frozenset(pops)      # the code alone decides it: kept
+        return pops
+
+    def _callee_of(self, target) -> Callee:
+        """A call's (or tail call's) callee, cached unless decided while its own analysis runs."""
+        found = self._callees.get(target)
+        if found is None:
+            found = self._decide_callee(target)
+            if not self._provisional(target):
+                self._callees[target] = found
+        return found
+
+    def _provisional(self, target) -> bool:
+        """Is the function at target being analysed, or its returns read, or would its analysis
+        nest too deep? Then how it returns is read from its extent (_extent_pops), not cached."""
+        return target in self.functions and (target in self._busy or target in self._deciding
+                                             or len(self._busy) >= MAX_NESTING)
 
     def _stack_probe(self, insn) -> Optional[Callee]:
         """A Windows x64 stack probe (plugin.analysis.probes): named so by the module's symbols, or

@@ -35,7 +35,8 @@ class FunctionAnalysis:
     unresolved: List[int] = field(default_factory=list)            # indirect jumps not followed
     gave_up: Dict[int, str] = field(default_factory=dict)          # address -> why no state there
     assumed: set = field(default_factory=set)        # reached only through an unresolved indirect jump
-    pops: set = field(default_factory=set)           # argument bytes its reached returns pop (`ret 4`)
+    pops: set = field(default_factory=set)           # argument bytes each reached return pops (`ret 4`; 0)
+    tail_calls: set = field(default_factory=set)     # the targets of its direct tail calls
     notes: Dict[int, str] = field(default_factory=dict)            # call address -> the contract it follows
     # a jump table's jump -> (table address, entries read, bounded by a compare, every target followed)
     tables: Dict[int, Tuple[int, int, bool, tuple]] = field(default_factory=dict)
@@ -49,12 +50,14 @@ class FunctionAnalysis:
 class Callee:
     """What the analysis knows of a called function besides whether it returns."""
     thunk: Optional[int] = None      # a pc thunk: the register it sets to the return address, nothing else
-    popped: int = 0                  # argument bytes its return pops (i386 `ret 4`), the caller's sp goes up
+    popped: Optional[int] = 0        # argument bytes its return pops (i386 `ret 4`), the caller's sp goes up;
+                                     # None: its returns disagree or cannot be read (sp not known after)
     clobbers: Optional[Tuple[int, ...]] = None   # the registers it may change, by a known contract (None: the ABI's)
     why: str = ""                    # the evidence for that contract
 
 
 NO_CALLEE = Callee()
+POPS_UNKNOWN = unknown("the callee's returns pop different amounts, or cannot be read")
 
 
 class Analyser:
@@ -154,6 +157,7 @@ class Analyser:
         if flow == Flow.JUMP:
             if not result.start <= insn.target < result.end and entry_like(state, facts):
                 result.returns = True                  # a tail call
+                result.tail_calls.add(insn.target)
                 return []
             return [(insn.target, state)]
         if flow == Flow.CALL:
@@ -169,8 +173,7 @@ class Analyser:
             return [(insn.end, self.after_call(insn, state, callee.popped, callee.clobbers))]
         if flow == Flow.RET:
             result.returns = True
-            if insn.popped:
-                result.pops.add(insn.popped)
+            result.pops.add(insn.popped)
             return []
         if flow == Flow.COND_RET:
             result.returns = True
@@ -188,7 +191,9 @@ class Analyser:
         sp = after.reg(facts.SP)
         if sp[0] == Kind.STACK:
             after.forget_below(sp)
-            if popped:
+            if popped is None:
+                after.regs[facts.SP] = POPS_UNKNOWN
+            elif popped:
                 after.regs[facts.SP] = plus(sp, popped)
         for number in facts.CALL_CLOBBERED if clobbers is None else clobbers:
             after.regs[number] = CLOBBERED

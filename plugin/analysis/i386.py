@@ -26,6 +26,7 @@ DIRECT_CALL_SIZES = (5,)                # the length of a direct call: `call rel
 PC_THUNKS = True                    # calls to `mov reg, [esp]; ret` set reg to the return address
 INTERWORKING = False                # code addresses are exact (no Thumb bit)
 CALLEE_POPS = True                  # a function returning a struct pops its hidden pointer: `ret 4`
+PLT_GOT_REGISTER = 3                # a PIC PLT stub jumps through [ebx + offset]: its caller set ebx to the GOT
 
 REGISTERS = {}                      # name -> (DWARF number, is the full 32-bit register)
 for _n, (_e, _w, _l, _h) in enumerate([("eax", "ax", "al", "ah"), ("ecx", "cx", "cl", "ch"),

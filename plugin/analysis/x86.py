@@ -6,7 +6,8 @@ pointer, mov to and from stack slots, leave, xchg, the implicit writes of
 cpuid, syscall, int, string instructions and the multiply/divide family,
 and the jump-table idioms (`lea base,[rip+T]; movsxd r,[base+i*4]; add
 r,base; jmp r`, i386's `mov r,[ebx+i*4-T]; add r,ebx; jmp r` and the
-absolute `jmp [T+i*w]`). On i386 a call to the very next instruction
+absolute `jmp [T+i*w]`; the table loads and the bounds on their index:
+plugin.analysis.x86_tables). On i386 a call to the very next instruction
 (`call 1f; 1: pop ebx`) pushes its address and goes on.
 
 The two modes differ only in their registers (names, DWARF numbers, which
@@ -18,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
+from plugin.analysis import x86_tables as tables
 from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING
 from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
 
@@ -234,23 +236,23 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
     elif mnemonic in ("mov", "movabs") and first is not None and second is not None:
         if second[0] == "mem" and second[1][0] == "indexed" and second[1][1] is not None \
                 and second[2] == 4 and first[0] == "reg":
-            insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4], _index(d, second))))
-        elif _absolute_table_load(d, insn, first, second):
+            insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4], tables.index(d, second))))
+        elif tables.absolute_table_load(d, insn, first, second):
             pass
         elif first[0] == "reg" and first[1] == ACCUMULATOR and second[0] == "imm" \
                 and (first[2] or op_str.startswith("eax")):
             insn.effects.append(("set", ACCUMULATOR, ("addr", second[1])))    # a stack probe's size, maybe
         else:
-            copied = _loaded_bound(insn, first, second)
+            copied = tables.loaded_bound(insn, first, second)
             _write(d, insn, first, _value(d, second) if first[0] != "reg" or first[2] else OTHER)
             if copied:
-                insn.effects.append(("set", BOUND_OF, reg(_BOUND_TEMPORARY)))
+                insn.effects.append(("set", BOUND_OF, reg(tables.BOUND_TEMPORARY)))
     elif mnemonic == "movsxd" and second is not None and second[0] == "mem" \
             and second[1][0] == "indexed" and second[1][1] is not None and first[0] == "reg":
-        insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4], _index(d, second))))
+        insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4], tables.index(d, second))))
     elif mnemonic == "movzx" and first is not None and first[0] == "reg" and second is not None \
-            and _byte_source(d, second, op_str):
-        _zero_extended_byte(d, insn, first, second)
+            and tables.byte_source(d, second, op_str):
+        tables.zero_extended_byte(d, insn, first, second)
     elif mnemonic == "lea" and first is not None and first[0] == "reg":
         target = second[1] if second[0] == "mem" else ("other",)
         if target[0] == "indexed" and target[3] == 1 and target[4] == 0 and target[2] in d.registers \
@@ -309,7 +311,7 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
         insn.target = first[1] if first is not None and first[0] == "imm" else None
         if insn.target is None:
             insn.flow = Flow.NEXT
-        insn.bound_kept = _UNSIGNED_BOUND.get(mnemonic)
+        insn.bound_kept = tables.UNSIGNED_BOUND.get(mnemonic)
         _implicit(d, insn, _IMPLICIT.get(mnemonic, ()))
     elif mnemonic in _STOPS:
         insn.flow = Flow.STOP
@@ -364,64 +366,6 @@ _PUSH_FLAGS = frozenset(("pushf", "pushfd", "pushfq"))       # the flags registe
 _POP_FLAGS = frozenset(("popf", "popfd", "popfq"))
 _FLAGS_KEPT = frozenset(("mov", "movabs", "movzx", "movsx", "movsxd", "lea", "push", "pop", "nop",
                          "endbr64", "endbr32", "xchg", "bswap", "not", "cmp", "leave"))   # cmp: its own
-_UNSIGNED_BOUND = {"ja": "next", "jae": "next", "jnbe": "next", "jnb": "next",
-                   "jbe": "taken", "jb": "taken", "jna": "taken", "jnae": "taken"}
-
-
-def _index(d: Dialect, op):
-    """The DWARF number of an indexed memory operand's index register, or None."""
-    found = d.registers.get(op[1][2]) if op[1][0] == "indexed" else None
-    return found[0] if found is not None else None
-
-
-def _absolute_table_load(d: Dialect, insn, first, second) -> bool:
-    """`mov reg, [T + index*word]` with T absolute: a table of code addresses (a computed goto's labels,
-    a non-PIE switch loaded before `jmp reg`); the register holds entry `index` of T."""
-    if first[0] != "reg" or not first[2] or second[0] != "mem" or second[1][0] != "indexed" \
-            or second[1][1] is not None or second[1][3] != d.word or (second[2] or d.word) != d.word:
-        return False
-    insn.effects.append(("set", first[1], ("abs_table", _index(d, second), second[1][4], d.word)))
-    return True
-
-
-_BOUND_TEMPORARY = -3
-
-
-def _loaded_bound(insn, first, second) -> bool:
-    """`mov reg, x` after `cmp x, imm`: the compare bounds reg too (GCC's `cmpl $N,(%rsi); ja; mov (%rsi),%eax`
-    and `cmp $N,%edi; ja; mov %edi,%edi`). Read before the move writes reg; True when an effect was added."""
-    if first[0] != "reg":
-        return False
-    if second[0] == "mem" and not second[3]:
-        source = ("mem", second[1])
-    elif second[0] == "reg":
-        source = second[1]
-    else:
-        return False
-    insn.effects.append(("set", _BOUND_TEMPORARY, ("bound_load", source, first[1])))
-    return True
-
-
-def _byte_source(d: Dialect, op, op_str) -> bool:
-    """Is movzx's source a byte (register or memory)?"""
-    if op[0] == "mem":
-        return op[2] == 1
-    return op[0] == "reg" and op_str.split(",")[-1].strip() in _BYTE_REGISTERS
-
-
-_BYTE_REGISTERS = frozenset(["al", "bl", "cl", "dl", "ah", "bh", "ch", "dh", "sil", "dil", "bpl", "spl"]
-                            + ["r%db" % n for n in range(8, 16)])
-
-
-def _zero_extended_byte(d: Dialect, insn, first, second) -> None:
-    """`movzx reg, byte`: reg is at most 255, or the bound an earlier compare of the byte gave."""
-    source = second[1] if second[0] == "reg" else ("mem", second[1])
-    insn.effects.append(("set", BOUND_PENDING, ("pending_if", source)))
-    insn.effects.append(("set", BOUND, ("narrow", 255, source)))
-    insn.effects.append(("set", first[1], OTHER))
-    insn.effects.append(("set", BOUND_OF, ("addr", first[1])))
-
-
 def _jump(insn, target):
     if target is not None and target[0] == "imm":
         insn.flow, insn.target = Flow.JUMP, target[1]

@@ -122,6 +122,8 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
     orc_rows.add_to(report, target, module, select)
     stubs = sources.plt_stubs(module, report.problems)
     got = sources.got_names(target, module.load_bias)
+    got_functions = sources.got_functions(target, module.load_bias)
+    got_base = sources.got_base(target, module.load_bias)
     symbol = plan.symbol
 
     def symbol_name(address):
@@ -139,6 +141,7 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
     for thumb, subset in code_analysis.instruction_sets(arch, plan.functions, symbol, target.read_memory).items():
         analysis = code_analysis.CodeAnalysis(arch, target.read_memory, sorted(subset.items()),
                                               symbol=symbol_name, got_names=got, stubs=stubs, thumb=thumb,
+                                              got_functions=got_functions, got_base=got_base,
                                               lsda={s: f.lsda for s, f in plan.fdes.items() if f.lsda})
         analysis.entry_states.update(sources.table_entries(analysis, plan.fdes, arch))
         analysis.decide_noreturn()      # once, before any check or fork: the same answers in any order

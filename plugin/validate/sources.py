@@ -10,7 +10,7 @@ functions a table says are not entered by a call.
 from __future__ import annotations
 
 import bisect
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from plugin.analysis import rows as arows
 from plugin.analysis.ops import Flow
@@ -62,10 +62,43 @@ def cfi_entries(tables, problems: List[str]) -> dict:
 
 def got_names(target, bias: int) -> Dict[int, str]:
     """GOT slot address -> symbol name, from the file's relocations (to name PLT stubs)."""
-    names = {}
+    return {slot: symbol.name for slot, symbol in _slot_symbols(target, bias)}
+
+
+def got_functions(target, bias: int) -> Dict[int, int]:
+    """GOT slot address -> the address of the function its symbol names where the module defines it
+    (STT_FUNC, not undefined): a PLT stub's callee whose code the analysis can read."""
+    out = {}
+    for slot, symbol in _slot_symbols(target, bias):
+        if symbol["st_info"]["type"] == "STT_FUNC" and symbol["st_shndx"] != "SHN_UNDEF" and symbol["st_value"]:
+            out[slot] = bias + symbol["st_value"]
+    return out
+
+
+def got_base(target, bias: int) -> Optional[int]:
+    """The GOT's address as i386 PIC code sees it in ebx (_GLOBAL_OFFSET_TABLE_: DT_PLTGOT,
+    else the start of .got.plt); None for a file without one."""
     elf = getattr(target, "elf", None)
     if elf is None:
-        return names
+        return None
+    lost = []
+    with guard(lost, "dynamic section"):
+        for section in elf.iter_sections():
+            if section["sh_type"] == "SHT_DYNAMIC":
+                for tag in section.iter_tags("DT_PLTGOT"):
+                    return bias + tag["d_ptr"]
+        found = elf.get_section_by_name(".got.plt")
+        if found is not None:
+            return bias + found["sh_addr"]
+    return None
+
+
+def _slot_symbols(target, bias: int) -> List[Tuple[int, object]]:
+    """(GOT slot address, symbol) of every relocation naming a slot (PLT and dynamic relocations)."""
+    out = []
+    elf = getattr(target, "elf", None)
+    if elf is None:
+        return out
     from elftools.elf.relocation import RelocationSection
     from elftools.elf.sections import SymbolTableSection
     lost = []       # a damaged section table or relocation section only loses stub names
@@ -76,8 +109,8 @@ def got_names(target, bias: int) -> Dict[int, str]:
             symbols = elf.get_section(section["sh_link"])
             for reloc in section.iter_relocations() if isinstance(symbols, SymbolTableSection) else ():
                 if reloc["r_info_sym"]:
-                    names[bias + reloc["r_offset"]] = symbols.get_symbol(reloc["r_info_sym"]).name
-    return names
+                    out.append((bias + reloc["r_offset"], symbols.get_symbol(reloc["r_info_sym"])))
+    return out
 
 
 def plt_stubs(module, problems: List[str]) -> List[Tuple[int, int]]:

@@ -1,0 +1,97 @@
+"""i386 callees that pop their arguments (`ret 4`), on hand-assembled code: how a call moves esp.
+
+The callee's own returns decide: they agree, or they disagree (esp unknown
+after the call, never a guess); tail calls add their callee's returns; a
+cycle of tail calls ends; a PLT stub leads to the module's own function
+through its GOT slot ([ebx + offset], ebx holding the GOT's address).
+"""
+
+import struct
+
+from plugin.analysis import CodeAnalysis
+from plugin.analysis.calls import UNDECIDED_POPS
+from plugin.analysis.state import CFA, Kind, stack
+from plugin.arch import BY_NAME
+
+BASE = 0x1000
+SP = 4
+
+
+def x86(*hexes):
+    return bytes.fromhex("".join(hexes))
+
+
+def rel32(source_end, target):
+    return struct.pack("<i", target - source_end).hex()
+
+
+def analysis_of(code, functions, **extra):
+    padded = code + bytes(64)
+
+    def read(address, size):
+        offset = address - BASE
+        if offset < 0 or offset + size > len(padded):
+            raise ValueError("outside the code")
+        return padded[offset:offset + size]
+    return CodeAnalysis(BY_NAME["i386"], read, functions, **extra)
+
+
+def caller_to(target):
+    """f at BASE: push eax; call target; ret (8 bytes with a nop)."""
+    return x86("50", "e8", rel32(BASE + 6, target), "c3", "90")
+
+
+def sp_after_call(analysis):
+    return analysis.function(BASE, BASE + 8).states[BASE + 6].reg(SP)
+
+
+def test_returns_that_agree_pop_their_amount_and_returns_that_disagree_leave_esp_unknown():
+    # g: test eax, eax; je +3; ret 4; ret 4        h: test eax, eax; je +3; ret 4; ret
+    g, h = BASE + 8, BASE + 24
+    body_g, body_h = x86("85c0", "7403", "c20400", "c20400"), x86("85c0", "7403", "c20400", "c3")
+    for callee in (g, h):
+        code = caller_to(callee) + body_g + x86("90" * (16 - len(body_g))) + body_h
+        analysis = analysis_of(code, [(BASE, BASE + 8), (g, g + len(body_g)), (h, h + len(body_h))])
+        sp = sp_after_call(analysis)
+        if callee == g:
+            assert analysis.function(g).pops == {4}
+            assert sp == stack(CFA, -4)                      # the pushed eax taken by `ret 4`
+        else:
+            assert analysis.function(h).pops == {0, 4}
+            assert sp[0] == Kind.UNKNOWN, sp
+            assert analysis.function(BASE, BASE + 8).notes[BASE + 1] == UNDECIDED_POPS.why
+
+
+def test_a_tail_call_adds_its_callees_returns():
+    # h: jmp g    g: ret 4
+    h, g = BASE + 8, BASE + 16
+    code = caller_to(h) + x86("e9", rel32(h + 5, g), "909090") + x86("c20400")
+    analysis = analysis_of(code, [(BASE, BASE + 8), (h, h + 5), (g, g + 3)])
+    assert analysis.function(h, h + 5).tail_calls == {g}
+    assert sp_after_call(analysis) == stack(CFA, -4)
+
+
+def test_a_cycle_of_tail_calls_ends_and_decides():
+    # a: test eax, eax; je L; jmp b; L: ret 4        b: jmp a
+    a, b = BASE + 8, BASE + 24
+    body_a = x86("85c0", "7405", "e9", rel32(a + 9, b), "c20400")
+    code = caller_to(a) + body_a + x86("90" * (16 - len(body_a))) + x86("e9", rel32(b + 5, a))
+    analysis = analysis_of(code, [(BASE, BASE + 8), (a, a + len(body_a)), (b, b + 5)])
+    assert sp_after_call(analysis) == stack(CFA, -4)
+    assert analysis.function(b, b + 5).tail_calls == {a} and analysis.function(a).tail_calls == {b}
+
+
+def test_a_plt_stub_leads_to_the_modules_own_function_through_its_got_slot():
+    # stub: jmp [ebx + 0xc]; push 0; jmp PLT0     g: ret 4     the slot GOT + 0xc names g
+    stub, g, got = BASE + 16, BASE + 32, 0x5000
+    code = caller_to(stub) + x86("90" * 8) + x86("ffa30c000000", "6800000000", "e9", rel32(stub + 16, BASE)) \
+        + x86("c20400")
+    functions = [(BASE, BASE + 8), (g, g + 3)]
+    plt = [(stub, stub + 16)]
+    known = analysis_of(code, functions, stubs=plt, got_functions={got + 0xc: g}, got_base=got)
+    assert known._stub_slot(stub) == got + 0xc
+    assert sp_after_call(known) == stack(CFA, -4)
+    # another module's function (no definition here): taken to pop nothing, as before
+    other = analysis_of(code, functions, stubs=plt, got_names={got + 0xc: "g"}, got_base=got)
+    assert other._stub_name(stub) == "g"
+    assert sp_after_call(other) == stack(CFA, -8)
