@@ -9,7 +9,9 @@ is 0x5ac3c35a, and otherwise for the older one (the sigcontext at sp); an `rt_si
 the older layout (a siginfo and a ucontext 8 bytes further on) only where the word at sp points 8
 bytes on. qemu-arm writes uc_flags 0, so GDB alone reads the interrupted registers 20 bytes off and
 its caller is wrong (pc 0). Where the pc GDB would read differs from the one the plugin proved
-from the kernel's layout (the trampoline's code), the plugin claims the frame and says why.
+from the kernel's layout (the trampoline's code), the plugin claims the frame and says why
+(unless the interrupted frame lies inner to it, on a stack below an alternate signal stack: GDB
+stops at a normal frame's caller inner to it, and a Python unwinder's frames are normal ones).
 """
 from __future__ import annotations
 

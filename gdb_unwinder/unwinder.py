@@ -338,11 +338,14 @@ class PluginUnwinder(Unwinder):
             # Leave signal trampolines to GDB: its sigtramp unwinder recovers the
             # same registers and marks the frame "<signal handler called>", which
             # a Python unwinder cannot; but not where it reads another layout
-            # (sigtramp.py). The interrupted frame above it is ours again, looked
-            # up at its exact pc.
+            # (sigtramp.py) and the interrupted frame lies above this one (GDB stops
+            # at a normal frame's caller inner to it: an alternate signal stack above
+            # the interrupted one). The interrupted frame above it is ours again,
+            # looked up at its exact pc.
             inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
             self._by_pc = None       # frames above it are looked up at their exact pc
-            if sigtramp.gdb_misreads(ctx, asked.registers, pc, caller.get(arch.pc, 0)) is None:
+            outward = (caller.get(arch.sp) or 0) > (asked.registers.get(arch.sp) or 0)
+            if not outward or sigtramp.gdb_misreads(ctx, asked.registers, pc, caller.get(arch.pc, 0)) is None:
                 self._decline(level, pc, "signal trampoline: left to GDB's sigtramp unwinder")
                 return None
         yielded = yields_to_debugger(outcome, frame, ctx)

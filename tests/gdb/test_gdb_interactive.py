@@ -31,7 +31,7 @@ SESSION = [
 ]
 # Then, after TAB completion: the plugin's unwinder disabled, the program run to its end and again.
 AFTER_COMPLETION = [
-    ("disable unwinder global unwind-plugin", ("2 unwinders disabled",)),
+    ("disable unwinder global unwind-plugin", ("1 unwinder disabled",)),
     ("continue", ("exited normally",)),
     ("bt", ("No stack",)),
     ("unwind backtrace", ("unwind: the program is not being run",)),
