@@ -7,19 +7,13 @@ from plugin.analysis import rows
 from plugin.analysis.state import CFA, Kind, caller, stack
 from plugin.arch import BY_NAME
 
-BASE = 0x1000
+from hand_code import BASE, analysis_over
+
 
 
 def analyse(code, arch="x86_64", functions=None):
-    padded = code + bytes(64)
-
-    def read(address, size):
-        offset = address - BASE
-        if offset < 0 or offset + size > len(padded):
-            raise ValueError("outside the code")
-        return padded[offset:offset + size]
     functions = functions or [(BASE, BASE + len(code))]
-    analysis = CodeAnalysis(BY_NAME[arch], read, functions)
+    analysis = analysis_over(code, arch, functions)
     return analysis, analysis.function(functions[0][0], functions[0][1])
 
 

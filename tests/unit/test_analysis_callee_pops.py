@@ -8,12 +8,11 @@ through its GOT slot ([ebx + offset], ebx holding the GOT's address).
 
 import struct
 
-from plugin.analysis import CodeAnalysis
 from plugin.analysis.calls import UNDECIDED_POPS
 from plugin.analysis.state import CFA, Kind, stack
-from plugin.arch import BY_NAME
 
-BASE = 0x1000
+from hand_code import BASE, analysis_over
+
 SP = 4
 
 
@@ -26,14 +25,7 @@ def rel32(source_end, target):
 
 
 def analysis_of(code, functions, **extra):
-    padded = code + bytes(64)
-
-    def read(address, size):
-        offset = address - BASE
-        if offset < 0 or offset + size > len(padded):
-            raise ValueError("outside the code")
-        return padded[offset:offset + size]
-    return CodeAnalysis(BY_NAME["i386"], read, functions, **extra)
+    return analysis_over(code, "i386", functions, **extra)
 
 
 def caller_to(target):
