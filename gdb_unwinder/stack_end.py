@@ -177,27 +177,31 @@ def _auxiliary_vector() -> Dict[str, int]:
 
 def _gdb_names(address: int) -> bool:
     """Does GDB have a symbol starting at address (so that it stops at the entry function itself)?"""
-    try:
-        text = gdb.execute("info symbol 0x%x" % address, to_string=True)
-    except gdb.error:
-        return False
-    return not text.startswith("No symbol") and " + " not in text.split(" in section")[0]
+    found = _info_symbol(address)
+    return found is not None and " + " not in found
 
 
 def _name_at(pc: int) -> Optional[str]:
     """The function GDB's symbols put at pc itself (its debug information, else its minimal symbols)."""
     try:
         block = gdb.current_progspace().block_for_pc(pc)
-        while block is not None and block.function is None:
-            block = block.superblock
-        if block is not None:
-            return block.function.print_name
-        text = gdb.execute("info symbol 0x%x" % pc, to_string=True)
-    except (gdb.error, RuntimeError):
+    except RuntimeError:
+        block = None
+    while block is not None and block.function is None:
+        block = block.superblock
+    if block is not None:
+        return block.function.print_name
+    found = _info_symbol(pc)
+    return found.split(" + ")[0].strip() or None if found is not None else None
+
+
+def _info_symbol(address: int) -> Optional[str]:
+    """`info symbol ADDRESS` up to " in section": "NAME" or "NAME + OFFSET"; None where GDB has none."""
+    try:
+        text = gdb.execute("info symbol 0x%x" % address, to_string=True)
+    except gdb.error:
         return None
-    if text.startswith("No symbol"):
-        return None
-    return text.split(" in section")[0].split(" + ")[0].strip() or None
+    return None if text.startswith("No symbol") else text.split(" in section")[0]
 
 
 def _a_callers(frame) -> bool:
