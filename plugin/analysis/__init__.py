@@ -25,6 +25,7 @@ from plugin.analysis.addresses import ByteMap
 from plugin.analysis.calls import MAX_NESTING, NORETURN_NAMES, CallFacts, is_noreturn_name  # noqa: F401
 from plugin.analysis.flow import Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
+from plugin.analysis.state import CFA
 
 FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386, "arm": arm}
 
@@ -64,12 +65,37 @@ def continuation_seeds(entries, jumps, start):
     return entries + list(jumps)
 
 
-def frame_key(state) -> tuple:
-    """A state's registers and slots as one hashable tuple, equal exactly when the states are: each
-    dict's items in a canonical order (slot keys mix bases: sorted by their text). Far smaller than
-    frozensets: a module keeps one for every jump into a `.cold` part until the parts are settled."""
-    return (tuple(sorted(state.regs.items(), key=lambda item: item[0])),
-            tuple(sorted(state.mem.items(), key=lambda item: repr(item[0]))))
+class FrameKey:
+    """A state's registers and slots, hashable, equal exactly when the states are: each dict's items
+    in a canonical order. Far smaller than frozensets (a module keeps one for every jump into a
+    `.cold` part until the parts are settled); its hash is computed once, since every round of the
+    parts (plugin.validate.parts) looks every key up again. Pickled for `--jobs N`, whose processes
+    are forked (the same string hashes)."""
+    __slots__ = ("items", "hash")
+
+    def __init__(self, state):
+        try:
+            slots = sorted(state.mem.items())       # keys never tie: their values are not compared
+        except TypeError:                           # CFA slots and a realigned base's: keys of two types
+            slots = sorted(state.mem.items(), key=_slot_order)
+        self.items = (tuple(sorted(state.regs.items())), tuple(slots))
+        self.hash = hash(self.items)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, FrameKey) and self.hash == other.hash and self.items == other.items
+
+
+def _slot_order(item) -> tuple:
+    """Slots relative to the CFA by offset, then those of a realigned base (keys never tie)."""
+    base, offset = item[0]
+    return (0, offset, "") if base == CFA else (1, offset, repr(base))
+
+
+def frame_key(state) -> FrameKey:
+    return FrameKey(state)
 
 
 class CodeAnalysis(CallFacts):

@@ -80,6 +80,7 @@ class Analyser:
         """pads: [(call-site start, end, landing pad)] from the function's LSDA."""
         result = FunctionAnalysis(start, end, {}, {})
         self._followed: Dict[int, State] = {}     # address -> the state its successors were last given
+        self._source: Dict[int, Optional[int]] = {}     # address -> the one instruction reaching it, or None
         visits: Dict[int, int] = {}
         work = []
         for address, state in seeds:
@@ -90,15 +91,25 @@ class Analyser:
         self._assume_indirect_targets(result, visits, work)
         return result
 
-    def _merge(self, result, visits, work, address, state):
+    def _merge(self, result, visits, work, address, state, source=None):
+        """Join state into address's; source: the instruction it comes from (None: a seed, a landing
+        pad). Where every path so far came from that one instruction, its newer state replaces the
+        old one: the paths met before it, and were joined there (and this saves a join for every
+        instruction inside a loop each time the loop goes round)."""
         if address in result.gave_up:
             return
         old = result.states.get(address)
         if old is None:
             result.states[address] = state
+            self._source[address] = source
             work.append(address)
             return
-        merged, changed = join(old, state, address)
+        if source is not None and self._source.get(address) == source:
+            merged = state
+            changed = state is not old and (state.regs != old.regs or state.mem != old.mem)
+        else:
+            self._source[address] = None
+            merged, changed = join(old, state, address)
         if changed:
             count = visits.get(address, 0) + 1
             visits[address] = count
@@ -129,7 +140,7 @@ class Analyser:
             after = apply(insn, state, facts.SP, share=True)
             for target, out in self._successors(result, insn, after):
                 if result.start <= target < result.end:
-                    self._merge(result, visits, work, target, out)
+                    self._merge(result, visits, work, target, out, address)
                 else:
                     self._exit(result, address, target, out)
 

@@ -147,29 +147,26 @@ def join(old: State, new: State, where: int) -> Tuple[State, bool]:
 
 
 def _meet(old: dict, new: dict, missing, where):
-    """old met with new, or None when that is old itself."""
+    """old met with new, or None when that is old itself. missing: what an absent key means
+    (UNSET for registers: unknown already; None for slots: not written, which disagrees)."""
     if old is new or old == new:
         return None
     out = None
     disagree = None
-    try:
-        differ = old.items() - new.items()      # the items of old that new lacks or holds otherwise
-    except TypeError:                           # an unhashable value: every item is looked at
-        differ = old.items()
-    for key, a in differ:
+    get = new.get
+    for key, a in old.items():
         if a[0] == Kind.UNKNOWN:
             continue
-        b = new.get(key, missing)
-        if a != b:
+        b = get(key, missing)
+        if a is not b and a != b:
             if out is None:
                 out = dict(old)
                 disagree = unknown("paths disagree at 0x%x" % where)
             out[key] = disagree
-    for key in new.keys() - old.keys():
-        if missing is not None and missing[0] == Kind.UNKNOWN:
-            continue                      # absent from old: already unknown there
-        if out is None:
-            out = dict(old)
-            disagree = unknown("paths disagree at 0x%x" % where)
-        out[key] = disagree
+    if missing is None:
+        for key in new.keys() - old.keys():
+            if out is None:
+                out = dict(old)
+                disagree = unknown("paths disagree at 0x%x" % where)
+            out[key] = disagree
     return out
