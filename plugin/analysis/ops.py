@@ -42,7 +42,7 @@ class Flow(str, Enum):
 class Insn:
     """One decoded instruction (slots: a module holds hundreds of thousands of them)."""
     __slots__ = ("address", "size", "text", "effects", "flow", "target", "indirect", "through_memory",
-                 "popped", "bound_kept", "flags_kept")
+                 "popped", "bound_kept", "flags_kept", "end")
 
     def __init__(self, address: int, size: int, text: str, effects: Optional[list] = None,
                  flow: Flow = Flow.NEXT, target: Optional[int] = None, indirect: Optional[tuple] = None,
@@ -60,10 +60,7 @@ class Insn:
         self.bound_kept = bound_kept          # BRANCH after `cmp index, N`: the path on which index <= N
                                               # ("taken" for jbe/jb, "next" for ja/jae); None: neither
         self.flags_kept = flags_kept          # leaves the flags as they were (x86: mov, lea, push...)
-
-    @property
-    def end(self) -> int:
-        return self.address + self.size
+        self.end = address + size             # the next instruction's address (read on every path step)
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, name) for name in self.__slots__)

@@ -21,7 +21,6 @@ equal values stay, different ones become unknown.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import Dict, Tuple
 
@@ -79,11 +78,25 @@ def plus(value: Value, k: int) -> Value:
     return OTHER
 
 
-@dataclass
 class State:
-    regs: Dict[int, Value]
-    mem: Dict[tuple, Value]
-    word: int = 8                  # bytes in a register: only whole-word slots hold a tracked value
+    """regs: DWARF number -> Value; mem: (base, offset) -> Value; word: bytes in a register (only
+    whole-word slots hold a tracked value). Slots: one is made for every instruction that changes
+    something, on every path."""
+    __slots__ = ("regs", "mem", "word")
+
+    def __init__(self, regs: Dict[int, Value], mem: Dict[tuple, Value], word: int = 8):
+        self.regs = regs
+        self.mem = mem
+        self.word = word
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, State) and self.regs == other.regs and self.mem == other.mem \
+            and self.word == other.word
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return "State(regs=%r, mem=%r, word=%r)" % (self.regs, self.mem, self.word)
 
     def reg(self, number: int) -> Value:
         return self.regs.get(number, UNSET)

@@ -239,6 +239,44 @@ def quick_verdict(row, state: State, facts, arch, registers, pc) -> Verdict:
     return verdict
 
 
+def row_plan(row, facts, registers):
+    """What a row says in the form the analysis holds it, for is_right: (CFA register, the value it
+    must hold, ((register, the caller's value), ...) kept in registers, ((slot, the caller's value),
+    ...) saved in slots). None for rows only quick_verdict judges (expressions, outermost rows)."""
+    ra = row.registers.get(facts.RA)
+    cfa = row.cfa
+    if cfa.kind != CfaKind.REGISTER or cfa.deref or ra is not None and ra.kind == RuleKind.UNDEFINED:
+        return None
+    kept, saved = [], []
+    for number in registers:
+        rule = row.registers.get(number)
+        wanted = (Kind.CALLER, number)
+        if rule is None or rule.kind == RuleKind.SAME:
+            if number == facts.RA and facts.RA_REGISTER is None:
+                return None
+            kept.append((number, wanted))
+        elif rule.kind == RuleKind.OFFSET:
+            saved.append(((CFA, rule.offset), wanted))
+        else:
+            return None
+    return cfa.register, (Kind.STACK, CFA, -cfa.offset), tuple(kept), tuple(saved)
+
+
+def is_right(plan, state: State) -> bool:
+    """Does the state show every rule of the row right (row_plan)? False: quick_verdict decides."""
+    regs = state.regs
+    if regs.get(plan[0]) != plan[1]:
+        return False
+    for number, wanted in plan[2]:
+        if regs.get(number) != wanted:
+            return False
+    mem = state.mem
+    for slot, wanted in plan[3]:
+        if mem.get(slot) != wanted:
+            return False
+    return True
+
+
 def overall(findings: List[Finding]) -> Verdict:
     verdicts = {f.verdict for f in findings}
     if Verdict.WRONG in verdicts:
@@ -293,6 +331,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
     report = FunctionReport(start, end, name)
     registers_of = {source: checked_registers(source, facts) for source in tables}
     judged: Dict[str, tuple] = {}       # source -> (row, state, verdict) last judged
+    plans: Dict[tuple, tuple] = {}      # (source, id(row)) -> (row, row_plan): rows repeat over their range
     address = start
     while address < end:
         insn = result.insns.get(address) or analysis.decode_at(address)
@@ -335,13 +374,22 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                 if last is not None and last[0] is row and last[1] is state:
                     verdict = last[2]               # the same row and the same state as the instruction before
                 else:
-                    verdict = quick_verdict(row, state, facts, arch, registers, address)
+                    plan = plans.get((source, id(row)))
+                    if plan is None or plan[0] is not row:
+                        plan = plans[(source, id(row))] = (row, row_plan(row, facts, registers))
+                    if plan[1] is not None and is_right(plan[1], state):
+                        verdict = Verdict.RIGHT
+                    else:
+                        verdict = quick_verdict(row, state, facts, arch, registers, address)
                     if row.cfa.kind != CfaKind.EXPRESSION:      # an expression's verdict may depend on the pc
                         judged[source] = (row, state, verdict)
                 if verdict == Verdict.WRONG and address in result.assumed:
                     verdict = Verdict.UNKNOWN       # reached only through an unresolved indirect jump
                 summary.checked += 1
-                setattr(summary, verdict.value, getattr(summary, verdict.value) + 1)
+                if verdict is Verdict.RIGHT:
+                    summary.right += 1
+                else:
+                    setattr(summary, verdict.value, getattr(summary, verdict.value) + 1)
                 if keep_detail:
                     line["sources"][source] = {"verdict": verdict.value, "row": row.text(arch)}
                 if verdict == Verdict.WRONG:
