@@ -22,6 +22,7 @@ equal values stay, different ones become unknown.
 from __future__ import annotations
 
 from enum import Enum
+from itertools import repeat
 from typing import Dict, Tuple
 
 
@@ -82,12 +83,13 @@ class State:
     """regs: DWARF number -> Value; mem: (base, offset) -> Value; word: bytes in a register (only
     whole-word slots hold a tracked value). Slots: one is made for every instruction that changes
     something, on every path."""
-    __slots__ = ("regs", "mem", "word")
+    __slots__ = ("regs", "mem", "word", "known")
 
     def __init__(self, regs: Dict[int, Value], mem: Dict[tuple, Value], word: int = 8):
         self.regs = regs
         self.mem = mem
         self.word = word
+        self.known = None           # _known(self), once this state is met with another
 
     def __eq__(self, other) -> bool:
         return isinstance(other, State) and self.regs == other.regs and self.mem == other.mem \
@@ -144,6 +146,10 @@ def join(old: State, new: State, where: int) -> Tuple[State, bool]:
     bounds (UPPER_BOUNDS) become the larger."""
     if old is new:
         return old, False
+    keys, values, slots, contents = _known(old)
+    if tuple(map(new.regs.get, keys, repeat(UNSET))) == values \
+            and tuple(map(new.mem.get, slots, repeat(None))) == contents and new.mem.keys() <= old.mem.keys():
+        return old, False           # new agrees wherever old knows something: the common case, in C
     regs = _meet(old.regs, new.regs, UNSET, where)
     if regs is not None:
         for number in UPPER_BOUNDS:
@@ -157,6 +163,18 @@ def join(old: State, new: State, where: int) -> Tuple[State, bool]:
     if regs is None and mem is None:
         return old, False
     return State(old.regs if regs is None else regs, old.mem if mem is None else mem, old.word), True
+
+
+def _known(state: State) -> tuple:
+    """(registers, their values, slots, their values) where the state's value is not unknown; made once
+    per state. A state is not changed once it has been met with another (the worklist makes new ones)."""
+    known = state.known
+    if known is None:
+        regs = [(k, v) for k, v in state.regs.items() if v[0] != Kind.UNKNOWN]
+        mem = [(k, v) for k, v in state.mem.items() if v[0] != Kind.UNKNOWN]
+        known = state.known = (tuple(k for k, _ in regs), tuple(v for _, v in regs),
+                               tuple(k for k, _ in mem), tuple(v for _, v in mem))
+    return known
 
 
 def _meet(old: dict, new: dict, missing, where):
