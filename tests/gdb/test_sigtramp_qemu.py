@@ -22,7 +22,7 @@ ROWS = [row for row in matrix.rows() if row.program == "sigstop.c" and row.arch.
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
 def test_the_trampoline_frame_gdb_misreads_is_claimed_and_explained(row):
     _, binary = matrix.binaries(row)
-    results = matrix._gdb(row, binary, [
+    results = matrix.run_at_row(row, binary, [
         ("off", "cmd", "disable unwinder global unwind-plugin"),
         ("alone", "cmd", "bt"),
         ("on", "cmd", "enable unwinder global unwind-plugin"),
@@ -57,7 +57,7 @@ def test_the_loaders_list_places_the_libraries_info_sharedlibrary_places():
     `info sharedlibrary` (outside the unwinder) places them."""
     row = ROWS[0]
     _, binary = matrix.binaries(row)
-    out = matrix._gdb(row, binary, [("placed", "cmd", PLACED)])["placed"]
+    out = matrix.run_at_row(row, binary, [("placed", "cmd", PLACED)])["placed"]
     linkmap = re.search(r"^LINKMAP (.*)$", out, re.MULTILINE).group(1)
     commands = re.search(r"^COMMANDS (.*)$", out, re.MULTILINE).group(1)
     assert "libc.so.6" in linkmap and linkmap == commands, out

@@ -191,12 +191,14 @@ def core_of(row, binary) -> Path:
         return kernel_core(binary, row.mode)
     out = BUILD / ("%s.core" % binary.name)
     if not out.exists() or out.stat().st_mtime < binary.stat().st_mtime:
-        made = _gdb(replace(row, core=False), binary, [("gcore", "cmd", "gcore %s" % out)])
+        made = run_at_row(replace(row, core=False), binary, [("gcore", "cmd", "gcore %s" % out)])
         assert out.exists(), made
     return out
 
 
-def _gdb(row, binary, actions, breakpoint=None):
+def run_at_row(row, binary, actions, breakpoint=None):
+    """GDB's results of `actions` (gdbrun.run_gdb's) at the row's stop: natively, in its core, or
+    under qemu-user for another machine (with its sysroot)."""
     from gdbrun import run_gdb
     args = [row.mode] if row.mode else []
     breakpoint = breakpoint or _breakpoint(row)
@@ -234,10 +236,10 @@ def truth_frames(row, twin) -> List[dict]:
     if row.core:
         row = replace(row, core=False)
     if row.program == "sigstop.c":
-        addresses = _gdb(row, twin, [("stop_here", "py", "int(gdb.parse_and_eval('(long)&stop_here'))"),
+        addresses = run_at_row(row, twin, [("stop_here", "py", "int(gdb.parse_and_eval('(long)&stop_here'))"),
                                      ("restorer", "py", "int(gdb.parse_and_eval('$lr'))")], breakpoint="*handler")
         return shadow_truth(addresses, twin, row.anchor, _in_function(twin, row.arch, addresses["stop_here"]))
-    results = _gdb(row, twin, [("off", "cmd", "disable unwinder global unwind-plugin"),
+    results = run_at_row(row, twin, [("off", "cmd", "disable unwinder global unwind-plugin"),
                                ("truth", "frames", _frames())])
     return _through(results["truth"], row.anchor)
 
@@ -268,7 +270,7 @@ def gdb_columns(row, binary) -> Dict[str, list]:
         actions += [("off2", "cmd", "disable unwinder global unwind-plugin"),
                     ("stepped", "py", STEP_OUT),
                     ("tail", "frames", _frames())]
-    results = _gdb(row, binary, actions)
+    results = run_at_row(row, binary, actions)
     out = {name: results[name] for name in ("gdb_alone", "gdb_default", "gdb_fallback")}
     out["gdb_walk"] = results["gdb_walk"]["frames"]
     if row.program == "jit.c":
