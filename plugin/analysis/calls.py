@@ -50,6 +50,19 @@ def is_noreturn_name(name: str) -> bool:
     return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)
 
 
+class Step:
+    """What the control-flow pass reads of a jump, call or return (plugin.analysis.noreturn): one is
+    kept for each of the module's until the pass ends, so not the whole Insn (its text, effects)."""
+    __slots__ = ("flow", "end", "target", "through_memory", "indirect")
+
+    def __init__(self, insn: Insn):
+        self.flow = insn.flow
+        self.end = insn.end
+        self.target = insn.target
+        self.through_memory = insn.through_memory
+        self.indirect = insn.indirect if insn.through_memory else None
+
+
 class CallFacts:
     """The call decisions of CodeAnalysis (mixed into it)."""
 
@@ -92,9 +105,8 @@ class CallFacts:
                     if not sizes.get(found[0]):
                         sizes.set(found[0], found[1])
                         insn = light(*found)
-                        if insn.text:           # a jump, call or return: decoded whole, kept for the analysis
-                            flow_only[found[0]] = insn
-                            self._decoded.setdefault(found[0], insn)
+                        if insn.text:           # a jump, call or return: what this pass reads of it
+                            flow_only[found[0]] = Step(insn)
 
             def decode_at(address):
                 insn = flow_only.get(address)
