@@ -52,14 +52,19 @@ def build_parser():
     t.add_argument(sources.spelled(LLDB_STYLE), type=parse_source_list, metavar=sources.metavar,
                    help="only these sources' tables: %s (frame-pointer and scan read a live stack "
                         "and have no tables)" % sources.help)
-    v = sub.add_parser("validate", help="check the unwind tables of FILE against its instructions")
-    v.add_argument("file", metavar="FILE")
+    v = sub.add_parser("validate", help="check the unwind tables of FILE against its instructions",
+                       description="Check each table row of FILE against its machine code. Several FILEs "
+                                   "are checked over --jobs processes, one process a file, and printed in "
+                                   "the order given, each under a 'File: FILE' heading (--json: "
+                                   "{\"files\": [...]}); the exit status is the worst of theirs.")
+    v.add_argument("file", metavar="FILE", nargs="+")
     v.add_argument("--function", metavar="NAME", help="only this function, row by row")
     v.add_argument("--address", type=parse_address, metavar="A", help="only the function holding A")
     v.add_argument("--json", action="store_true", help="print JSON instead of text")
     v.add_argument("--baseline", metavar="JSON", help="report only disagreements not in this earlier --json output")
     v.add_argument("--jobs", type=int, metavar="N",
-                   help="check the functions over N processes (default: one per CPU; 1 with --function/--address)")
+                   help="check the functions (several FILEs: the files) over N processes "
+                        "(default: one per CPU; 1 with --function/--address)")
     v.set_defaults(handler=cmd_validate)
     k = sub.add_parser("kallsyms", help="write a symbol file for GDB from a copy of /proc/kallsyms",
                        description="Write an ELF symbol file from a copy of the Linux kernel's /proc/kallsyms "
@@ -97,6 +102,15 @@ def cmd_kallsyms(args):
 
 
 def cmd_validate(args):
+    if len(args.file) > 1:
+        from plugin.validate import many
+        return many.run(args, validate_file)
+    args.file = args.file[0]
+    return validate_file(args)
+
+
+def validate_file(args):
+    """validate of one FILE (args.file a path): PE files by plugin.validate.pe, the others by command."""
     if _is_pe(args.file):
         from plugin.validate import pe as pe_validate
         return pe_validate.run(args)

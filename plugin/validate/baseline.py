@@ -1,6 +1,7 @@
 """`validate --baseline FILE`: keep only the disagreements an earlier `--json` run did not have.
 
-A disagreement is known when the earlier run had one in the same module,
+Modules are matched by name, so one baseline of several files serves each of
+them. A disagreement is known when the earlier run had one in the same module,
 function and source, at the same address, with the same items and the same
 table rules (a row that changes is new).
 """
@@ -16,11 +17,13 @@ def _key(module: str, d: dict) -> Tuple:
 
 
 def load(path: str) -> Set[Tuple]:
-    """The known disagreements of an earlier `validate --json` output; ValueError when it is not one."""
+    """The known disagreements of an earlier `validate --json` output (of one FILE, or of several:
+    {"files": [...]}); ValueError when it is not one."""
     try:
         with open(path) as handle:
             earlier = json.load(handle)
-        return {_key(m["module"], d) for m in earlier["modules"] for d in m["disagreements"]}
+        documents = [f["report"] for f in earlier["files"] if f["report"]] if "files" in earlier else [earlier]
+        return {_key(m["module"], d) for doc in documents for m in doc["modules"] for d in m["disagreements"]}
     except OSError as exc:
         raise ValueError("cannot read baseline %s: %s" % (path, exc.strerror or exc))
     except (ValueError, KeyError, TypeError, AttributeError):

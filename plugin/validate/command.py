@@ -1,4 +1,5 @@
-"""`python -m plugin validate FILE [--function NAME|--address A] [--json] [--baseline OLD] [--jobs N]`.
+"""`python -m plugin validate FILE [--function NAME|--address A] [--json] [--baseline OLD] [--jobs N]` (one FILE;
+several: plugin.validate.many).
 
 Opens FILE as the loader would lay it out, checks each module
 (plugin.validate.offline) and prints the verdicts: text, or with --json one
