@@ -222,13 +222,14 @@ class KernelEnd(EndFilter):
         newest, outermost = gdb.newest_frame(), self.frames.proved_outermost()
         interrupted = self.frames.interrupted()
         exact_pcs = {pc for pc, _ in interrupted}
+        end_pcs = {pc for pc, _ in outermost}
 
         def exact(frame, pc):
             return pc in exact_pcs and (pc, _sp(frame)) in interrupted
 
         def ends_here(frame, pc):
-            at_newest = frame == newest
-            if not (at_newest or any(pc == proved for proved, _ in outermost)):
+            at_newest = frame is newest     # frames_until starts from this very object
+            if not at_newest and pc not in end_pcs:
                 return False        # rsp read only where the stack may end
             sp = _sp(frame)
             if sp is None:

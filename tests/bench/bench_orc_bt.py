@@ -25,7 +25,7 @@ sys.path[:0] = [str(HERE.parent / "helpers"), str(HERE.parent / "realworld")]
 import test_orc_qemu as qemu  # noqa: E402
 
 INSIDE_GDB = r'''
-import gdb, json, statistics, time
+import difflib, gdb, json, statistics, time
 from gdb.FrameDecorator import FrameDecorator
 from gdb.unwinder import Unwinder, register_unwinder
 from gdb_unwinder.compat import FrameId
@@ -129,6 +129,7 @@ for _ in range(%(rounds)d):
 texts = {}
 for mode in (True, "floor"):
     plugin(mode)
+    gdb.invalidate_cached_frames()
     texts[mode] = gdb.execute("bt", to_string=True)
 plugin(True)
 if %(profile)d:
@@ -146,7 +147,9 @@ def row(mode):
     return {"frames": counts[mode], "cold": times[mode][0], "median": statistics.median(times[mode][1:] or times[mode])}
 print("BENCH " + json.dumps({"plugin": row(True), "gdb": row(False), "unwinders": row("unwinders"),
                              "filter": row("filter"), "floor": row("floor"), "first": row("first"),
-                             "first_gdb": row("first-gdb"), "floor_same": texts[True] == texts["floor"]}))
+                             "first_gdb": row("first-gdb"),
+                             "floor_same": texts[True] == texts["floor"] or list(difflib.unified_diff(
+                                 texts[True].splitlines(), texts["floor"].splitlines(), lineterm="", n=0))}))
 '''
 
 
@@ -184,7 +187,9 @@ def main():
     print("  ratio of the medians: %.1f; first bt at a stop: %.1f; floor / GDB alone: %.1f"
           % (plugin["median"] / alone["median"], result["first"]["median"] / result["first_gdb"]["median"],
              result["floor"]["median"] / alone["median"]))
-    print("  the floor's bt %s the plugin's" % ("equals" if result["floor_same"] else "DIFFERS FROM"))
+    print("  the floor's bt %s the plugin's" % ("equals" if result["floor_same"] is True else "DIFFERS FROM"))
+    if result["floor_same"] is not True:
+        print("\n".join("    " + line for line in result["floor_same"]))
     print("  (no filter: the plugin's unwinders without its frame filter, GDB's own printing: bt ends with an error;"
           " pass filter: GDB alone, printed through a Python frame filter that changes nothing;"
           " floor: a Python unwinder answering each level from a table made beforehand, and a frame filter"
