@@ -72,6 +72,7 @@ class PluginUnwinder(Unwinder):
         self._quiet = None
         self._loud.clear()
         self._by_pc = None
+        self._last = None       # a claim of another stop: its caller is not the frame GDB asks about next
         self.fast.clear()
         self.memo.clear()
 
@@ -128,6 +129,8 @@ class PluginUnwinder(Unwinder):
         memo = self.memo
         key = self._memo_key(pending_frame, target) if state.use_plans and state.use_stop_answers else None
         if key is not None:
+            if last is not None and (last.pc, last.sp) != key[2:]:
+                last = None         # not the caller of the frame claimed last: GDB asks about another frame
             answer = memo.get(key)
             if answer is not None:      # answered at this stop already: GDB rebuilt its frames
                 return self._answer_again(pending_frame, answer)
@@ -160,8 +163,8 @@ class PluginUnwinder(Unwinder):
             return None
         names, descriptors = arch.registers, target.descriptors
         try:
-            pc = int(pending_frame.read_register(descriptors.get(names[arch.pc], names[arch.pc])))
-            sp = int(pending_frame.read_register(descriptors.get(names[arch.sp], names[arch.sp])))
+            pc = int(pending_frame.read_register(descriptors.get(names[arch.pc], names[arch.pc]))) & arch.mask
+            sp = int(pending_frame.read_register(descriptors.get(names[arch.sp], names[arch.sp]))) & arch.mask
         except (gdb.error, ValueError):
             return None
         return gdb.selected_thread(), pending_level(pending_frame), pc, sp
