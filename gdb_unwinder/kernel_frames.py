@@ -221,15 +221,20 @@ class KernelEnd(EndFilter):
     def filter(self, frame_iter):
         newest, outermost = gdb.newest_frame(), self.frames.proved_outermost()
         interrupted = self.frames.interrupted()
-        exact_pcs = {pc for pc, _ in interrupted}
-        end_pcs = {pc for pc, _ in outermost}
+        # the pcs of both sets, which grow as GDB builds the frames this walk asks for: (size, pcs)
+        exact_pcs, end_pcs = [-1, set()], [-1, set()]
+
+        def pcs(known, pairs):
+            if known[0] != len(pairs):
+                known[0], known[1] = len(pairs), {pc for pc, _ in pairs}
+            return known[1]
 
         def exact(frame, pc):
-            return pc in exact_pcs and (pc, _sp(frame)) in interrupted
+            return pc in pcs(exact_pcs, interrupted) and (pc, _sp(frame)) in interrupted
 
         def ends_here(frame, pc):
             at_newest = frame is newest     # frames_until starts from this very object
-            if not at_newest and pc not in end_pcs:
+            if not at_newest and pc not in pcs(end_pcs, outermost):
                 return False        # rsp read only where the stack may end
             sp = _sp(frame)
             if sp is None:
