@@ -8,9 +8,13 @@ marker (the deepest stop of that test: the tick's handler on the IRQ stack, the 
 syscall below it), and times `bt` there with the plugin loaded (its unwinders and its frame
 filter), with all three disabled (GDB alone), with its unwinders but not its frame filter (GDB's
 own printing, which ends with an error), and GDB alone printed through a Python frame filter that
-changes nothing, alternating, GDB's frame cache dropped before each. Prints the frames each gives
-and the median wall time of R rounds, and the first (cold) round of each: the plugin's tables are
-read over the gdbstub then, and kept afterwards. --profile: cProfile of 20 warm bts inside GDB.
+changes nothing, alternating, GDB's frame cache dropped before each. Also the floor of any Python
+unwinder: one that answers each level from a table made beforehand (the plugin's frame ids and
+registers) with a frame filter that ends at the plugin's last frame; and the first bt at a stop
+(GDB's register cache and dcache dropped before it, and for the plugin its caches of the stop),
+the plugin's and GDB alone's. Prints the frames each gives and the median wall time of R rounds,
+and the first (cold) round of each: the plugin's tables are read over the gdbstub then, and kept
+afterwards. --profile: cProfile of 20 warm bts inside GDB.
 """
 
 import argparse
