@@ -36,6 +36,7 @@ from .registers import Handed, handed_registers, unknown_registers
 
 AHEAD_FIRST = 2         # answers computed when a run of fast claims starts
 AHEAD_MAX = 64          # at most this many answers computed at once
+AHEAD_KEPT = 4096       # answers kept at most (cleared when full)
 
 
 class Answer(NamedTuple):
@@ -53,9 +54,10 @@ class Answer(NamedTuple):
 class FastClaims:
     """The fast path of a PluginUnwinder: answers computed ahead, and the gdb.Values they hand."""
 
-    def __init__(self, state, handed):
+    def __init__(self, state, handed, memo):
         self.state = state
         self._handed = handed   # (inferior, level, Handed, caller pc, caller sp, thread): the unwinder's record of a claim
+        self._memo = memo       # the unwinder's StopAnswers: what each claim gave GDB
         self._answers = {}      # level -> Answer
         self._size = AHEAD_FIRST
         self._types = {}        # register name -> (gdb.Type, the largest value an uncast gdb.Value holds)
@@ -72,7 +74,7 @@ class FastClaims:
         if answer is None or answer.parent is not last.record or gdb.selected_thread() is not last.thread \
                 or pending_frame.architecture() is not last.inferior.target.gdb_arch:
             return None
-        if answer.level + 1 not in self._answers:
+        if not self._continued(answer):
             self._size = min(2 * self._size, AHEAD_MAX)     # GDB asked for the whole run: go further next time
         return self.hand(pending_frame, last.inferior, answer, last.thread)
 
@@ -85,9 +87,14 @@ class FastClaims:
         answer = self._run(pending_frame, inferior, last, level, claim)
         if answer is None:
             return None
-        if level + 1 not in self._answers:
+        if not self._continued(answer):
             self._size = min(2 * self._size, AHEAD_MAX)
         return self.hand(pending_frame, inferior, answer, last.thread)
+
+    def _continued(self, answer) -> bool:
+        """Is the answer for the frame above this one's caller computed (from this answer's claim)?"""
+        above = self._answers.get(answer.level + 1)
+        return above is not None and above.parent is answer.record
 
     def claim_one(self, pending_frame, inferior, plan, handed, ctx):
         """The claim for one frame whose callee this plugin claimed (handed: its complete record)
@@ -101,6 +108,7 @@ class FastClaims:
         """Give GDB the answer's frame id and registers (add_saved_register iterated in C)."""
         info = pending_frame.create_unwind_info(answer.frame_id)
         any(map(info.add_saved_register, answer.registers, answer.values))
+        self._memo.given(answer.frame_id, answer.registers, answer.values)
         plans = inferior.plans
         plans.hits += 1
         plans.fast_hits += 1
@@ -109,8 +117,11 @@ class FastClaims:
 
     def _run(self, pending_frame, inferior, last, level, claim) -> Optional[Answer]:
         """Answers for `level` and up to self._size - 1 frames above it, each from the one before,
-        while every frame passes the fast path's checks; the first, or None."""
-        self._answers.clear()
+        while every frame passes the fast path's checks; the first, or None. The answers of earlier
+        runs at other levels stay until the stop's end: where GDB builds the same frames again
+        (StopAnswers gives the claims they were computed from again), they are answered again."""
+        if len(self._answers) >= AHEAD_KEPT:
+            self._answers.clear()
         handed, pc, sp = last.record, last.pc, last.sp
         target = inferior.target
         if level != last.level + 1 or target.trap_handler_names or not self.state.use_plans:
@@ -122,6 +133,7 @@ class FastClaims:
         numbered, unknown = self.registers(target, arch), unknown_registers(arch)
         checked = {}        # return address -> its plan, where the checks passed (a recursion repeats one)
         after_signal = inferior.after_signal    # frames a signal or interrupt left: exact pcs, the slow path's
+        first = None
         for at in range(level, level + self._size):
             if handed.values is None or pc is None or sp is None or (pc, sp) in after_signal:
                 break
@@ -134,8 +146,10 @@ class FastClaims:
             if answer is None:
                 break
             self._answers[at] = answer
+            if first is None:
+                first = answer
             handed, pc, sp = answer.record, answer.caller_pc, answer.caller_sp
-        return self._answers.get(level)
+        return first
 
     @staticmethod
     def _plan(pending_frame, inferior, ctx, pc, claim):

@@ -48,14 +48,15 @@ class Asked:
         return self.pc if self.exact else self.pc - 1
 
 
-def hand_over(pending_frame, asked, target, found, gdb_value):
+def hand_over(pending_frame, asked, target, found, gdb_value, memo):
     """Give GDB the caller's frame id and every register it has: the row's, and those the row
     says nothing about at their callee value (GDB's "unspecified" rule, dwarf2/frame.c).
-    gdb_value(pending_frame, name, int): the gdb.Value to hand for a register (FastClaims.value).
+    gdb_value(pending_frame, name, int): the gdb.Value to hand for a register (FastClaims.value);
+    memo: the unwinder's StopAnswers, told what was given.
     Returns the gdb.UnwindInfo, the Handed record of the caller's registers, its pc and sp."""
     registers = asked.registers
     arch, caller, ruled = target.arch, found.registers, found.ruled
-    info = pending_frame.create_unwind_info(FrameId(found.cfa, found.start))
+    frame_id = FrameId(found.cfa, found.start)
     known, raws = registers.known, registers.raw
     descriptors = target.descriptors     # by descriptor: GDB looks no name up
     link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc
@@ -67,6 +68,7 @@ def hand_over(pending_frame, asked, target, found, gdb_value):
         caller[link] = caller[arch.pc]
     raw_given, known_given = {}, {}     # the caller's registers, as Handed keeps them
     complete = True
+    names, values = [], []      # handed to GDB in one go at the end
     for number, name in handed_registers(arch):
         if number in caller:
             value = caller[number]
@@ -89,10 +91,14 @@ def hand_over(pending_frame, asked, target, found, gdb_value):
                     value = int(raw) & arch.mask
                 except (gdb.error, ValueError):
                     value = None
-        info.add_saved_register(descriptors.get(name, name), raw)
+        names.append(descriptors.get(name, name))
+        values.append(raw)
         raw_given[number] = raw
         if value is None:
             complete = False
         else:
             known_given[number] = value
+    info = pending_frame.create_unwind_info(frame_id)
+    any(map(info.add_saved_register, names, values))
+    memo.given(frame_id, names, values)
     return info, Handed(raw_given, known_given, complete), caller.get(arch.pc), caller.get(arch.sp)

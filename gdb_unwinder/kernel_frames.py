@@ -52,10 +52,12 @@ class KernelFrames:
     """Asked by the plugin's unwinder (PluginUnwinder.then) with GDB's pending frame: an
     UnwindInfo, or None."""
 
-    def __init__(self, state):
+    def __init__(self, state, memo):
         self.state = state
+        self.memo = memo        # the plugin unwinder's StopAnswers: what each answer gave GDB
         self.declined = collections.deque(maxlen=64)    # (level, pc, why) of its last answers
         self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
+        self._newest = (None, False)    # ((epoch, thread, pc, sp), newest_is_outermost's answer) of this stop
 
     def __call__(self, pending_frame):
         state = self.state
@@ -115,16 +117,22 @@ class KernelFrames:
             if not self._has_kernel(inferior):
                 return False
             target = inferior.target
+            registers = PendingRegisters(frame, target.arch, target.descriptors)
+            key = (self.state.epoch, gdb.selected_thread(), registers.get(target.arch.pc), registers.get(target.arch.sp))
         except Exception:       # never break `bt`
             return False
+        if self._newest[0] == key:
+            return self._newest[1]      # asked again at this stop (GDB built its frames again)
         target.inside_unwinder = True       # the stack's words from the unwinder's page cache, not the gdbstub
         try:
-            stepped = self._step(0, PendingRegisters(frame, target.arch, target.descriptors), inferior)
+            stepped = self._step(0, registers, inferior)
         except Exception:       # never break `bt`
             return False
         finally:
             target.inside_unwinder = False
-        return stepped is not None and stepped[0].outermost
+        outermost = stepped is not None and stepped[0].outermost
+        self._newest = (key, outermost)     # the epoch moves at every stop, resume, write, change of settings
+        return outermost
 
     def _has_kernel(self, inferior) -> bool:
         """Is an x86-64 kernel among the inferior's modules? Kept per module-list generation and stop."""
@@ -170,7 +178,7 @@ class KernelFrames:
         evidence = outcome.evidence
         start = evidence.entry.get("ip", pc) if evidence is not None else pc
         cfa = evidence.cfa if evidence is not None and evidence.cfa is not None else sp
-        info = pending_frame.create_unwind_info(FrameId(cfa, start))
+        frame_id = FrameId(cfa, start)
         if outcome.outermost:
             if level == 0:
                 # Frame #0's caller "not saved" would make every gdb.Frame of #0 fail to build (GDB
@@ -179,15 +187,22 @@ class KernelFrames:
                 self.declined.append((level, pc, "outermost, frame #0: left to GDB; " + outcome.reason))
                 return None
             # rsp only: the caller's pc is "not saved", and GDB's bt ends at this frame.
-            info.add_saved_register("rsp", pending_frame.read_register("rsp"))
             self.declined.append((level, pc, "outermost: " + outcome.reason))
-            return info
+            return self._give(pending_frame, frame_id, ["rsp"], [pending_frame.read_register("rsp")])
         caller = outcome.registers
+        names, values = [], []
         for number, value in sorted(caller.items()):
             name = arch.name_of(number)
             kind = pending_frame.read_register(name).type
-            info.add_saved_register(name, gdb.Value(value & arch.mask).cast(kind))
+            names.append(name)
+            values.append(gdb.Value(value & arch.mask).cast(kind))
         inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
+        return self._give(pending_frame, frame_id, names, values)
+
+    def _give(self, pending_frame, frame_id, names, values):
+        info = pending_frame.create_unwind_info(frame_id)
+        any(map(info.add_saved_register, names, values))
+        self.memo.given(frame_id, names, values)
         return info
 
 
@@ -206,14 +221,20 @@ class KernelEnd(EndFilter):
     def filter(self, frame_iter):
         newest, outermost = gdb.newest_frame(), self.frames.proved_outermost()
         interrupted = self.frames.interrupted()
-        exact_pcs = {pc for pc, _ in interrupted}
+        # the pcs of both sets, which grow as GDB builds the frames this walk asks for: (size, pcs)
+        exact_pcs, end_pcs = [-1, set()], [-1, set()]
+
+        def pcs(known, pairs):
+            if known[0] != len(pairs):
+                known[0], known[1] = len(pairs), {pc for pc, _ in pairs}
+            return known[1]
 
         def exact(frame, pc):
-            return pc in exact_pcs and (pc, _sp(frame)) in interrupted
+            return pc in pcs(exact_pcs, interrupted) and (pc, _sp(frame)) in interrupted
 
         def ends_here(frame, pc):
-            at_newest = frame == newest
-            if not (at_newest or any(pc == proved for proved, _ in outermost)):
+            at_newest = frame is newest     # frames_until starts from this very object
+            if not at_newest and pc not in pcs(end_pcs, outermost):
                 return False        # rsp read only where the stack may end
             sp = _sp(frame)
             if sp is None:

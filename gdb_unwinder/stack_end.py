@@ -45,7 +45,7 @@ def frames_until(frame, is_end: Callable[[object, int], bool],
 
     class Named(FrameDecorator):
         def __init__(self, frame, at_pc):
-            super().__init__(frame)
+            self._base = frame      # FrameDecorator's own __init__ does only this (one call less a frame)
             self.at_pc = at_pc
 
         def function(self):

@@ -30,6 +30,7 @@ from .levels import is_innermost_physical
 from .compat import pending_level
 from .handover import Asked, Found, LastClaim, hand_over
 from .registers import PendingRegisters
+from .stop_answers import StopAnswers
 from . import sigtramp
 
 NAME = "unwind-plugin"
@@ -42,7 +43,8 @@ class PluginUnwinder(Unwinder):
         super().__init__(NAME)
         self.state = state
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
-        self.fast = FastClaims(state, self.handed)
+        self.memo = StopAnswers()       # the answers of this stop, kept while GDB rebuilds its frames
+        self.fast = FastClaims(state, self.handed, self.memo)
         self._last = None       # LastClaim of the previous call, if it claimed
         self.claimed = 0
         self._epoch = state.epoch       # the state's epoch the decisions below were made in
@@ -70,7 +72,9 @@ class PluginUnwinder(Unwinder):
         self._quiet = None
         self._loud.clear()
         self._by_pc = None
+        self._last = None       # a claim of another stop: its caller is not the frame GDB asks about next
         self.fast.clear()
+        self.memo.clear()
 
     def _catch_up(self):
         self.state.catch_up()           # events since the last call: this may move the epoch
@@ -122,6 +126,16 @@ class PluginUnwinder(Unwinder):
             return None         # decline: nothing the plugin could claim, or claiming is off
         inferior = state.inferior_of(selected)
         target = inferior.target
+        memo = self.memo
+        key = self._memo_key(pending_frame, target) if state.use_plans and state.use_stop_answers else None
+        if key is not None:
+            if last is not None and (last.pc, last.sp) != key[2:]:
+                last = None         # not the caller of the frame claimed last: GDB asks about another frame
+            answer = memo.get(key)
+            if answer is not None:      # answered at this stop already: GDB rebuilt its frames
+                return self._answer_again(pending_frame, answer)
+            memo.begin()
+        by_pc = self._by_pc
         target.inside_unwinder = True
         try:
             info = self._unwind(pending_frame, selected, inferior, claim, last)
@@ -132,11 +146,42 @@ class PluginUnwinder(Unwinder):
                 pc = None
             self.declines.append((None, pc, "internal error: %s: %s\n%s" % (
                 type(exc).__name__, exc, traceback.format_exc(limit=4))))
+            memo.failed()
             info = None
         finally:
             target.inside_unwinder = False
         if info is None and self.then is not None:
-            return self.then(pending_frame)     # the kernel's frames GDB has no unwinder for
+            info = self.then(pending_frame)     # the kernel's frames GDB has no unwinder for
+        if key is not None:
+            memo.end(key, info, by_pc is not None and self._by_pc is None)
+        return info
+
+    def _memo_key(self, pending_frame, target):
+        """(thread, level, pc, sp) of the pending frame; None where they cannot be read (no answer kept)."""
+        arch = target.arch
+        if arch is None or pending_frame.architecture() is not target.gdb_arch:
+            return None
+        names, descriptors = arch.registers, target.descriptors
+        try:
+            pc = int(pending_frame.read_register(descriptors.get(names[arch.pc], names[arch.pc]))) & arch.mask
+            sp = int(pending_frame.read_register(descriptors.get(names[arch.sp], names[arch.sp]))) & arch.mask
+        except (gdb.error, ValueError):
+            return None
+        return gdb.selected_thread(), pending_level(pending_frame), pc, sp
+
+    def _answer_again(self, pending_frame, answer):
+        """GDB's UnwindInfo from an answer kept for this frame (StopAnswers), its claim and declines
+        recorded again."""
+        self.declines.extend(answer.declines)
+        if answer.drops_by_pc:
+            self._by_pc = None
+        given = answer.given
+        if given is None:
+            return None
+        info = pending_frame.create_unwind_info(given.frame_id)
+        any(map(info.add_saved_register, given.registers, given.values))
+        if answer.claim is not None:
+            self.handed(*answer.claim)
         return info
 
     def _unwind(self, pending_frame, selected, inferior, claim, last):
@@ -189,6 +234,7 @@ class PluginUnwinder(Unwinder):
     # -- decline ---------------------------------------------------------------------------
     def _decline(self, level, pc, reason):
         self.declines.append((level, pc, reason))
+        self.memo.declined((level, pc, reason))
         return True
 
     def _nothing_to_add(self, pending_frame, selected, inferior):
@@ -369,7 +415,7 @@ class PluginUnwinder(Unwinder):
     # -- hand-over ---------------------------------------------------------------------------
     def _hand_over(self, pending_frame, asked, inferior, found):
         """Give GDB the caller's frame id and registers (handover.hand_over) and remember the claim."""
-        info, record, pc, sp = hand_over(pending_frame, asked, inferior.target, found, self.fast.value)
+        info, record, pc, sp = hand_over(pending_frame, asked, inferior.target, found, self.fast.value, self.memo)
         self.handed(inferior, asked.level, record, pc, sp, gdb.selected_thread())
         return info
 
@@ -379,6 +425,7 @@ class PluginUnwinder(Unwinder):
         inferior.claimed.put(sp, pc)
         self._last = LastClaim(level, inferior, record, pc, sp, thread)
         self.claimed += 1
+        self.memo.claimed((inferior, level, record, pc, sp, thread))
 
     # -- helpers -----------------------------------------------------------------------------
     def _set_arch(self, target, pending_frame):

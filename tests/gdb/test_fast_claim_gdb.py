@@ -116,11 +116,18 @@ def test_auto_fast_claims_sframe_only_code_as_the_engine_does():
     assert pcs(ours["frames"]) == pcs(right["frames"])
 
 
-def test_claims_computed_ahead_stay_in_their_thread_and_level():
+STOP_ANSWERS = "setattr(gdb._unwind_plugin_state, 'use_stop_answers', %s)"
+MEMO_HITS = "gdb._unwind_plugin_state.unwinder.memo.hits"
+
+
+@pytest.mark.parametrize("stop_answers", [False, True], ids=["afresh", "stop-answers"])
+def test_claims_computed_ahead_stay_in_their_thread_and_level(stop_answers):
     """Claims computed ahead are used only for the question they were computed for: with two
     threads, `thread apply all bt`, switching threads, `bt 2` (GDB asks no further) then whole
     walks, and a selected frame, GDB's frames (pc, sp, name) and a caller's registers under
-    claim all equal its own."""
+    claim all equal its own. Each frame answered afresh (the second walks go through the answers
+    computed ahead), and with the answers kept for the stop (stop_answers.py: GDB forgets its frames
+    at every thread switch, and the second walks are answered again from them)."""
     program = build("chain.c", ["-O0"])
     steps = [("all_bt", "cmd", "thread apply all bt"),
              ("t1", "cmd", "thread 1"), ("bt1", "cmd", "bt 2"), ("f1", "frames", None),
@@ -129,10 +136,15 @@ def test_claims_computed_ahead_stay_in_their_thread_and_level():
              ("t1b", "cmd", "thread 1"), ("f1b", "frames", None), ("again", "cmd", "thread apply all bt"),
              ("t2b", "cmd", "thread 2"), ("f2b", "frames", None)]
     results, transcript = run_gdb(program, [
-        ("all", "cmd", "set unwind claim all"), *steps, ("fast", "py", PLANS + ".fast_hits"),
+        ("all", "cmd", "set unwind claim all"), ("memo", "py", STOP_ANSWERS % stop_answers),
+        *steps, ("fast", "py", PLANS + ".fast_hits"), ("hits", "py", MEMO_HITS),
         ("off", "cmd", "disable unwinder global unwind-plugin"),
         *[("native_" + name, kind, payload) for name, kind, payload in steps]], args=["thread"])
-    assert results["fast"] > 0, transcript       # the second walks went through answers computed ahead
+    if stop_answers:
+        assert results["hits"] > 0, transcript      # frames GDB built again answered from the stop's answers
+    else:
+        assert results["fast"] > 0, transcript       # the second walks went through answers computed ahead
+        assert results["hits"] == 0
     assert "level1" in [f["name"] for f in results["f2"]], results["f2"]
     for name in ("f1", "f2", "f1b", "f2b", "regs"):
         assert results[name] == results["native_" + name], name

@@ -5,7 +5,8 @@ plugin. Each scenario's whole stack is read from GDB (pc, sp and every
 general register of every frame, as GDB's `info registers` would show
 them) with plans off (the engine decides each frame) and with plans on,
 twice (the second walk replays plans made by the first). They must be
-equal, and plans must have been replayed.
+equal, and plans must have been replayed. With the answers kept for the stop
+(gdb_unwinder/stop_answers.py) the second walk is answered from them: equal too.
 """
 
 import shutil
@@ -30,13 +31,16 @@ DEFINE = "\n".join([
     "        out.append([len(out), int(frame.type()), frame.pc(), values])",   # its level (GDB 10: no level())
     "        frame = frame.older()",
     "    return out",
-    "def with_plans(on):",
+    "def with_plans(on, stop_answers=False):",
     "    gdb._unwind_plugin_state.use_plans = on",
+    "    gdb._unwind_plugin_state.use_stop_answers = stop_answers",   # off: every walk replays the plans
     "    gdb.invalidate_cached_frames()",
     "    return on",
     "end",
 ])
 HITS = "gdb._unwind_plugin_state.inferior().plans.hits"
+# frames answered from the stop's answers, and from answers computed ahead
+ANSWERED = "[gdb._unwind_plugin_state.unwinder.memo.hits, gdb._unwind_plugin_state.inferior().plans.fast_hits]"
 SCENARIOS = {"recurse": ["recurse", "300"], "alloca": ["alloca", "40"], "realign": ["realign", "24"],
              "signal": ["signal"], "qsort": ["qsort"]}
 
@@ -77,6 +81,31 @@ def test_plans_equal_the_engine_on_python3():
         pytest.fail("python3 is not installed")
     _compare(program, ["-c", "\"import os; f = lambda n: list(map(f, [n - 1])) if n else os.getpid(); f(40)\""],
              "getpid", setup=FIXED_SEEDS + ["set breakpoint pending on"])
+
+
+@pytest.mark.parametrize("scenario", ["recurse", "qsort"])
+def test_stop_answers_equal_the_engine(scenario):
+    """GDB builds its frames again at the same stop (invalidate_cached_frames): the answers kept
+    for the stop (and the answers computed ahead from the claims they give again) give every
+    frame's registers as the engine does, and no frame is judged again."""
+    results, _ = run_gdb(build("chain.c", FLAGS["O2"]), [
+        ("define", "cmd", DEFINE),
+        claim_all(),
+        ("off", "py", "with_plans(False)"),
+        ("engine", "py", "stack_registers()"),
+        ("on", "py", "with_plans(True, True)"),
+        ("first", "py", "stack_registers()"),
+        ("hits0", "py", ANSWERED),
+        ("again", "py", "with_plans(True, True)"),
+        ("second", "py", "stack_registers()"),
+        ("hits", "py", ANSWERED),
+    ], args=SCENARIOS[scenario], breakpoint="stop_here", setup=SIGNAL + ["set backtrace past-main on"])
+    assert len(results["engine"]) > 4
+    assert results["first"] == results["engine"]
+    assert results["second"] == results["engine"]
+    memo, fast = (after - before for before, after in zip(results["hits0"], results["hits"]))
+    normal = sum(1 for _, kind, _, _ in results["engine"] if kind == 0)     # inline frames ask no unwinder
+    assert memo > 0 and memo + fast >= normal - 1, (memo, fast, normal)
 
 
 def test_stack_write_drops_the_page_cache():
