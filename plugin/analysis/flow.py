@@ -123,26 +123,37 @@ class Analyser:
     def _drain(self, result, visits, work):
         facts = self.facts
         followed = self._followed
+        states, insns, gave_up, sources = result.states, result.insns, result.gave_up, self._source
+        start, end, sp = result.start, result.end, facts.SP
         while work:
             address = work.pop()
-            state = result.states.get(address)
+            state = states.get(address)
             if state is None or followed.get(address) is state:
                 continue        # the same state followed again would give its successors nothing new
-            followed[address] = state
-            insn = result.insns.get(address)
-            if insn is None:
-                insn = self.decode_at(address)
+            while True:
+                followed[address] = state
+                insn = insns.get(address)
                 if insn is None:
-                    result.gave_up[address] = "cannot decode an instruction here"
-                    del result.states[address]
-                    continue
-                result.insns[address] = insn
-            after = apply(insn, state, facts.SP, share=True)
-            for target, out in self._successors(result, insn, after):
-                if result.start <= target < result.end:
-                    self._merge(result, visits, work, target, out, address)
-                else:
-                    self._exit(result, address, target, out)
+                    insn = self.decode_at(address)
+                    if insn is None:
+                        gave_up[address] = "cannot decode an instruction here"
+                        del states[address]
+                        break
+                    insns[address] = insn
+                after = apply(insn, state, sp, share=True)
+                if insn.flow is Flow.NEXT:
+                    target = insn.end
+                    if start <= target < end and target not in states and target not in gave_up:
+                        states[target] = after          # reached first, from here: straight on
+                        sources[target] = address
+                        address, state = target, after
+                        continue
+                for target, out in self._successors(result, insn, after):
+                    if start <= target < end:
+                        self._merge(result, visits, work, target, out, address)
+                    else:
+                        self._exit(result, address, target, out)
+                break
 
     @staticmethod
     def _exit(result, address, target, state):
