@@ -131,6 +131,9 @@ class CodeAnalysis(CallFacts):
         self.got_base = got_base                    # i386 PIC: the GOT address a PLT stub's ebx holds
         self.stubs = list(stubs)
         self.lsda = lsda or {}          # function start -> LSDA address
+        # (function start, call address) -> the argument bytes still pushed at that call, which the
+        # unwinder pops when it resumes a landing pad (the table's DW_CFA_GNU_args_size; None: 0)
+        self.args_size: Optional[Callable[[int, int], int]] = None
         # function start -> (address, State or None: cannot be set up) for functions
         # a table says are not entered by a call (PLT resolvers, .cold parts, pads)
         self.entry_states = entry_states or {}
@@ -203,13 +206,15 @@ class CodeAnalysis(CallFacts):
         seeds = self._entries(start, end)
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
             seeds = continuation_seeds(seeds, self._seeds[start], start)
+        pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
+            if self.lsda.get(start) else ()
+        args_size = self.args_size
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
                             is_boundary=self.is_decoded, callee=self._callee,
-                            in_part=self._part_instruction)
+                            in_part=self._part_instruction,
+                            args_size=(lambda pc: args_size(start, pc)) if pads and args_size else lambda pc: 0)
         self._busy.append(start)
         try:
-            pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
-                if self.lsda.get(start) else ()
             result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()
