@@ -163,7 +163,7 @@ def _judge_register(number, rule, state, facts, arch, slots_of):
         if content is None:
             aligned = where[1] != CFA or any(key[0] != CFA for key in state.mem)
             if where[2] < 0 and not aligned and known():
-                return Verdict.WRONG, "this function never stored anything at that slot"
+                return Verdict.WRONG, "nothing this function stored at that slot is the caller's value"
             return Verdict.UNKNOWN, "slot not written by this function"
         if content[0] == Kind.UNKNOWN:
             return Verdict.UNKNOWN, content[1]
