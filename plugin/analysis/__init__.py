@@ -25,9 +25,11 @@ from plugin.analysis.addresses import ByteMap
 from plugin.analysis.calls import MAX_NESTING, NORETURN_NAMES, CallFacts, is_noreturn_name  # noqa: F401
 from plugin.analysis.flow import Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
-from plugin.analysis.state import CFA
+from plugin.analysis.state import CFA, Kind
 
 FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386, "arm": arm}
+POPS_NOT_KNOWN = Callee(popped=None, why="an indirect call, and a return of this function is reached with the"
+                        " stack pointer off its return address: what the callee pops is not known")
 
 
 def supported(arch) -> bool:
@@ -216,11 +218,31 @@ class CodeAnalysis(CallFacts):
         self._busy.append(start)
         try:
             result = analyser.run(start, end, seeds, pads)
+            if self.facts.CALLEE_POPS and self._return_misplaced(result):
+                analyser.callee = self._callee_pops_unknown
+                result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()
         result.entered = self._entered.get(start, {})
         self._results[start] = result
         return result
+
+    def _return_misplaced(self, result: FunctionAnalysis) -> bool:
+        """Is a return reached with the stack pointer known and not at the return address? (i386: a
+        callee whose code is not known, taken to pop nothing, popped a struct's hidden pointer.)"""
+        for address, state in result.states.items():
+            insn = result.insns.get(address)
+            if insn is not None and insn.flow == Flow.RET:
+                sp = state.reg(self.facts.SP)
+                if sp[0] == Kind.STACK and sp[1] == CFA and sp[2] != -self.facts.POINTER_SIZE:
+                    return True
+        return False
+
+    def _callee_pops_unknown(self, insn) -> Callee:
+        """_callee, except that an indirect call's callee pops an amount not known: the stack pointer
+        after it is undecided. (Another module's function through the PLT is still taken to pop
+        nothing: tests/unit/test_analysis_callee_pops.py says so.)"""
+        return POPS_NOT_KNOWN if insn.target is None else self._callee(insn)
 
     def function_covering(self, start: int, pc: int, end: int) -> FunctionAnalysis:
         """function(start, end), analysed again with `end` when a cached analysis stops at or before pc."""

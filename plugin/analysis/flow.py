@@ -57,7 +57,7 @@ class Callee:
 
 
 NO_CALLEE = Callee()
-POPS_UNKNOWN = unknown("the callee's returns pop different amounts, or cannot be read")
+POPS_UNKNOWN = unknown("what the callee pops is not known (its returns disagree, or its code is not known)")
 
 
 class Analyser:
