@@ -25,9 +25,11 @@ from plugin.analysis.addresses import ByteMap
 from plugin.analysis.calls import MAX_NESTING, NORETURN_NAMES, CallFacts, is_noreturn_name  # noqa: F401
 from plugin.analysis.flow import Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
-from plugin.analysis.state import CFA
+from plugin.analysis.state import CFA, Kind
 
 FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386, "arm": arm}
+POPS_NOT_KNOWN = Callee(popped=None, why="an indirect call, and a return of this function is reached with the"
+                        " stack pointer off its return address: what the callee pops is not known")
 
 
 def supported(arch) -> bool:
@@ -131,6 +133,9 @@ class CodeAnalysis(CallFacts):
         self.got_base = got_base                    # i386 PIC: the GOT address a PLT stub's ebx holds
         self.stubs = list(stubs)
         self.lsda = lsda or {}          # function start -> LSDA address
+        # (function start, call address) -> the argument bytes still pushed at that call, which the
+        # unwinder pops when it resumes a landing pad (the table's DW_CFA_GNU_args_size; None: 0)
+        self.args_size: Optional[Callable[[int, int], int]] = None
         # function start -> (address, State or None: cannot be set up) for functions
         # a table says are not entered by a call (PLT resolvers, .cold parts, pads)
         self.entry_states = entry_states or {}
@@ -203,19 +208,41 @@ class CodeAnalysis(CallFacts):
         seeds = self._entries(start, end)
         if start in self._seeds:        # a .cold part: the frames of the jumps that reach it
             seeds = continuation_seeds(seeds, self._seeds[start], start)
+        pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
+            if self.lsda.get(start) else ()
+        args_size = self.args_size
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
                             is_boundary=self.is_decoded, callee=self._callee,
-                            in_part=self._part_instruction)
+                            in_part=self._part_instruction,
+                            args_size=(lambda pc: args_size(start, pc)) if pads and args_size else lambda pc: 0)
         self._busy.append(start)
         try:
-            pads = landing.call_sites(self.read, self.lsda[start], start, self.facts.POINTER_SIZE) \
-                if self.lsda.get(start) else ()
             result = analyser.run(start, end, seeds, pads)
+            if self.facts.CALLEE_POPS and self._return_misplaced(result):
+                analyser.callee = self._callee_pops_unknown
+                result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()
         result.entered = self._entered.get(start, {})
         self._results[start] = result
         return result
+
+    def _return_misplaced(self, result: FunctionAnalysis) -> bool:
+        """Is a return reached with the stack pointer known and not at the return address? (i386: a
+        callee whose code is not known, taken to pop nothing, popped a struct's hidden pointer.)"""
+        for address, state in result.states.items():
+            insn = result.insns.get(address)
+            if insn is not None and insn.flow == Flow.RET:
+                sp = state.reg(self.facts.SP)
+                if sp[0] == Kind.STACK and sp[1] == CFA and sp[2] != -self.facts.POINTER_SIZE:
+                    return True
+        return False
+
+    def _callee_pops_unknown(self, insn) -> Callee:
+        """_callee, except that an indirect call's callee pops an amount not known: the stack pointer
+        after it is undecided. (Another module's function through the PLT is still taken to pop
+        nothing: tests/unit/test_analysis_callee_pops.py says so.)"""
+        return POPS_NOT_KNOWN if insn.target is None else self._callee(insn)
 
     def function_covering(self, start: int, pc: int, end: int) -> FunctionAnalysis:
         """function(start, end), analysed again with `end` when a cached analysis stops at or before pc."""

@@ -57,7 +57,7 @@ class Callee:
 
 
 NO_CALLEE = Callee()
-POPS_UNKNOWN = unknown("the callee's returns pop different amounts, or cannot be read")
+POPS_UNKNOWN = unknown("what the callee pops is not known (its returns disagree, or its code is not known)")
 
 
 class Analyser:
@@ -67,8 +67,10 @@ class Analyser:
                  read: Callable[[int, int], bytes], noreturn: Callable[[int], bool],
                  is_boundary: Callable[[int], bool] = lambda address: True,
                  callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE,
-                 in_part: Callable[[int], bool] = lambda address: False):
+                 in_part: Callable[[int], bool] = lambda address: False,
+                 args_size: Callable[[int], int] = lambda address: 0):
         self.facts = facts
+        self.args_size = args_size      # a call's address -> the argument bytes the unwinder pops landing
         self.in_part = in_part          # is an address an instruction of a part placed elsewhere (.cold)?
         self.callee = callee
         self.is_boundary = is_boundary
@@ -224,7 +226,9 @@ class Analyser:
         return after
 
     def _landing_pads(self, result, visits, work, pads):
-        """Enter each landing pad with the state after the calls of its call-site range."""
+        """Enter each landing pad with the state after the calls of its call-site range, the stack
+        pointer above the arguments still pushed for the call (DW_CFA_GNU_args_size: the unwinder adds
+        it to the stack pointer it resumes the pad with, libgcc's uw_install_context_1)."""
         for _ in range(8):
             before = dict(result.states)
             for start, end, pad in pads:
@@ -233,6 +237,7 @@ class Analyser:
                     insn = result.insns.get(address)
                     if insn is not None and insn.flow == Flow.CALL:
                         state = self.after_call(insn, apply(insn, result.states[address], self.facts.SP))
+                        state = self._arguments_popped(state, self.args_size(address))
                         if inside:
                             self._merge(result, visits, work, pad, state)
                         elif (pad, state) not in result.exits:
@@ -240,6 +245,14 @@ class Analyser:
             self._drain(result, visits, work)
             if result.states == before:
                 return
+
+    def _arguments_popped(self, state, size):
+        sp = state.reg(self.facts.SP)
+        if not size or sp[0] != Kind.STACK:
+            return state
+        state.regs[self.facts.SP] = plus(sp, size)
+        state.forget_below(state.regs[self.facts.SP])
+        return state
 
     def _indirect(self, result, insn, state):
         expr = insn.indirect

@@ -399,5 +399,5 @@ def _generic(d: Dialect, insn, mnemonic, ops):
             insn.effects.append(("set", first[1], OTHER))
     elif first[0] == "mem":
         _write(d, insn, first, ("unknown", "written by %s" % insn.text))
-    if mnemonic in ("xadd", "cmpxchg") and len(ops) > 1 and ops[1][0] == "reg":
+    if mnemonic in ("xadd", "cmpxchg", "mulx") and len(ops) > 1 and ops[1][0] == "reg":   # mulx: hi, lo
         insn.effects.append(("set", ops[1][1], OTHER))

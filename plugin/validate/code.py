@@ -20,6 +20,8 @@ from enum import Enum
 from typing import Dict, List
 
 from plugin.analysis import rows as arows
+from plugin.errors import DecodeError
+from plugin.formats import cfi
 from plugin.analysis.state import CFA, Kind, State
 from plugin.model.rules import CfaKind, RuleKind
 
@@ -161,7 +163,7 @@ def _judge_register(number, rule, state, facts, arch, slots_of):
         if content is None:
             aligned = where[1] != CFA or any(key[0] != CFA for key in state.mem)
             if where[2] < 0 and not aligned and known():
-                return Verdict.WRONG, "this function never stored anything at that slot"
+                return Verdict.WRONG, "nothing this function stored at that slot is the caller's value"
             return Verdict.UNKNOWN, "slot not written by this function"
         if content[0] == Kind.UNKNOWN:
             return Verdict.UNKNOWN, content[1]
@@ -402,3 +404,22 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
             report.detail.append(line)
         address = insn.end
     return report
+
+
+def cfi_args_size(fdes, arch):
+    """(function start, call address) -> the DW_CFA_GNU_args_size of the CFI row in force at the call:
+    the argument bytes still pushed there, which the unwinder adds to the stack pointer when it
+    resumes a landing pad (the analysis enters the function's pads with it). 0 without an FDE."""
+    cache = {}
+
+    def args_size(start: int, pc: int) -> int:
+        if start not in cache:
+            cache.clear()               # pads are entered one function at a time
+            try:
+                fde = fdes.get(start)
+                cache[start] = [(r.address, r.end, r.args_size) for r in cfi.execute(fde, arch)
+                                if r.args_size] if fde is not None else []
+            except DecodeError:
+                cache[start] = []
+        return next((size for low, high, size in cache[start] if low <= pc < high), 0)
+    return args_size

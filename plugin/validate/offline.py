@@ -146,6 +146,7 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
                                               got_functions=got_functions, got_base=got_base,
                                               lsda={s: f.lsda for s, f in plan.fdes.items() if f.lsda})
         analysis.entry_states.update(sources.table_entries(analysis, plan.fdes, arch))
+        analysis.args_size = checks.cfi_args_size(plan.fdes, arch)     # landing pads: the arguments popped
         analysis.decide_noreturn()      # once, before any check or fork: the same answers in any order
         chosen = sorted((s, e) for s, e in subset.items() if select is None or select(s, e))
         check = Checker(plan, analysis)
