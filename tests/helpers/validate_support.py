@@ -6,6 +6,7 @@ tools this project did not write.
 """
 
 import hashlib
+import re
 import json
 import subprocess
 import sys
@@ -120,3 +121,23 @@ def wrong(report, source):
     return sorted({d["address"] for d in report["disagreements"] if d["source"] == source})
 
 
+def objdump_lines(path, function):
+    """[(address, text)] of function's instructions, as objdump decodes them (an oracle)."""
+    out = subprocess.run([need_tool("objdump"), "-d", "--no-show-raw-insn", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    body = out.split("<%s>:\n" % function, 1)[1].split("\n\n", 1)[0]
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"^\s*([0-9a-f]+):\s*(.*)$", body, re.M)]
+
+
+def readelf_cfa(path, address):
+    """The CFA rule readelf -wF gives at address (the row in force there), e.g. "esp+8"."""
+    out = subprocess.run([need_tool("readelf"), "-wF", str(path)], capture_output=True, text=True,
+                         check=True).stdout
+    found = None
+    for fde in out.split("FDE ")[1:]:
+        m = re.search(r"pc=([0-9a-f]+)\.\.([0-9a-f]+)", fde)
+        if m and int(m.group(1), 16) <= address < int(m.group(2), 16):
+            for row in re.finditer(r"^([0-9a-f]{8}|[0-9a-f]{16}) ([a-z]+[+-][0-9]+) ", fde, re.M):
+                if int(row.group(1), 16) <= address:
+                    found = row.group(2)
+    return found

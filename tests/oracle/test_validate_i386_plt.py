@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from support import build, need_tool
-from validate_support import validate, wrong
+from validate_support import objdump_lines, readelf_cfa, validate, wrong
 
 QUADMATH_I386 = Path("/usr/lib/gcc/x86_64-linux-gnu/12/32/libquadmath.so")    # gcc-12-multilib (tests/setup.sh)
 
@@ -28,33 +28,11 @@ def library():
                  name="validate_plt_pops-i386", compiler=need_tool("gcc"))
 
 
-def _objdump(path, function):
-    """[(address, text)] of function's instructions, as objdump decodes them."""
-    out = subprocess.run([need_tool("objdump"), "-d", "--no-show-raw-insn", str(path)], capture_output=True,
-                         text=True, check=True).stdout
-    body = out.split("<%s>:\n" % function, 1)[1].split("\n\n", 1)[0]
-    return [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"^\s*([0-9a-f]+):\s*(.*)$", body, re.M)]
-
-
 def _after_call(path, caller, callee):
     """The addresses of caller's instructions from the one after `call <callee>` to its end."""
-    lines = _objdump(path, caller)
+    lines = objdump_lines(path, caller)
     [call] = [i for i, (_, text) in enumerate(lines) if text.startswith("call") and "<%s>" % callee in text]
     return [address for address, _ in lines[call + 1:]]
-
-
-def _readelf_cfa(path, address):
-    """The CFA rule readelf -wF gives at address (the row in force there)."""
-    out = subprocess.run([need_tool("readelf"), "-wF", str(path)], capture_output=True, text=True,
-                         check=True).stdout
-    found = None
-    for fde in out.split("FDE ")[1:]:
-        m = re.search(r"pc=([0-9a-f]+)\.\.([0-9a-f]+)", fde)
-        if m and int(m.group(1), 16) <= address < int(m.group(2), 16):
-            for row in re.finditer(r"^([0-9a-f]{8}) ([a-z]+[+-][0-9]+) ", fde, re.M):
-                if int(row.group(1), 16) <= address:
-                    found = row.group(2)
-    return found
 
 
 def _verdicts(path, function):
@@ -64,7 +42,7 @@ def _verdicts(path, function):
 
 
 def test_plt_callee_popping_its_hidden_pointer(library):
-    make_big = _objdump(library, "make_big")
+    make_big = objdump_lines(library, "make_big")
     assert [text for _, text in make_big if text.startswith("ret")] == ["ret    $0x4"]
     report = validate(library)
     assert wrong(report, "cfi") == []
@@ -75,15 +53,15 @@ def test_plt_callee_popping_its_hidden_pointer(library):
         assert lines[address]["sources"]["cfi"]["verdict"] == "right", lines[address]
     # GCC's table after the call: 4 bytes fewer above esp than before it (the callee popped them)
     first = lines[after[0]]
-    cfa = _readelf_cfa(library, after[0])
+    cfa = readelf_cfa(library, after[0])
     assert first["analysis"].startswith("CFA=%s " % cfa), (first, cfa)
     call = max(a for a in lines if a < after[0])
-    before = int(_readelf_cfa(library, call).split("+")[1])
+    before = int(readelf_cfa(library, call).split("+")[1])
     assert int(cfa.split("+")[1]) == before - 4
 
 
 def test_plt_callee_whose_returns_disagree_leaves_the_rows_after_undecided(library):
-    mixed = _objdump(library, "mixed_pops")
+    mixed = objdump_lines(library, "mixed_pops")
     assert sorted(text for _, text in mixed if text.startswith("ret")) == ["ret", "ret    $0x4"]
     lines = _verdicts(library, "use_mixed")
     after = {a for a in _after_call(library, "use_mixed", "mixed_pops@plt") if a in lines}
@@ -95,7 +73,7 @@ def test_plt_callee_whose_returns_disagree_leaves_the_rows_after_undecided(libra
 def test_recursive_callee_popping_its_hidden_pointer(library):
     """countdown calls itself (`ret $4` both ways out), and use_countdown, placed before it, calls it
     first: countdown's own analysis is then running inside the decision on how it returns."""
-    assert [text for _, text in _objdump(library, "countdown") if text.startswith("ret")] == ["ret    $0x4"] * 2
+    assert [text for _, text in objdump_lines(library, "countdown") if text.startswith("ret")] == ["ret    $0x4"] * 2
     names = subprocess.run([need_tool("nm"), str(library)], capture_output=True, text=True, check=True).stdout
     where = {line.split()[2]: int(line.split()[0], 16) for line in names.splitlines() if len(line.split()) == 3}
     assert where["use_countdown"] < where["countdown"]
@@ -104,8 +82,8 @@ def test_recursive_callee_popping_its_hidden_pointer(library):
     lines = _verdicts(library, "countdown")
     after = [a for a in _after_call(library, "countdown", "countdown") if a in lines]
     assert after and all(lines[a]["sources"]["cfi"]["verdict"] == "right" for a in after)
-    assert int(_readelf_cfa(library, after[0]).split("+")[1]) \
-        == int(_readelf_cfa(library, max(a for a in lines if a < after[0])).split("+")[1]) - 4
+    assert int(readelf_cfa(library, after[0]).split("+")[1]) \
+        == int(readelf_cfa(library, max(a for a in lines if a < after[0])).split("+")[1]) - 4
 
 
 def test_i386_libquadmath_plt_calls_to_its_own_float128_functions():

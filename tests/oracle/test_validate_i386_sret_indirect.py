@@ -11,13 +11,11 @@ wrong: the function is analysed again with such callees popping an amount
 not known, and the rows after the call are undecided, never wrong.
 """
 
-import re
-import subprocess
 
 import pytest
 
 from support import build, need_tool
-from validate_support import validate, wrong
+from validate_support import objdump_lines, readelf_cfa, validate, wrong
 
 
 @pytest.fixture(scope="module")
@@ -26,35 +24,15 @@ def library():
                  compiler=need_tool("gcc"))
 
 
-def _lines(path):
-    out = subprocess.run([need_tool("objdump"), "-d", "--no-show-raw-insn", str(path)], capture_output=True,
-                         text=True, check=True).stdout
-    body = out.split("<call_it>:\n", 1)[1].split("\n\n", 1)[0]
-    return [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"^\s*([0-9a-f]+):\s*(.*)$", body, re.M)]
-
-
-def _readelf_cfa(path, address):
-    out = subprocess.run([need_tool("readelf"), "-wF", str(path)], capture_output=True, text=True,
-                         check=True).stdout
-    found = None
-    for fde in out.split("FDE ")[1:]:
-        m = re.search(r"pc=([0-9a-f]+)\.\.([0-9a-f]+)", fde)
-        if m and int(m.group(1), 16) <= address < int(m.group(2), 16):
-            for row in re.finditer(r"^([0-9a-f]{8}) ([a-z]+[+-][0-9]+) ", fde, re.M):
-                if int(row.group(1), 16) <= address:
-                    found = row.group(2)
-    return found
-
-
 def test_rows_after_an_unknown_callee_that_pops_are_not_wrong(library):
-    lines = _lines(library)
+    lines = objdump_lines(library, "call_it")
     texts = [text for _, text in lines]
     [call] = [i for i, text in enumerate(texts) if text.startswith("call") and "*" in text]
     assert texts[-1] == "ret    $0x4"                       # the case: a function returning through sret
     after = lines[call + 1][0]
     # GCC's table: after the call the CFA is 4 bytes nearer the stack pointer than before it
-    before_cfa = _readelf_cfa(library, lines[call][0])
-    after_cfa = _readelf_cfa(library, after)
+    before_cfa = readelf_cfa(library, lines[call][0])
+    after_cfa = readelf_cfa(library, after)
     assert int(before_cfa.split("+")[1]) - int(after_cfa.split("+")[1]) == 4, (before_cfa, after_cfa)
     report = validate(library, "--function", "call_it")
     assert wrong(report, "cfi") == []

@@ -11,13 +11,12 @@ Oracles: readelf -wf (the args_size at the calls), readelf -wF (the CFA at
 the pad), objdump (where the pad is: the instruction after the `ret`).
 """
 
-import re
 import subprocess
 
 import pytest
 
 from support import build, need_tool
-from validate_support import validate, wrong
+from validate_support import objdump_lines, readelf_cfa, validate, wrong
 
 
 @pytest.fixture(scope="module")
@@ -26,31 +25,11 @@ def library():
                  compiler=need_tool("clang++-16"))
 
 
-def _lines(path):
-    out = subprocess.run([need_tool("objdump"), "-d", "--no-show-raw-insn", str(path)], capture_output=True,
-                         text=True, check=True).stdout
-    body = out.split("<_Z7use_padl>:\n", 1)[1].split("\n\n", 1)[0]
-    return [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"^\s*([0-9a-f]+):\s*(.*)$", body, re.M)]
-
-
-def _readelf_cfa(path, address):
-    out = subprocess.run([need_tool("readelf"), "-wF", str(path)], capture_output=True, text=True,
-                         check=True).stdout
-    found = None
-    for fde in out.split("FDE ")[1:]:
-        m = re.search(r"pc=([0-9a-f]+)\.\.([0-9a-f]+)", fde)
-        if m and int(m.group(1), 16) <= address < int(m.group(2), 16):
-            for row in re.finditer(r"^([0-9a-f]{16}) ([a-z]+[+-][0-9]+) ", fde, re.M):
-                if int(row.group(1), 16) <= address:
-                    found = row.group(2)
-    return found
-
-
 def test_pad_entered_with_the_arguments_popped(library):
     frames = subprocess.run([need_tool("readelf"), "-wf", str(library)], capture_output=True, text=True,
                             check=True).stdout
     assert "DW_CFA_GNU_args_size: 16" in frames         # the case: arguments pushed at a call that may throw
-    lines = _lines(library)
+    lines = objdump_lines(library, "_Z7use_padl")
     pushes = [text for _, text in lines if text.startswith("push") and "$0x" in text]
     assert len(pushes) >= 2
     ret = [i for i, (_, text) in enumerate(lines) if text.startswith("ret")][0]
@@ -59,7 +38,7 @@ def test_pad_entered_with_the_arguments_popped(library):
     [detail] = report["functions_detail"]
     at = {line["address"]: line for line in detail["instructions"]}
     assert wrong(report, "cfi") == []
-    cfa = _readelf_cfa(library, pad)
+    cfa = readelf_cfa(library, pad)
     assert cfa == "rsp+32"
     assert at[pad]["sources"]["cfi"]["verdict"] == "right", at[pad]
     assert at[pad]["analysis"].startswith("CFA=%s " % cfa), at[pad]
