@@ -27,7 +27,7 @@ ROWS = [row for row in matrix.rows() if row.arch == "x86_64"]
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
 def test_the_model_gives_gdbs_own_callers_on_the_matrix_programs(row):
     _, binary = matrix.binaries(row)
-    probe = matrix._gdb(row, binary, [("off", "cmd", "disable unwinder global unwind-plugin"),
+    probe = matrix.run_at_row(row, binary, [("off", "cmd", "disable unwinder global unwind-plugin"),
                                       ("probe", "py", PROBE)])["probe"]
     modelled = [entry for entry in probe if entry["model"] is not None]
     assert modelled, probe

@@ -86,7 +86,7 @@ def test_signal_frame_is_explained_and_compare_agrees_there():
     was recognised, and `unwind compare` agrees with GDB's own frames through the signal frame."""
     row = Row("x86_64", "matrix.c", "O0", "signal")      # no tables; GDB alone is right here
     _, binary = matrix.binaries(row)
-    results = matrix._gdb(row, binary, [
+    results = matrix.run_at_row(row, binary, [
         ("walk", "json", "unwind backtrace -json"),
         ("explain", "json", "unwind explain -json all"),
         ("compare", "json", "unwind compare -json"),
