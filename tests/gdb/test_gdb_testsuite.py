@@ -89,7 +89,7 @@ RESULT = re.compile(r"^(PASS|FAIL|XFAIL|KFAIL|XPASS|UNRESOLVED|UNSUPPORTED|UNTES
 PLUGIN_TRACEBACK = re.compile(r'File "[^"]*/gdb_unwinder/[^"]*", line \d+')
 
 
-def testsuite_dir():
+def gdb_testsuite_dir():
     """gdb/testsuite of the system GDB's source package; fails (never skips) when it is absent."""
     version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "gdb"], capture_output=True, text=True).stdout
     found = glob.glob(os.path.join(GDB_ROOT, "testsuite", "gdb-%s" % version, "gdb", "testsuite", "site.exp"))
@@ -129,7 +129,7 @@ def test_results_parse_as_dejagnu_writes_them():
 
 
 def test_every_test_passing_alone_passes_with_the_plugin():
-    suite = testsuite_dir()
+    suite = gdb_testsuite_dir()
     full = os.environ.get("UNWIND_GDB_TESTSUITE") == "full" or every("")
     files = [f for f in (FULL_FILES if full else CI_FILES) if f not in LEFT_OUT]
     guess_files = files if full else GUESSES_CI_FILES
