@@ -44,6 +44,7 @@ class StopAnswers:
         self._given = self._claim = None
         self._declines = []
         self._failed = False
+        self._recording = False     # between begin() and end(): off, nothing is recorded (no cost, no growth)
 
     def clear(self):
         self._answers.clear()
@@ -59,15 +60,19 @@ class StopAnswers:
         self._given = self._claim = None
         self._declines = []
         self._failed = False
+        self._recording = True
 
     def given(self, frame_id, registers, values):
-        self._given = Given(frame_id, registers, values)
+        if self._recording:
+            self._given = Given(frame_id, registers, values)
 
     def claimed(self, claim):
-        self._claim = claim
+        if self._recording:
+            self._claim = claim
 
     def declined(self, decline):
-        self._declines.append(decline)
+        if self._recording:
+            self._declines.append(decline)
 
     def failed(self):
         """An internal error: nothing recorded is kept (the next `bt` tries again)."""
@@ -75,6 +80,7 @@ class StopAnswers:
 
     def end(self, key, info, drops_by_pc):
         """Keep the answer recorded since begin(), GDB's UnwindInfo (or None, declined) made from it."""
+        self._recording = False
         if self._failed or (info is not None and self._given is None):
             return
         if len(self._answers) >= BOUND:
