@@ -62,6 +62,16 @@ GO_STUR_FP = 0xF81F83FD                                    # stur x29, [sp, #-8]
 GO_SUB_FP = 0xD10023FD                                     # sub x29, sp, #8
 GO_SUB_X20_MASK, GO_SUB_X20 = 0xFF8003FF, 0xD10003F4       # sub x20, sp, #N{, lsl #12}
 GO_STP_X20, GO_MOV_SP_X20 = 0xA93FFA9D, 0x9100029F          # stp x29, x30, [x20, #-8]; mov sp, x20
+# Where b.ls goes: spill arguments to [sp, #K] (str/stp of x or d registers, sp unchanged), `mov x3, x30`,
+# bl runtime.morestack*, reload them, `b start`; gogo resumes after the bl with x30 restored.
+GO_SPILL_MASK, GO_SPILLS = 0xFFC003E0, (0xF90003E0, 0xFD0003E0, 0xA90003E0, 0x6D0003E0,
+                                        0xF94003E0, 0xFD4003E0, 0xA94003E0, 0x6D4003E0)
+GO_MOV_X3_LR, BL_MASK, BL, B = 0xAA1E03E3, 0xFC000000, 0x94000000, 0x14000000
+GO_GROWTH_WORDS = 64
+
+
+def _signed(value, bits):
+    return value - (1 << bits) if value >> (bits - 1) & 1 else value
 
 
 def _sub_immediate(word):
@@ -127,7 +137,7 @@ class AArch64(Arch):
                         % ("stp x29, x30, [sp, #-N]!" if stores_record else "paciasp"))
         if self.return_in(code):
             return Edge(FrameEdge.AT_RETURN, 0, "the code at pc is `ret`: the return address is in x30")
-        go = self._go_edge(read, pc, start)
+        go = self._go_edge(read, pc, start) or self.stack_growth_edge(read, pc, start)
         if go is not None:
             return go
         previous = read(pc - 4, 4)
@@ -196,6 +206,40 @@ class AArch64(Arch):
         if index == last:
             return Edge(FrameEdge.AFTER_PUSH, size + 8, "pc is at Go's `sub x29, sp, #8`: the saved x29 is at "
                         "[sp-8] and the return address at [sp]", Slots(cfa=size, ra=-size, fp=-size - 8))
+        return None
+
+    def stack_growth_edge(self, read: Read, pc: int, start: Optional[int], exact: bool = True) -> Optional[Edge]:
+        if start is None or not start < pc <= start + (1 << 20):
+            return None
+        head = read(start, 16)
+        words = self._words(head) if head else []
+        at = next((i for i, w in enumerate(words) if w & GO_BLS_MASK == GO_BLS), None)
+        if at is None or not all(
+                w in GO_STACK_CHECK or w & GO_SUB_X17_MASK == GO_SUB_X17 for w in words[:at]):
+            return None
+        target = start + 4 * at + 4 * _signed((words[at] >> 5) & 0x7FFFF, 19)
+        if not target <= pc < target + 4 * GO_GROWTH_WORDS:
+            return None
+        tail = read(target, 4 * GO_GROWTH_WORDS) or read(target, pc - target + 16)
+        words = self._words(tail or b"")
+
+        def word_at(address):
+            return words[(address - target) // 4] if 0 <= address - target < 4 * len(words) else 0
+        for index, word in enumerate(words):
+            if word & BL_MASK == B:
+                back = target + 4 * index + 4 * _signed(word & 0x3FFFFFF, 26)
+                if back != start or pc > target + 4 * index:
+                    return None
+                if not exact:       # a return address after the bl: x30 was copied to x3 before it
+                    return Edge(FrameEdge.ENTRY, 0, "pc is the return address of Go's call of runtime.morestack "
+                                "at 0x%x (reached from the stack-bound check at the start 0x%x before the frame "
+                                "is set up): the return address was copied to x3 before the call" % (
+                                    pc - 4, start), ra_in=3) if word_at(pc - 4) & BL_MASK == BL else None
+                return Edge(FrameEdge.ENTRY, 0, "pc is in Go's stack-growth call at 0x%x, where the stack-bound "
+                            "check at the start 0x%x branches before the frame is set up and which branches back "
+                            "to the start: the return address is in x30" % (target, start))
+            if not (word & GO_SPILL_MASK in GO_SPILLS or word in (GO_MOV_X3_LR,) or word & BL_MASK == BL):
+                return None
         return None
 
     def _words(self, code):

@@ -38,6 +38,7 @@ class Edge(NamedTuple):
     record_size: int
     why: str
     slots: Optional["Slots"] = None     # set when the frame is laid out otherwise (Go's prologues)
+    ra_in: Optional[int] = None         # for ENTRY: the register holding the return address, when not the arch's
 
 
 class Slots(NamedTuple):
@@ -198,6 +199,12 @@ class Arch:
 
     def frame_edge(self, read: Read, pc: int, start: Optional[int]) -> Optional[Edge]:
         """The frame edge the exact pc is at (start: the function's, from symbols), or None."""
+        return None
+
+    def stack_growth_edge(self, read: Read, pc: int, start: Optional[int], exact: bool = True) -> Optional[Edge]:
+        """The edge when pc (exact, or when not `exact` a return address) is in code that a function's
+        stack-bound check branches to before the frame is set up (Go's call of runtime.morestack);
+        None otherwise."""
         return None
 
     def sets_up_frame_pointer(self, code: bytes) -> Optional[bool]:

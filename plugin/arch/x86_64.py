@@ -35,7 +35,13 @@ _VECTOR_NAMES = {17 + n: "xmm%d" % n for n in range(16)}
 # Go's stack-bound check (rsp unchanged): cmp 0x10/0x18(%r14),%rsp | lea disp(%rsp),%r12; cmp ...,%r12; then jbe.
 GO_STACK_CHECK = re.compile(rb"(?:\x49\x3b\x66[\x10\x18]|\x4c\x8d\x64\x24.\x4d\x3b\x66[\x10\x18]"
                             rb"|\x4c\x8d\xa4\x24.{4}\x4d\x3b\x66[\x10\x18])"
-                            rb"(?:\x76.|\x0f\x86.{4})", re.S)
+                            rb"(?:\x76(?P<b8>.)|\x0f\x86(?P<b32>.{4}))", re.S)
+# Where that jbe goes: spill argument registers to the caller's argument area ([rsp+D], rsp unchanged),
+# call runtime.morestack*, reload them, and jump back to the start; the frame is never set up there.
+_GO_SPILL = (rb"(?:[\x66\xf2\xf3]?[\x40-\x4f]?(?:\x0f[\x10\x11\x7e\xd6]|[\x88-\x8b])"
+             rb"(?:[\x44\x4c\x54\x5c\x64\x6c\x74\x7c]\x24.|[\x84\x8c\x94\x9c\xa4\xac\xb4\xbc]\x24.{4}))")
+GO_GROWTH = re.compile(rb"%s*\xe8.{4}%s*(?:\xeb(?P<j8>.)|\xe9(?P<j32>.{4}))" % (_GO_SPILL, _GO_SPILL), re.S)
+GO_GROWTH_WINDOW = 256      # bytes read for it: up to 9 integer and 15 float spills and reloads
 # sub $X,%rsp; mov %rbp,D(%rsp); lea D(%rsp),%rbp  (imm8/imm32, disp8/disp32), with D = X - 8.
 GO_FRAME = re.compile(rb"(?P<sub>\x48\x83\xec(?P<x8>.)|\x48\x81\xec(?P<x32>.{4}))"
                       rb"(?P<mov>\x48\x89\x6c\x24(?P<m8>.)|\x48\x89\xac\x24(?P<m32>.{4}))"
@@ -93,7 +99,27 @@ class X86_64(X86):
         edge = super().frame_edge(read, pc, start)
         if edge is not None:
             return edge
-        return self._go_epilogue(read, pc) or self._go_prologue(read, pc, start)
+        return self._go_epilogue(read, pc) or self._go_prologue(read, pc, start) \
+            or self.stack_growth_edge(read, pc, start)
+
+    def stack_growth_edge(self, read: Read, pc: int, start: Optional[int], exact: bool = True) -> Optional[Edge]:
+        if start is None or not start < pc <= start + (1 << 20):
+            return None
+        head = read(start, 16)
+        check = GO_STACK_CHECK.match(head) if head else None
+        if check is None:
+            return None
+        target = start + check.end() + _number(check, "b8", "b32", signed=True)
+        if not target <= pc < target + GO_GROWTH_WINDOW:
+            return None
+        tail = read(target, GO_GROWTH_WINDOW) or read(target, pc - target + 32)
+        growth = GO_GROWTH.match(tail) if tail else None
+        if growth is None or target + growth.end() + _number(growth, "j8", "j32", signed=True) != start \
+                or pc >= target + growth.end():
+            return None
+        return Edge(FrameEdge.ENTRY, 0, "pc is in Go's stack-growth call at 0x%x, where the stack-bound check at "
+                    "the start 0x%x branches before the frame is set up and which jumps back to the start: the "
+                    "return address is at [rsp]" % (target, start))
 
     def debugger_prologue_row(self, read: Read, start: Optional[int], pc: int) -> Optional[PrologueModel]:
         """GDB 13's amd64 prologue unwinder's answer (GdbPrologue), or None where it takes a path not modelled."""

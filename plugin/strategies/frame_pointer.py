@@ -157,10 +157,12 @@ def prologue_row(frame, ctx, function):
     in the link register (aarch64, where it may be signed): the arch's
     entry_row, with the frame pointer unchanged.
     """
-    if not frame.exact_pc:
-        return None     # a return address is after a call: the prologue has run
     arch = ctx.arch
-    edge = arch.frame_edge(reader(ctx.read_memory), frame.pc, function[1] if function else None)
+    start = function[1] if function else None
+    if frame.exact_pc:
+        edge = arch.frame_edge(reader(ctx.read_memory), frame.pc, start)
+    else:   # a return address is after a call: the prologue has run, unless the call is Go's stack growth
+        edge = arch.stack_growth_edge(reader(ctx.read_memory), frame.pc, start, exact=False)
     if edge is None:
         return None
     if edge.slots is not None:
@@ -169,6 +171,9 @@ def prologue_row(frame, ctx, function):
         row = _record_at_sp_row(arch, frame.pc, edge.record_size)
     else:
         row = arch.entry_row(frame.pc, unchanged=(arch.fp,), ra_signed=arch.pointer_auth)
+        if edge.ra_in is not None:
+            row = Row(address=row.address, cfa=row.cfa, ra_signed=row.ra_signed,
+                      registers={**row.registers, arch.ra: Rule(RuleKind.REGISTER, register=edge.ra_in)})
     return row, edge.kind, edge.why
 
 

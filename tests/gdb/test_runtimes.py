@@ -107,7 +107,10 @@ def test_go_prologues_and_epilogues_at_every_instruction():
     instruction, its stack-bound check, `sub`, `mov %rbp`, `lea`, body, `mov`, `add` and
     `ret`, the frame-pointer source gives GDB's caller (GDB reads Go's .debug_frame)."""
     binary = PROGRAMS["go"]()
+    # Only this thread runs while stepping: were sysmon to run, it would find the goroutine running
+    # for long (in wall time) and preempt it, and the trace would go into runtime.morestack.
     results, transcript = run_gdb(binary, [("load", "cmd", "source %s" % STEPPER),
+                                           ("lock", "cmd", "set scheduler-locking step"),
                                            ("trace", "py", "step_trace(70)")], breakpoint="*'main.work'")
     trace = results["trace"]
     assert isinstance(trace, list) and len(trace) == 70, (trace, transcript[-3000:])
@@ -116,3 +119,24 @@ def test_go_prologues_and_epilogues_at_every_instruction():
     # The trace went through the prologue's and the epilogue's every kind of instruction.
     pcs = {t["pc"] for t in trace}
     assert len(pcs) >= 20
+
+
+
+def test_go_stack_growth_call_is_before_the_frame():
+    """The block Go's stack-bound check branches to (spill, call runtime.morestack_noctxt,
+    reload, jump back to the start) runs before the frame is set up, though it lies after the
+    body: the frame-pointer source finds the caller at [rsp] there, as GDB does at the entry.
+    The state there is the entry's (the check only compares), so pc is moved to each of its
+    instructions from the entry; then the call is stepped into, and the return address into
+    the block is unwound the same way."""
+    binary = PROGRAMS["go"]()
+    results, transcript = run_gdb(binary, [("load", "cmd", "source %s" % STEPPER),
+                                           ("tail", "py", "growth_tail()")], breakpoint="*'main.work'")
+    tail = results["tail"]
+    assert isinstance(tail, dict), transcript[-3000:]
+    assert "at" in tail and len(tail["at"]) >= 3, (tail, transcript[-3000:])                # the spills and the call
+    assert all(caller == tail["truth"] for caller in tail["at"].values()), tail
+    frames = tail["in_morestack"]
+    assert frames[0][0].startswith("runtime.morestack"), frames
+    assert frames[1][0] == "main.work", frames
+    assert frames[2][1:] == tail["truth"], frames

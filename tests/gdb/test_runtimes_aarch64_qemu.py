@@ -22,6 +22,9 @@ from gdb_actions import DISABLE
 from gdbrun import run_gdb
 from qemu_user import qemu_user
 from runtime_stops import build_go, truth_length
+from support import HELPERS
+
+STEPPER = HELPERS / "gdb_stepper.py"
 
 NAMES = "[gdb.execute('info symbol %%d' %% f['pc'], to_string=True) for f in results['native%d']]"
 STOPS = ("goroutine", "main", "mallocgc")
@@ -66,3 +69,22 @@ def test_go_arm64_frame_pointer_walk_matches_gdb(stops, index):
     else:
         assert walk["frames"][-1]["function"] == "runtime.main" and len(ours) == count - 1, walk["frames"]
         assert walk["stop_reason"] == "cfa-not-increasing" and "x29=" in walk["stop_detail"], walk
+
+
+def test_go_arm64_stack_growth_call_is_before_the_frame():
+    """The block Go's `b.ls` branches to (spills, `mov x3, x30`, bl runtime.morestack_noctxt,
+    reloads, `b start`) runs before the frame is set up though it lies after the body: at each
+    of its instructions up to the bl, the frame-pointer source finds the caller in x30, as GDB
+    does at the entry (pc is moved there from the entry: the check only compares)."""
+    binary = build_go("goroutine.go", goarch="arm64")
+    actions = [("load", "cmd", "source %s" % STEPPER), ("tail", "py", "growth_tail()")]
+    with qemu_user("qemu-aarch64", binary, (), options=QEMU_OPTIONS) as address:
+        results, transcript = run_gdb(binary, actions, breakpoint="*'main.work'", gdb_program="gdb-multiarch",
+                                      remote=address, timeout=300)
+    tail = results["tail"]
+    assert isinstance(tail, dict) and "at" in tail and len(tail["at"]) >= 3, (tail, transcript[-3000:])
+    assert all(caller == tail["truth"] for caller in tail["at"].values()), tail
+    frames = tail["in_morestack"]
+    assert frames[0][0].startswith("runtime.morestack") and frames[1][0] == "main.work", frames
+    # After the bl the return address is in x3, which nothing records: no guess past main.work.
+    assert len(frames) == 2 or frames[2][1:] == tail["truth"], frames
