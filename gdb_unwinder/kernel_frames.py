@@ -59,7 +59,9 @@ class KernelFrames:
         self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
         self._newest = (None, False)    # ((epoch, thread, pc, sp), newest_is_outermost's answer) of this stop
 
-    def __call__(self, pending_frame):
+    def __call__(self, pending_frame, left=None):
+        """left: (exact pc?, Outcome) of the engine's step of this very frame, which the plugin's
+        unwinder declined (outermost, or a signal frame); its ORC outcome is not computed again."""
         state = self.state
         if state.claim == "none" or "orc" not in state.sources:
             return None
@@ -73,7 +75,7 @@ class KernelFrames:
             return None
         target.inside_unwinder = True       # no GDB command may run while GDB builds frames
         try:
-            return self._unwind(pending_frame, inferior, target)
+            return self._unwind(pending_frame, inferior, target, left)
         except Exception as exc:        # never break `bt`
             self.declined.append((None, None, "internal error: %s: %s" % (type(exc).__name__, exc)))
             return None
@@ -146,7 +148,7 @@ class KernelFrames:
             known = self._kernel_known[id(modules)] = (key, here)
         return known[1]
 
-    def _step(self, level, registers, inferior):
+    def _step(self, level, registers, inferior, left=None):
         """The ORC step of the frame at LEVEL whose registers are REGISTERS, where it is this
         unwinder's (a kernel pc, or ftrace's trampoline): (outcome, pc, sp), else None. A frame proved
         outermost is noted for KernelEnd until the process runs again."""
@@ -160,18 +162,21 @@ class KernelFrames:
         if not trampoline and (module is None or module.format != ModuleFormat.KERNEL):
             return None
         exact = level == 0 or (pc, sp) in inferior.after_signal
-        outcome = orc.step(Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact), ctx)
+        if left is not None and left[0] == exact and left[1].source == orc.SOURCE:
+            outcome = left[1]       # the engine's step of this frame, the orc source's
+        else:
+            outcome = orc.step(Frame(level=level, pc=pc, registers=registers, method="pending", exact_pc=exact), ctx)
         if outcome.status != AttemptStatus.RECOVERED or not (outcome.outermost or outcome.signal_frame or trampoline):
             return None         # the plugin's unwinder's business (or nobody's)
         if outcome.outermost:
             inferior.outermost.add((pc, sp))
         return outcome, pc, sp
 
-    def _unwind(self, pending_frame, inferior, target):
+    def _unwind(self, pending_frame, inferior, target, left):
         arch = target.arch
         registers = PendingRegisters(pending_frame, arch, target.descriptors)
         level = pending_level(pending_frame)
-        stepped = self._step(level, registers, inferior)
+        stepped = self._step(level, registers, inferior, left)
         if stepped is None:
             return None
         outcome, pc, sp = stepped

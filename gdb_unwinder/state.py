@@ -101,9 +101,7 @@ class GdbState:
         self._unwinder = None            # a weak reference: the unwinder holds the state, not the other way
         self.epoch = 0                   # counts reconsider_claims: the unwinder drops its decisions when it moves
         self.use_plans = True            # replay per-pc plans in the unwinder (tests turn it off to compare)
-        self.use_stop_answers = False    # give this stop's answers again when GDB rebuilds its frames (stop_answers.py):
-                                         # off by default: with it, an armhf signal frame was claimed after a memory write
-                                         # made it GDB's (tests/emulated/test_debian_programs_qemu.py), cause not found
+        self.use_stop_answers = True     # give this stop's answers again when GDB rebuilds its frames (stop_answers.py)
         self.pending = PendingEvents()
         self._last_selected = (None, None)    # (gdb.Inferior, its InferiorState) of the last inferior_of
 

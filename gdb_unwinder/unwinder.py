@@ -30,7 +30,7 @@ from .levels import is_innermost_physical
 from .compat import pending_level
 from .handover import Asked, Found, LastClaim, hand_over
 from .registers import PendingRegisters
-from .stop_answers import StopAnswers
+from .stop_answers import StopAnswers, frame_key
 from . import sigtramp
 
 NAME = "unwind-plugin"
@@ -54,6 +54,8 @@ class PluginUnwinder(Unwinder):
         #   gdb.Architecture, its pc register, pc mask, the dict of CallerVerdicts.verdicts and that cache)
         self._may_be_quiet = True
         self.then = None        # asked for a frame it declined and did not leave to GDB (kernel_frames)
+        self.left = None        # (exact pc?, the engine's Outcome) of the frame just declined as outermost
+        #   or a signal frame: `then` need not step it again
 
     @property
     def may_be_quiet(self) -> bool:
@@ -127,15 +129,16 @@ class PluginUnwinder(Unwinder):
         inferior = state.inferior_of(selected)
         target = inferior.target
         memo = self.memo
-        key = self._memo_key(pending_frame, target) if state.use_plans and state.use_stop_answers else None
+        key = None
+        if state.use_plans and state.use_stop_answers:
+            key, last = frame_key(pending_frame, target, inferior, last)
         if key is not None:
-            if last is not None and (last.pc, last.sp) != key[2:]:
-                last = None         # not the caller of the frame claimed last: GDB asks about another frame
             answer = memo.get(key)
             if answer is not None:      # answered at this stop already: GDB rebuilt its frames
                 return self._answer_again(pending_frame, answer)
             memo.begin()
         by_pc = self._by_pc
+        self.left = None
         target.inside_unwinder = True
         try:
             info = self._unwind(pending_frame, selected, inferior, claim, last)
@@ -151,23 +154,10 @@ class PluginUnwinder(Unwinder):
         finally:
             target.inside_unwinder = False
         if info is None and self.then is not None:
-            info = self.then(pending_frame)     # the kernel's frames GDB has no unwinder for
+            info = self.then(pending_frame, self.left)      # the kernel's frames GDB has no unwinder for
         if key is not None:
             memo.end(key, info, by_pc is not None and self._by_pc is None)
         return info
-
-    def _memo_key(self, pending_frame, target):
-        """(thread, level, pc, sp) of the pending frame; None where they cannot be read (no answer kept)."""
-        arch = target.arch
-        if arch is None or pending_frame.architecture() is not target.gdb_arch:
-            return None
-        names, descriptors = arch.registers, target.descriptors
-        try:
-            pc = int(pending_frame.read_register(descriptors.get(names[arch.pc], names[arch.pc]))) & arch.mask
-            sp = int(pending_frame.read_register(descriptors.get(names[arch.sp], names[arch.sp]))) & arch.mask
-        except (gdb.error, ValueError):
-            return None
-        return gdb.selected_thread(), pending_level(pending_frame), pc, sp
 
     def _answer_again(self, pending_frame, answer):
         """GDB's UnwindInfo from an answer kept for this frame (StopAnswers), its claim and declines
@@ -378,6 +368,7 @@ class PluginUnwinder(Unwinder):
             reason = "; ".join("%s: %s" % (a.source, a.reason) for a in attempts) \
                 if outcome is None else "outermost frame: left to GDB"
             self._decline(level, pc, reason)
+            self.left = (asked.exact, outcome) if outcome is not None else None
             return None
         caller = outcome.registers
         if outcome.signal_frame:
@@ -393,6 +384,7 @@ class PluginUnwinder(Unwinder):
             outward = (caller.get(arch.sp) or 0) > (asked.registers.get(arch.sp) or 0)
             if not outward or sigtramp.gdb_misreads(ctx, asked.registers, pc, caller.get(arch.pc, 0)) is None:
                 self._decline(level, pc, "signal trampoline: left to GDB's sigtramp unwinder")
+                self.left = (asked.exact, outcome)
                 return None
         yielded = yields_to_debugger(outcome, frame, ctx)
         if yielded is not None:     # a guess where GDB's own heuristic gives another plausible caller
