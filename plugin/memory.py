@@ -301,6 +301,12 @@ class PageCache:
         self._pages.clear()
         self._partial.clear()
 
+    def resize(self, page: int) -> None:
+        """Read `page` bytes at a time from now on (what is kept is dropped when that changes)."""
+        if page != self._size:
+            self.clear()
+            self._size = page
+
     def read(self, address: int, size: int) -> bytes:
         """`size` bytes at `address`, from cached pages where the pages can be read whole."""
         first, last = address // self._size, (address + size - 1) // self._size

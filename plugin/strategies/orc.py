@@ -34,7 +34,7 @@ from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
 from plugin.modules.kernel import KERNEL_NAME, MODULE_AREA, ftrace_trampolines, orc_table
 from plugin.modules.module import ModuleFormat
-from plugin.pages import PageCache
+from plugin.memory import PageCache
 from plugin.strategies import ModuleTables
 
 SOURCE = "orc"

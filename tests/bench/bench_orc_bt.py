@@ -14,7 +14,7 @@ registers) with a frame filter that ends at the plugin's last frame; and the fir
 (GDB's register cache and dcache dropped before it, and for the plugin its caches of the stop),
 the plugin's and GDB alone's. Prints the frames each gives and the median wall time of R rounds,
 and the first (cold) round of each: the plugin's tables are read over the gdbstub then, and kept
-afterwards. --profile: cProfile of 20 warm bts inside GDB.
+afterwards. --profile: cProfile of 20 warm bts inside GDB; --profile-first: of 20 first bts.
 """
 
 import argparse
@@ -141,7 +141,7 @@ if %(profile)d:
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(20):
-        timed()
+        timed(first=%(profile)d == 2, ours=%(profile)d == 2)
     profile.disable()
     report = io.StringIO()
     pstats.Stats(profile, stream=report).sort_stats("tottime").print_stats(25)
@@ -162,6 +162,8 @@ def main():
     parser.add_argument("--release", default="6.1.0-50-amd64")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of 20 warm bts")
+    parser.add_argument("--profile-first", action="store_true",
+                        help="the same of 20 first bts at a stop (the caches of the stop dropped before each)")
     args = parser.parse_args()
     root = qemu.KERNELS / args.release
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / ("bench-orc-" + args.release)
@@ -169,7 +171,7 @@ def main():
     initrd = qemu._initrd(tmp)
     symbols, symbol_file, _ = qemu._first_boot(root, initrd, tmp)
     script = tmp / "inside_gdb.py"
-    script.write_text(INSIDE_GDB % {"rounds": args.rounds, "profile": args.profile})
+    script.write_text(INSIDE_GDB % {"rounds": args.rounds, "profile": 2 if args.profile_first else int(args.profile)})
     gdb = qemu._gdb_on_qemu(root, initrd, tmp / "serial.txt", symbol_file,
                             ["hbreak *0x%x" % symbols[qemu.MARKER], "continue", "delete",
                              "hbreak *0x%x if $rdi == 0" % symbols["update_process_times"], "continue",
@@ -177,7 +179,7 @@ def main():
     found = [line for line in gdb.stdout.splitlines() if line.startswith("BENCH ")]
     if not found:
         sys.exit("no figures:\n" + gdb.stdout[-2000:] + gdb.stderr[-2000:])
-    if args.profile:
+    if args.profile or args.profile_first:
         print(gdb.stdout.split("PROFILE-START\n", 1)[-1].split("PROFILE-END", 1)[0])
     result = json.loads(found[0][6:])
     plugin, alone = result["plugin"], result["gdb"]

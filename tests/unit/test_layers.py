@@ -15,7 +15,7 @@ PACKAGES = ("plugin", "gdb_unwinder", "lldb_commands")
 
 # Lowest first. A unit is a package ("plugin.formats") or a top-level module ("plugin.engine").
 LAYERS = (
-    ("plugin", "plugin.errors", "plugin.leb128", "plugin.memory", "plugin.target", "plugin.pages", "plugin.cache"),
+    ("plugin", "plugin.errors", "plugin.leb128", "plugin.memory", "plugin.target", "plugin.cache"),
     ("plugin.model",),
     ("plugin.arch",),
     ("plugin.formats",),

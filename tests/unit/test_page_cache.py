@@ -63,3 +63,14 @@ def test_the_cache_holds_at_most_max_pages():
         cache.read(address, 8)
     assert len(cache._pages) <= 2
     assert memory.calls[-1] == (0x1000, PAGE)      # dropped when the cache started over
+
+
+def test_resize_reads_the_new_size_from_then_on_and_drops_what_was_kept():
+    memory = Memory()
+    cache = PageCache(memory.read, page=PAGE)
+    cache.read(0x1008, 8)
+    cache.resize(PAGE // 4)
+    assert cache.read(0x1008, 8) == Memory().read(0x1008, 8)
+    cache.resize(PAGE // 4)         # the same size: what is kept stays
+    cache.read(0x1010, 8)
+    assert memory.calls == [(0x1000, PAGE), (0x1000, PAGE // 4)]
