@@ -102,3 +102,17 @@ def hand_over(pending_frame, asked, target, found, gdb_value, memo):
     any(map(info.add_saved_register, names, values))
     memo.given(frame_id, names, values)
     return info, Handed(raw_given, known_given, complete), caller.get(arch.pc), caller.get(arch.sp)
+
+
+def descriptors_of(gdb_arch) -> dict:
+    """Register name -> gdb.RegisterDescriptor of an architecture (GDB 12 and later), else {}."""
+    try:
+        return {d.name: d for d in gdb_arch.registers()}
+    except (AttributeError, gdb.error):
+        return {}
+
+
+def ruled_registers(evidence) -> dict:
+    """DWARF numbers the accepted row has a rule for (undefined ones included)."""
+    rule = getattr(evidence, "rule", None)
+    return getattr(rule, "registers", None) or {}
