@@ -102,9 +102,7 @@ class ModuleMap:
             return
         old = {(m.name, m.header_address): m for m in self.modules if m.format == ModuleFormat.KERNEL and m is not kernel}
         self.modules = [m for m in self.modules if m.format != ModuleFormat.KERNEL or m is kernel]
-        for module in loaded_modules(kernel, self.target.read_memory):
-            kept = old.get((module.name, module.header_address))
-            self.modules.append(kept if kept is not None and kept.tables == module.tables else module)
+        self.modules.extend(loaded_modules(kernel, self.target.read_memory, old))
 
     def _add_kernel(self) -> None:
         """The Linux kernel, found from a symbol file's symbols (it has no ELF header in memory):

@@ -212,19 +212,25 @@ def _trampoline_of(block: bytes, originals, read: Read) -> Optional[Tuple[int, i
 # pointers into the module area whose first and last ips fall there too, in order.
 MODULE_AREA = (0xFFFFFFFFA0000000, 0xFFFFFFFFFF000000)
 STRUCT_MODULE_SCAN = 0x800          # bytes of struct module looked through for its ORC fields
+ORC_FIELDS = "orc fields"    # module.cache: (offset in struct module, the bytes of num_orcs, orc_unwind_ip, orc_unwind)
 MAX_MODULES = 1024
 
 
-def loaded_modules(kernel: Module, read: Read) -> List[Module]:
-    """The kernel modules on the kernel's module list, each with its ORC tables (none found: left out)."""
+def loaded_modules(kernel: Module, read: Read, known: Optional[Dict[Tuple[str, int], Module]] = None) -> List[Module]:
+    """The kernel modules on the kernel's module list, each with its ORC tables (none found: left
+    out). known: modules found before, by (name, struct module address); one at the same address
+    under the same name is taken as it is (its struct is not searched again for its tables)."""
     head = kernel.cache.get("module list")
     out: List[Module] = []
     if head is None:
         return out
+    known = known or {}
     try:
         node = _u64(read(head, 8))
         while node != head and len(out) < MAX_MODULES and MODULE_AREA[0] <= node < MODULE_AREA[1]:
-            found = _module_at(node - 8, kernel, read)
+            found = known.get((_name_at(node - 8, read), node - 8)) if known else None
+            if found is None or not _same_tables(found, read):
+                found = _module_at(node - 8, kernel, read)
             if found is not None:
                 out.append(found)
             node = _u64(read(node, 8))
@@ -241,8 +247,20 @@ def _in_area(address: int) -> bool:
     return MODULE_AREA[0] <= address < MODULE_AREA[1]
 
 
+def _same_tables(module: Module, read: Read) -> bool:
+    """Does the struct module a module was found at still give the same ORC tables (count and
+    addresses, which the same allocation of its code and tables keeps)?"""
+    offset, fields = module.cache.get(ORC_FIELDS, (None, None))
+    return offset is not None and read(module.header_address + offset, len(fields)) == fields
+
+
+def _name_at(address: int, read: Read) -> str:
+    """The name of the struct module at address, as the plugin names the module: [name]."""
+    return "[%s]" % read(address + 24, 56).split(b"\0", 1)[0].decode("ascii", "replace")
+
+
 def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
-    name = read(address + 24, 56).split(b"\0", 1)[0].decode("ascii", "replace")
+    name = _name_at(address, read)[1:-1]
     block = read(address, STRUCT_MODULE_SCAN)
     for offset in range(0x40, STRUCT_MODULE_SCAN - 24, 8):
         count, pad, ips, entries = struct.unpack_from("<IIQQ", block, offset)
@@ -262,6 +280,7 @@ def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
         module.tables[".orc_unwind_ip"] = TableLocation(".orc_unwind_ip", ips, 4 * count, found_by)
         module.tables[".orc_unwind"] = TableLocation(".orc_unwind", entries, orc.ENTRY_SIZE * count, found_by)
         module.cache["kernel release"] = kernel.cache.get("kernel release")
+        module.cache[ORC_FIELDS] = (offset, block[offset:offset + 24])
         return module
     return None
 
