@@ -13,6 +13,8 @@ calls this code while GDB builds frames, and a command run from there
 Outside the unwinder the slower command-based lookups are used as well.
 """
 
+from __future__ import annotations
+
 import os
 import re
 
