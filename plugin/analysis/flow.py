@@ -87,11 +87,31 @@ class Analyser:
         work = []
         for address, state in seeds:
             self._merge(result, visits, work, address, state)
+        self._unbounded: Optional[list] = []      # [(jump, targets, state)] of tables read without a bound
+        self._bounded: Dict[int, set] = {}        # a table jump -> the targets its bounded reads found
         self._drain(result, visits, work)
         if pads:
             self._landing_pads(result, visits, work, pads)
+        proven = set(result.states)
+        self._follow_unbounded(result, visits, work, pads)
         self._assume_indirect_targets(result, visits, work)
+        result.assumed |= set(result.states) - proven
         return result
+
+    def _follow_unbounded(self, result, visits, work, pads):
+        """Follow the tables read without a bound on their index last: the code only they reach is
+        `assumed` (its entries were read while they were the function's instructions, which may run past
+        the table's end into another table's entries)."""
+        deferred, self._unbounded = self._unbounded, None
+        for jump, targets, state in deferred:
+            for target in targets:
+                if result.start <= target < result.end:
+                    self._merge(result, visits, work, target, state, jump)
+                else:
+                    self._exit(result, jump, target, state)
+        self._drain(result, visits, work)
+        if pads and deferred:
+            self._landing_pads(result, visits, work, pads)
 
     def _merge(self, result, visits, work, address, state, source=None):
         """Join state into address's; source: the instruction it comes from (None: a seed, a landing
@@ -261,14 +281,20 @@ class Analyser:
             if not targets:
                 result.unresolved.append(insn.address)
             return [(t, state) for t in targets + ([insn.end] if expr[5] else [])]
-        targets = self._table_targets(result, insn, state)
-        known = result.tables.get(insn.address)
+        targets, bounded = self._table_targets(result, insn, state)
+        if bounded:
+            self._bounded.setdefault(insn.address, set()).update(targets)
+        known = result.tables.get(insn.address) if self._unbounded is None \
+            else (0, 0, True, tuple(self._bounded.get(insn.address, ())))
         if known is not None:
             # Read before with a bound this path lacks: those entries are still targets (every path's
             # state must reach them); an unbounded index may reach more: unresolved as well.
-            if not targets:
+            if not targets and known[3]:
                 result.unresolved.append(insn.address)
             targets = sorted(set(targets) | set(known[3]))
+        if targets and not bounded and self._unbounded is not None:
+            self._unbounded.append((insn.address, targets, state))     # followed once the bounded ones are
+            return []
         if targets:
             return [(t, state) for t in targets]
         if entry_like(state, self.facts):
@@ -301,14 +327,15 @@ class Analyser:
         return sorted(set(targets))
 
     def _table_targets(self, result, insn, state):
-        """Targets of a jump table the code indexes, read while they stay inside the function."""
+        """(targets, bounded): a jump table's the code indexes, read while they stay inside the function;
+        bounded: by a compare of the index."""
         expr = insn.indirect
         if expr is None:
-            return []
+            return [], False
         if expr[0] == "mem" and expr[1][0] == "indexed":
             base = addr(0) if expr[1][1] is None else state.reg(expr[1][1])    # None: an absolute table
             if base[0] != Kind.ADDR:
-                return []
+                return [], False
             table, size, relative = base[1] + expr[1][4], self.facts.POINTER_SIZE, None
             index = getattr(self.facts, "REGISTERS", {}).get(expr[1][2])
             entries = bounded_entries(state, index[0] if index else None)
@@ -316,14 +343,14 @@ class Analyser:
             count = entries if bounded else MAX_TABLE_ENTRIES
         else:
             if expr[0] == "mem":
-                return []
+                return [], False
             value = evaluate(expr, state)
             if value[0] != Kind.TARGET:
-                return []
+                return [], False
             table, size, relative = value[1], value[2], value[4]
             bounded = bool(value[3])
             count = value[3] or MAX_TABLE_ENTRIES
-        return self._read_table(result, insn, table, size, relative, count, bounded)
+        return self._read_table(result, insn, table, size, relative, count, bounded), bounded
 
     def _read_table(self, result, insn, table, size, relative, count, bounded):
         """The targets of count entries at table (relative to `relative`, or absolute), while they are
