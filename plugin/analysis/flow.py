@@ -7,6 +7,8 @@ not return, hlt/ud2/brk, and jumps the analysis cannot follow. Jumps out of
 the function with the frame still set up are recorded as exits: they reach
 a part of the same function placed elsewhere (GCC's `.cold` parts), which
 the module driver then analyses with this state instead of an entry state.
+Jump tables (plugin.analysis.table_reading) whose index no compare bounds are
+followed last: code only they reach is `assumed` (its wrong rows undecided).
 What one instruction does to a state is plugin.analysis.transfer.
 """
 from __future__ import annotations
@@ -14,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from plugin.analysis.bounds import (BOUND, BOUND_OF, BOUND_PENDING, MAX_TABLE_ENTRIES,  # noqa: F401
-                                    bounded_entries, branch_bound)
+from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING, branch_bound  # noqa: F401
 from plugin.analysis.ops import Flow, Insn
 from plugin.analysis.state import OTHER, Kind, State, addr, join, plus, unknown
-from plugin.analysis.transfer import apply, entry_like, entry_state, evaluate  # noqa: F401
+from plugin.analysis.table_reading import TableReading
+from plugin.analysis.transfer import apply, entry_like, entry_state  # noqa: F401
 
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
 CLOBBERED = unknown("clobbered by a call")
@@ -60,7 +62,7 @@ NO_CALLEE = Callee()
 POPS_UNKNOWN = unknown("what the callee pops is not known (its returns disagree, or its code is not known)")
 
 
-class Analyser:
+class Analyser(TableReading):
     """Runs the worklist for one function of one module."""
 
     def __init__(self, facts, decode_at: Callable[[int], Optional[Insn]],
@@ -304,83 +306,6 @@ class Analyser:
             return []                                  # through a GOT slot: another function's code
         result.unresolved.append(insn.address)
         return []
-
-    def _pc_table_targets(self, result, expr, state):
-        """("pc_table", table, entry size, unit, base, falls through): target i = base + unit * entry i
-        (entry size 0: no table, target i = base + unit * i), for i up to the last compared immediate."""
-        _, table, size, unit, base, _ = expr
-        bound = state.regs.get(BOUND)
-        if bound is None or bound[0] != Kind.ADDR or not 0 <= bound[1] < MAX_TABLE_ENTRIES:
-            return []
-        targets = []
-        for index in range(bound[1] + 1):
-            entry = index
-            if size:
-                try:
-                    entry = int.from_bytes(self.read(table + index * size, size), "little")
-                except Exception:       # the table runs out of readable memory
-                    return []
-            target = base + unit * entry
-            if not result.start <= target < result.end:
-                return []
-            targets.append(target)
-        return sorted(set(targets))
-
-    def _table_targets(self, result, insn, state):
-        """(targets, bounded): a jump table's the code indexes, read while they stay inside the function;
-        bounded: by a compare of the index."""
-        expr = insn.indirect
-        if expr is None:
-            return [], False
-        if expr[0] == "mem" and expr[1][0] == "indexed":
-            base = addr(0) if expr[1][1] is None else state.reg(expr[1][1])    # None: an absolute table
-            if base[0] != Kind.ADDR:
-                return [], False
-            table, size, relative = base[1] + expr[1][4], self.facts.POINTER_SIZE, None
-            index = getattr(self.facts, "REGISTERS", {}).get(expr[1][2])
-            entries = bounded_entries(state, index[0] if index else None)
-            bounded = entries is not None
-            count = entries if bounded else MAX_TABLE_ENTRIES
-        else:
-            if expr[0] == "mem":
-                return [], False
-            value = evaluate(expr, state)
-            if value[0] != Kind.TARGET:
-                return [], False
-            table, size, relative = value[1], value[2], value[4]
-            bounded = bool(value[3])
-            count = value[3] or MAX_TABLE_ENTRIES
-        return self._read_table(result, insn, table, size, relative, count, bounded), bounded
-
-    def _read_table(self, result, insn, table, size, relative, count, bounded):
-        """The targets of count entries at table (relative to `relative`, or absolute), while they are
-        instructions of the function; with a count bounded by the index's compare, entries in a part
-        of the function placed elsewhere (a .cold part) too: the jump leaves with its frame (an exit)."""
-        targets, parts = [], []
-        for index in range(count):
-            try:
-                raw = self.read(table + index * size, size)
-            except Exception:       # the table runs out of readable memory: it ended
-                break
-            entry = int.from_bytes(raw, "little", signed=relative is not None)
-            target = relative + entry if relative is not None else entry
-            if self.facts.INTERWORKING:
-                target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
-            if not result.start <= target < result.end or not self.is_boundary(target):
-                if bounded and self.in_part(target):
-                    parts.append(target)
-                    continue
-                break               # past the table: data, or an entry of another table
-            found = self.decode_at(target)
-            if found is None or self.facts.is_padding(found.text):
-                break
-            targets.append(target)
-        found = sorted(set(targets)) + sorted(set(parts))
-        known = result.tables.get(insn.address)
-        if found and (known is None or set(found) - set(known[3])):
-            merged = tuple(sorted(set(found) | set(known[3] if known else ())))
-            result.tables[insn.address] = (table, len(targets) + len(parts), bounded, merged)
-        return found
 
     def _assume_indirect_targets(self, result, visits, work):
         """Code reached by no followed path, when every unresolved indirect jump agrees on the frame.

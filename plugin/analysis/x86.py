@@ -5,9 +5,9 @@ register is spelled out here: push/pop, sub/add/lea/and of the stack
 pointer, mov to and from stack slots, leave, xchg, the implicit writes of
 cpuid, syscall, int, string instructions and the multiply/divide family,
 and the jump-table idioms (`lea base,[rip+T]; movsxd r,[base+i*4]; add
-r,base; jmp r`, i386's `mov r,[ebx+i*4-T]; add r,ebx; jmp r` and the
-absolute `jmp [T+i*w]`; the table loads and the bounds on their index:
-plugin.analysis.x86_tables). On i386 a call to the very next instruction
+r,base; jmp r`, i386's `mov r,[ebx+i*4-T]; add r,ebx; jmp r` and `add ebx,
+[ebx+i*4]; jmp ebx` (ebx from a pc thunk), the absolute `jmp [T+i*w]`; the
+table loads and the bounds on their index: plugin.analysis.x86_tables). On i386 a call to the very next instruction
 (`call 1f; 1: pop ebx`) pushes its address and goes on.
 
 The two modes differ only in their registers (names, DWARF numbers, which
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, Tuple
 
 from plugin.analysis import x86_tables as tables
-from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING
+from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING, MAX_TABLE_ENTRIES
 from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
 
 PADDING = ("nop", "int3", "xchg ax, ax")    # what compilers and linkers fill the gaps between functions with
@@ -284,7 +284,7 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
         else:
             insn.effects.append(("set", sp, ("unknown", "%s: unknown realignment" % insn.text)))
     elif mnemonic == "and" and first is not None and first[0] == "reg" and first[2] and second is not None \
-            and second[0] == "imm" and 0 <= second[1] < tables.MAX_TABLE_ENTRIES:
+            and second[0] == "imm" and 0 <= second[1] < MAX_TABLE_ENTRIES:
         tables.masked(insn, first[1], second[1])      # `and edi, 0xf`: edi <= 15, a table index maybe
     elif mnemonic == "xchg" and first is not None and second is not None:
         if first[0] == "reg" and second[0] == "reg" and first[2] and second[2]:

@@ -5,15 +5,15 @@ followed by an unsigned branch (UNSIGNED_BOUND: which edge is bounded)
 bounds x (BOUND, BOUND_OF, BOUND_PENDING: plugin.analysis.bounds); a move
 of x carries the bound to the register it writes (loaded_bound), and
 `movzx reg, byte` bounds reg by 255, or by an earlier compare of the byte
-(zero_extended_byte). `[base + i*4 + D]` is entry i of a table relative to
-base (relative_entry: x86_64 PIE, i386 PIC), `mov reg, [T + i*word]` with T
-absolute loads entry i
-of a table of code addresses (absolute_table_load). plugin.analysis.transfer
-and plugin.analysis.bounds evaluate the expressions these effects hold.
+(zero_extended_byte), `and reg, mask` by mask (masked). `[base + i*4 + D]` is
+entry i of a table relative to base (relative_entry: x86_64 PIE, i386 PIC);
+`mov reg, [T + i*word]` with T absolute loads entry i of a table of code
+addresses (absolute_table_load). plugin.analysis.transfer and
+plugin.analysis.bounds evaluate the expressions these effects hold.
 """
 from __future__ import annotations
 
-from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING, MAX_TABLE_ENTRIES  # noqa: F401
+from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING
 from plugin.analysis.ops import OTHER
 
 # branch after `cmp x, N` -> (the edge on which x is bounded, by how much the last index is below N):
