@@ -51,13 +51,17 @@ def _pending_if(expr, state: State):
 
 def branch_bound(insn: Insn, state: State, taken: bool) -> State:
     """The state on one path of the branch right after `cmp value, N`: on the path where an unsigned
-    compare says value <= N the bound holds (no longer pending); on every other path it is gone."""
+    compare says value <= N (or < N: the bound becomes N - 1) the bound holds (no longer pending); on
+    every other path it is gone."""
     if not _pending(state):
         return state
     out = state.copy()
     out.regs[BOUND_PENDING] = NOT_PENDING
-    if insn.bound_kept != ("taken" if taken else "next"):
+    kept = insn.bound_kept
+    if kept is None or kept[0] != ("taken" if taken else "next"):
         out.regs[BOUND] = unknown("the compare before 0x%x is not a range check on this path" % insn.address)
+    elif kept[1] and state.regs.get(BOUND, NOT_PENDING)[0] == Kind.ADDR:
+        out.regs[BOUND] = addr(state.regs[BOUND][1] - kept[1])    # `jae`/`jb`: x < N
     return out
 
 

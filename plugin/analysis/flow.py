@@ -7,6 +7,8 @@ not return, hlt/ud2/brk, and jumps the analysis cannot follow. Jumps out of
 the function with the frame still set up are recorded as exits: they reach
 a part of the same function placed elsewhere (GCC's `.cold` parts), which
 the module driver then analyses with this state instead of an entry state.
+Jump tables (plugin.analysis.table_reading) whose index no compare bounds are
+followed last: code only they reach is `assumed` (its wrong rows undecided).
 What one instruction does to a state is plugin.analysis.transfer.
 """
 from __future__ import annotations
@@ -14,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from plugin.analysis.bounds import (BOUND, BOUND_OF, BOUND_PENDING, MAX_TABLE_ENTRIES,  # noqa: F401
-                                    bounded_entries, branch_bound)
+from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING, branch_bound  # noqa: F401
 from plugin.analysis.ops import Flow, Insn
 from plugin.analysis.state import OTHER, Kind, State, addr, join, plus, unknown
-from plugin.analysis.transfer import apply, entry_like, entry_state, evaluate  # noqa: F401
+from plugin.analysis.table_reading import TableReading
+from plugin.analysis.transfer import apply, entry_like, entry_state  # noqa: F401
 
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
 CLOBBERED = unknown("clobbered by a call")
@@ -60,7 +62,7 @@ NO_CALLEE = Callee()
 POPS_UNKNOWN = unknown("what the callee pops is not known (its returns disagree, or its code is not known)")
 
 
-class Analyser:
+class Analyser(TableReading):
     """Runs the worklist for one function of one module."""
 
     def __init__(self, facts, decode_at: Callable[[int], Optional[Insn]],
@@ -87,11 +89,31 @@ class Analyser:
         work = []
         for address, state in seeds:
             self._merge(result, visits, work, address, state)
+        self._unbounded: Optional[list] = []      # [(jump, targets, state)] of tables read without a bound
+        self._bounded: Dict[int, set] = {}        # a table jump -> the targets its bounded reads found
         self._drain(result, visits, work)
         if pads:
             self._landing_pads(result, visits, work, pads)
+        proven = set(result.states)
+        self._follow_unbounded(result, visits, work, pads)
         self._assume_indirect_targets(result, visits, work)
+        result.assumed |= set(result.states) - proven
         return result
+
+    def _follow_unbounded(self, result, visits, work, pads):
+        """Follow the tables read without a bound on their index last: the code only they reach is
+        `assumed` (its entries were read while they were the function's instructions, which may run past
+        the table's end into another table's entries)."""
+        deferred, self._unbounded = self._unbounded, None
+        for jump, targets, state in deferred:
+            for target in targets:
+                if result.start <= target < result.end:
+                    self._merge(result, visits, work, target, state, jump)
+                else:
+                    self._exit(result, jump, target, state)
+        self._drain(result, visits, work)
+        if pads and deferred:
+            self._landing_pads(result, visits, work, pads)
 
     def _merge(self, result, visits, work, address, state, source=None):
         """Join state into address's; source: the instruction it comes from (None: a seed, a landing
@@ -261,14 +283,20 @@ class Analyser:
             if not targets:
                 result.unresolved.append(insn.address)
             return [(t, state) for t in targets + ([insn.end] if expr[5] else [])]
-        targets = self._table_targets(result, insn, state)
-        known = result.tables.get(insn.address)
+        targets, bounded = self._table_targets(result, insn, state)
+        if bounded:
+            self._bounded.setdefault(insn.address, set()).update(targets)
+        known = result.tables.get(insn.address) if self._unbounded is None \
+            else (0, 0, True, tuple(self._bounded.get(insn.address, ())))
         if known is not None:
             # Read before with a bound this path lacks: those entries are still targets (every path's
             # state must reach them); an unbounded index may reach more: unresolved as well.
-            if not targets:
+            if not targets and known[3]:
                 result.unresolved.append(insn.address)
             targets = sorted(set(targets) | set(known[3]))
+        if targets and not bounded and self._unbounded is not None:
+            self._unbounded.append((insn.address, targets, state))     # followed once the bounded ones are
+            return []
         if targets:
             return [(t, state) for t in targets]
         if entry_like(state, self.facts):
@@ -278,82 +306,6 @@ class Analyser:
             return []                                  # through a GOT slot: another function's code
         result.unresolved.append(insn.address)
         return []
-
-    def _pc_table_targets(self, result, expr, state):
-        """("pc_table", table, entry size, unit, base, falls through): target i = base + unit * entry i
-        (entry size 0: no table, target i = base + unit * i), for i up to the last compared immediate."""
-        _, table, size, unit, base, _ = expr
-        bound = state.regs.get(BOUND)
-        if bound is None or bound[0] != Kind.ADDR or not 0 <= bound[1] < MAX_TABLE_ENTRIES:
-            return []
-        targets = []
-        for index in range(bound[1] + 1):
-            entry = index
-            if size:
-                try:
-                    entry = int.from_bytes(self.read(table + index * size, size), "little")
-                except Exception:       # the table runs out of readable memory
-                    return []
-            target = base + unit * entry
-            if not result.start <= target < result.end:
-                return []
-            targets.append(target)
-        return sorted(set(targets))
-
-    def _table_targets(self, result, insn, state):
-        """Targets of a jump table the code indexes, read while they stay inside the function."""
-        expr = insn.indirect
-        if expr is None:
-            return []
-        if expr[0] == "mem" and expr[1][0] == "indexed":
-            base = addr(0) if expr[1][1] is None else state.reg(expr[1][1])    # None: an absolute table
-            if base[0] != Kind.ADDR:
-                return []
-            table, size, relative = base[1] + expr[1][4], self.facts.POINTER_SIZE, None
-            index = getattr(self.facts, "REGISTERS", {}).get(expr[1][2])
-            entries = bounded_entries(state, index[0] if index else None)
-            bounded = entries is not None
-            count = entries if bounded else MAX_TABLE_ENTRIES
-        else:
-            if expr[0] == "mem":
-                return []
-            value = evaluate(expr, state)
-            if value[0] != Kind.TARGET:
-                return []
-            table, size, relative = value[1], value[2], value[4]
-            bounded = bool(value[3])
-            count = value[3] or MAX_TABLE_ENTRIES
-        return self._read_table(result, insn, table, size, relative, count, bounded)
-
-    def _read_table(self, result, insn, table, size, relative, count, bounded):
-        """The targets of count entries at table (relative to `relative`, or absolute), while they are
-        instructions of the function; with a count bounded by the index's compare, entries in a part
-        of the function placed elsewhere (a .cold part) too: the jump leaves with its frame (an exit)."""
-        targets, parts = [], []
-        for index in range(count):
-            try:
-                raw = self.read(table + index * size, size)
-            except Exception:       # the table runs out of readable memory: it ended
-                break
-            entry = int.from_bytes(raw, "little", signed=relative is not None)
-            target = relative + entry if relative is not None else entry
-            if self.facts.INTERWORKING:
-                target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
-            if not result.start <= target < result.end or not self.is_boundary(target):
-                if bounded and self.in_part(target):
-                    parts.append(target)
-                    continue
-                break               # past the table: data, or an entry of another table
-            found = self.decode_at(target)
-            if found is None or self.facts.is_padding(found.text):
-                break
-            targets.append(target)
-        found = sorted(set(targets)) + sorted(set(parts))
-        known = result.tables.get(insn.address)
-        if found and (known is None or set(found) - set(known[3])):
-            merged = tuple(sorted(set(found) | set(known[3] if known else ())))
-            result.tables[insn.address] = (table, len(targets) + len(parts), bounded, merged)
-        return found
 
     def _assume_indirect_targets(self, result, visits, work):
         """Code reached by no followed path, when every unresolved indirect jump agrees on the frame.

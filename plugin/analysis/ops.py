@@ -46,7 +46,7 @@ class Insn:
 
     def __init__(self, address: int, size: int, text: str, effects: Optional[list] = None,
                  flow: Flow = Flow.NEXT, target: Optional[int] = None, indirect: Optional[tuple] = None,
-                 through_memory: bool = False, popped: int = 0, bound_kept: Optional[str] = None,
+                 through_memory: bool = False, popped: int = 0, bound_kept: Optional[tuple] = None,
                  flags_kept: bool = True):
         self.address = address
         self.size = size
@@ -57,8 +57,9 @@ class Insn:
         self.indirect = indirect              # INDIRECT: expression of the target, or ("mem", expr, scale)
         self.through_memory = through_memory  # INDIRECT through a memory operand (GOT slot, vtable)
         self.popped = popped                  # RET: argument bytes it pops besides the return address
-        self.bound_kept = bound_kept          # BRANCH after `cmp index, N`: the path on which index <= N
-                                              # ("taken" for jbe/jb, "next" for ja/jae); None: neither
+        self.bound_kept = bound_kept          # BRANCH after `cmp index, N`: (the path on which index <= N - k,
+                                              # k): ("taken", 0) jbe, ("taken", 1) jb, ("next", 0) ja,
+                                              # ("next", 1) jae; None: neither
         self.flags_kept = flags_kept          # leaves the flags as they were (x86: mov, lea, push...)
         self.end = address + size             # the next instruction's address (read on every path step)
 

@@ -5,9 +5,9 @@ register is spelled out here: push/pop, sub/add/lea/and of the stack
 pointer, mov to and from stack slots, leave, xchg, the implicit writes of
 cpuid, syscall, int, string instructions and the multiply/divide family,
 and the jump-table idioms (`lea base,[rip+T]; movsxd r,[base+i*4]; add
-r,base; jmp r`, i386's `mov r,[ebx+i*4-T]; add r,ebx; jmp r` and the
-absolute `jmp [T+i*w]`; the table loads and the bounds on their index:
-plugin.analysis.x86_tables). On i386 a call to the very next instruction
+r,base; jmp r`, i386's `mov r,[ebx+i*4-T]; add r,ebx; jmp r` and `add ebx,
+[ebx+i*4]; jmp ebx` (ebx from a pc thunk), the absolute `jmp [T+i*w]`; the
+table loads and the bounds on their index: plugin.analysis.x86_tables). On i386 a call to the very next instruction
 (`call 1f; 1: pop ebx`) pushes its address and goes on.
 
 The two modes differ only in their registers (names, DWARF numbers, which
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, Tuple
 
 from plugin.analysis import x86_tables as tables
-from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING
+from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING, MAX_TABLE_ENTRIES
 from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
 
 PADDING = ("nop", "int3", "xchg ax, ax")    # what compilers and linkers fill the gaps between functions with
@@ -234,9 +234,8 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
         insn.effects += [("set", sp, reg(d.fp)), ("set", d.fp, ("load", reg(sp), word)),
                          ("set", sp, add(reg(sp), word))]
     elif mnemonic in ("mov", "movabs") and first is not None and second is not None:
-        if second[0] == "mem" and second[1][0] == "indexed" and second[1][1] is not None \
-                and second[2] == 4 and first[0] == "reg":
-            insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4], tables.index(d, second))))
+        if tables.relative_entry(d, second) and first[0] == "reg":
+            insn.effects.append(("set", first[1], tables.relative_entry(d, second)))
         elif tables.absolute_table_load(d, insn, first, second):
             pass
         elif first[0] == "reg" and first[1] == ACCUMULATOR and second[0] == "imm" \
@@ -247,9 +246,8 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
             _write(d, insn, first, _value(d, second) if first[0] != "reg" or first[2] else OTHER)
             if copied:
                 insn.effects.append(("set", BOUND_OF, reg(tables.BOUND_TEMPORARY)))
-    elif mnemonic == "movsxd" and second is not None and second[0] == "mem" \
-            and second[1][0] == "indexed" and second[1][1] is not None and first[0] == "reg":
-        insn.effects.append(("set", first[1], ("table", second[1][1], 4, second[1][4], tables.index(d, second))))
+    elif mnemonic == "movsxd" and tables.relative_entry(d, second) and first[0] == "reg":
+        insn.effects.append(("set", first[1], tables.relative_entry(d, second)))
     elif mnemonic == "movzx" and first is not None and first[0] == "reg" and second is not None \
             and tables.byte_source(d, second, op_str):
         tables.zero_extended_byte(d, insn, first, second)
@@ -267,6 +265,10 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
             insn.effects.append(("set", first[1], add(reg(first[1]), k if mnemonic == "add" else -k)))
         elif mnemonic == "add" and second[0] == "reg" and second[2] and first[1] != sp:
             insn.effects.append(("set", first[1], ("target", first[1], second[1])))
+        elif mnemonic == "add" and tables.relative_entry(d, second) and first[1] != sp:
+            # i386 PIC `add ebx, [ebx + i*4 + D]`: entry i of a table at ebx + D, relative to ebx, plus ebx
+            insn.effects.append(("set", tables.ENTRY_TEMPORARY, tables.relative_entry(d, second)))
+            insn.effects.append(("set", first[1], ("target", first[1], tables.ENTRY_TEMPORARY)))
         elif mnemonic == "sub" and first[1] == sp and second[0] == "reg" and second[2]:
             # rsp -= rax after a stack probe (__chkstk): exact when the register holds a known constant
             insn.effects.append(("set", sp, ("sub", reg(sp), second[1],
@@ -281,6 +283,9 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
             insn.effects.append(("set", sp, ("align", reg(sp), address)))
         else:
             insn.effects.append(("set", sp, ("unknown", "%s: unknown realignment" % insn.text)))
+    elif mnemonic == "and" and first is not None and first[0] == "reg" and first[2] and second is not None \
+            and second[0] == "imm" and 0 <= second[1] < MAX_TABLE_ENTRIES:
+        tables.masked(insn, first[1], second[1])      # `and edi, 0xf`: edi <= 15, a table index maybe
     elif mnemonic == "xchg" and first is not None and second is not None:
         if first[0] == "reg" and second[0] == "reg" and first[2] and second[2]:
             insn.effects += [("set", -1, reg(first[1])), ("set", first[1], reg(second[1])),

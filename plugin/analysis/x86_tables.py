@@ -5,23 +5,39 @@ followed by an unsigned branch (UNSIGNED_BOUND: which edge is bounded)
 bounds x (BOUND, BOUND_OF, BOUND_PENDING: plugin.analysis.bounds); a move
 of x carries the bound to the register it writes (loaded_bound), and
 `movzx reg, byte` bounds reg by 255, or by an earlier compare of the byte
-(zero_extended_byte). `mov reg, [T + i*word]` with T absolute loads entry i
-of a table of code addresses (absolute_table_load). plugin.analysis.transfer
-and plugin.analysis.bounds evaluate the expressions these effects hold.
+(zero_extended_byte), `and reg, mask` by mask (masked). `[base + i*4 + D]` is
+entry i of a table relative to base (relative_entry: x86_64 PIE, i386 PIC);
+`mov reg, [T + i*word]` with T absolute loads entry i of a table of code
+addresses (absolute_table_load). plugin.analysis.transfer and
+plugin.analysis.bounds evaluate the expressions these effects hold.
 """
 from __future__ import annotations
 
 from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING
 from plugin.analysis.ops import OTHER
 
-UNSIGNED_BOUND = {"ja": "next", "jae": "next", "jnbe": "next", "jnb": "next",       # branch -> the edge
-                  "jbe": "taken", "jb": "taken", "jna": "taken", "jnae": "taken"}  # the compare bounds
+# branch after `cmp x, N` -> (the edge on which x is bounded, by how much the last index is below N):
+# `ja`/`jbe` leave x <= N on one edge, `jae`/`jb` x <= N - 1
+UNSIGNED_BOUND = {"ja": ("next", 0), "jnbe": ("next", 0), "jae": ("next", 1), "jnb": ("next", 1),
+                  "jbe": ("taken", 0), "jna": ("taken", 0), "jb": ("taken", 1), "jnae": ("taken", 1)}
 
 
 def index(d, op):
     """The DWARF number of an indexed memory operand's index register, or None."""
     found = d.registers.get(op[1][2]) if op[1][0] == "indexed" else None
     return found[0] if found is not None else None
+
+
+ENTRY_TEMPORARY = -2               # the table entry `add reg, [base + i*4]` adds, on its way
+
+
+def relative_entry(d, op):
+    """("table", base, 4, disp, index) for a 4-byte operand `[base + index*4 + disp]`: entry `index` of a
+    table at base + disp whose entries are relative to base (x86_64's `movsxd r, [base + i*4]`, i386
+    PIC code's `mov r, [ebx + i*4 - T]` or `add ebx, [ebx + i*4]` with ebx from a pc thunk); else None."""
+    if op is None or op[0] != "mem" or op[1][0] != "indexed" or op[1][1] is None or op[2] != 4:
+        return None
+    return ("table", op[1][1], 4, op[1][4], index(d, op))
 
 
 def absolute_table_load(d, insn, first, second) -> bool:
@@ -70,3 +86,11 @@ def zero_extended_byte(d, insn, first, second) -> None:
     insn.effects.append(("set", BOUND, ("narrow", 255, source)))
     insn.effects.append(("set", first[1], OTHER))
     insn.effects.append(("set", BOUND_OF, ("addr", first[1])))
+
+
+def masked(insn, register, mask) -> None:
+    """`and reg, mask` (a whole register, 0 <= mask): reg is at most mask (glibc's i386 string functions
+    index their tables by `and edi, 0xf`)."""
+    insn.effects.append(("set", register, OTHER))
+    insn.effects.append(("set", BOUND, ("addr", mask)))
+    insn.effects.append(("set", BOUND_OF, ("addr", register)))
