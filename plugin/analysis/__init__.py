@@ -218,7 +218,7 @@ class CodeAnalysis(CallFacts):
         self._busy.append(start)
         try:
             result = analyser.run(start, end, seeds, pads)
-            if self.facts.CALLEE_POPS and self._return_misplaced(result):
+            if self.facts.CALLEE_POPS and (self._return_misplaced(result) or self._heights_disagree(result)):
                 analyser.callee = self._callee_pops_unknown
                 result = analyser.run(start, end, seeds, pads)
         finally:
@@ -237,6 +237,14 @@ class CodeAnalysis(CallFacts):
                 if sp[0] == Kind.STACK and sp[1] == CFA and sp[2] != -self.facts.POINTER_SIZE:
                     return True
         return False
+
+    @staticmethod
+    def _heights_disagree(result: FunctionAnalysis) -> bool:
+        """Did paths join with the stack pointer at two known heights in a function with an indirect call?
+        (i386: the path through a callee taken to pop nothing, which popped a struct's hidden pointer,
+        meets one that made no such call; GCC's code has them at one height.)"""
+        return result.stack_heights_differ and any(
+            insn.flow == Flow.CALL and insn.target is None for insn in result.insns.values())
 
     def _callee_pops_unknown(self, insn) -> Callee:
         """_callee, except that an indirect call's callee pops an amount not known: the stack pointer

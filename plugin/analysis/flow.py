@@ -46,6 +46,7 @@ class FunctionAnalysis:
     exit_jumps: Dict[int, int] = field(default_factory=dict)        # exit target -> the first jump there
     exit_slots: Dict[Tuple[int, int], int] = field(default_factory=dict)   # (jump, target) -> index in exits
     entered: Dict[int, int] = field(default_factory=dict)  # a part's seed -> the jump (another function's)
+    stack_heights_differ: bool = False               # paths joined with the stack pointer at two known heights
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,8 @@ class Analyser(TableReading):
         else:
             self._source[address] = None
             merged, changed = join(old, state, address)
+            if changed and not result.stack_heights_differ:
+                result.stack_heights_differ = _heights_differ(old, state, self.facts.SP)
         if changed:
             count = visits.get(address, 0) + 1
             visits[address] = count
@@ -355,3 +358,9 @@ class Analyser(TableReading):
                 continue
             return previous.flow not in (Flow.NEXT, Flow.BRANCH)
         return True
+
+
+def _heights_differ(a: State, b: State, sp: int) -> bool:
+    """Do two states put the stack pointer at two different known offsets from the CFA?"""
+    x, y = a.regs.get(sp), b.regs.get(sp)
+    return x is not None and y is not None and x[0] == y[0] == Kind.STACK and x != y

@@ -28,7 +28,9 @@ def test_rows_after_an_unknown_callee_that_pops_are_not_wrong(library):
     lines = objdump_lines(library, "call_it")
     texts = [text for _, text in lines]
     [call] = [i for i, text in enumerate(texts) if text.startswith("call") and "*" in text]
-    assert texts[-1] == "ret    $0x4"                       # the case: a function returning through sret
+    [ret] = [i for i, text in enumerate(texts) if text.startswith("ret")]
+    lines = lines[:ret + 1]                                 # (the padding after it is no instruction of it)
+    assert texts[ret] == "ret    $0x4"                      # the case: a function returning through sret
     after = lines[call + 1][0]
     # GCC's table: after the call the CFA is 4 bytes nearer the stack pointer than before it
     before_cfa = readelf_cfa(library, lines[call][0])
@@ -41,3 +43,23 @@ def test_rows_after_an_unknown_callee_that_pops_are_not_wrong(library):
     assert at[lines[call][0]]["sources"]["cfi"]["verdict"] == "right"
     for address, _ in lines[call + 1:]:
         assert at[address]["sources"]["cfi"]["verdict"] == "unknown", at[address]
+
+
+def test_a_join_at_another_height_shows_the_callee_popped(library):
+    """`pick`: the call's path meets the other at `add esp, 0x18` before one `ret`, so no return is
+    misplaced; the two paths' stack heights at the join (4 bytes apart, taking the callee to pop
+    nothing) show it: the rows from the call to the join are undecided, not wrong (they were 2
+    wrong), and the table says 4 bytes lower after the call, as GCC counts on the pop."""
+    lines = objdump_lines(library, "pick")
+    texts = [text for _, text in lines]
+    [call] = [i for i, text in enumerate(texts) if text.startswith("call") and "*" in text]
+    assert [text for text in texts if text.startswith("ret")] == ["ret"]      # one plain return: not misplaced
+    before_cfa = readelf_cfa(library, lines[call][0])
+    after_cfa = readelf_cfa(library, lines[call + 1][0])
+    assert int(before_cfa.split("+")[1]) - int(after_cfa.split("+")[1]) == 4, (before_cfa, after_cfa)
+    report = validate(library, "--function", "pick")
+    assert wrong(report, "cfi") == []
+    [detail] = report["functions_detail"]
+    at = {line["address"]: line for line in detail["instructions"]}
+    assert at[lines[call + 1][0]]["sources"]["cfi"]["verdict"] == "unknown", at[lines[call + 1][0]]
+    assert at[lines[0][0]]["sources"]["cfi"]["verdict"] == "right"
