@@ -85,7 +85,6 @@ class DeclineChecks:
         reason = inferior.coverage.heuristic.get((asked.lookup, asked.exact))
         return reason is not None and self._decline(asked.level, asked.pc, reason)
 
-
     def _note_interrupted(self, frame, ctx, inferior):
         outcome, _ = step_frame(frame, ctx)
         if outcome is not None and outcome.signal_frame and outcome.registers:

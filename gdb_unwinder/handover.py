@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional
 
 import gdb
 
-from .compat import FrameId
+from .compat import FrameId, pending_level
 from .registers import Handed, handed_registers
 
 
@@ -116,3 +116,23 @@ def ruled_registers(evidence) -> dict:
     """DWARF numbers the accepted row has a rule for (undefined ones included)."""
     rule = getattr(evidence, "rule", None)
     return getattr(rule, "registers", None) or {}
+
+
+def frame_key(pending_frame, target, inferior, last):
+    """(key, last): the key of the pending frame's answer, None where its pc or sp cannot be read
+    (no answer kept); and `last` (the previous call's LastClaim), None where that claim was not
+    of this frame's callee. The key is (thread, level, pc, sp, whether the callee's claim handed
+    registers on, whether a signal interrupted the frame): the answer rests on all of them."""
+    arch = target.arch
+    if arch is None or pending_frame.architecture() is not target.gdb_arch:
+        return None, last
+    names, descriptors = arch.registers, target.descriptors
+    try:
+        pc = int(pending_frame.read_register(descriptors.get(names[arch.pc], names[arch.pc]))) & arch.mask
+        sp = int(pending_frame.read_register(descriptors.get(names[arch.sp], names[arch.sp]))) & arch.mask
+    except (gdb.error, ValueError):
+        return None, last
+    if last is not None and (last.pc, last.sp) != (pc, sp):
+        last = None         # not the caller of the frame claimed last: GDB asks about another frame
+    handed = last is not None and last.inferior is inferior
+    return (gdb.selected_thread(), pending_level(pending_frame), pc, sp, handed, (pc, sp) in inferior.after_signal), last

@@ -6,7 +6,7 @@ switch. Its own next `bt` then reads the registers and stack words again from
 its register cache and stack cache, which it keeps until the program runs; the
 plugin keeps what it answered for each frame the same way (its frame id, the
 registers handed, or the decline, and the claim and declines recorded with it),
-keyed by thread, level, pc and sp, whether the callee's claim handed registers
+keyed (handover.frame_key) by thread, level, pc and sp, whether the callee's claim handed registers
 on, and whether a signal interrupted the frame (what the answer rests on
 besides the frame's own registers), until the unwinder's epoch moves (a stop, a
 resume, a memory or register write, changed modules or settings:
@@ -91,24 +91,3 @@ class StopAnswers:
         self._answers[key] = Answer(given, self._claim if given is not None else None,
                                     tuple(self._declines), drops_by_pc)
 
-
-def frame_key(pending_frame, target, inferior, last):
-    """(key, last): the key of the pending frame's answer, None where its pc or sp cannot be read
-    (no answer kept); and `last` (the previous call's LastClaim), None where that claim was not
-    of this frame's callee. The key is (thread, level, pc, sp, whether the callee's claim handed
-    registers on, whether a signal interrupted the frame): the answer rests on all of them."""
-    import gdb      # (this module's records are tested outside GDB)
-    from .compat import pending_level
-    arch = target.arch
-    if arch is None or pending_frame.architecture() is not target.gdb_arch:
-        return None, last
-    names, descriptors = arch.registers, target.descriptors
-    try:
-        pc = int(pending_frame.read_register(descriptors.get(names[arch.pc], names[arch.pc]))) & arch.mask
-        sp = int(pending_frame.read_register(descriptors.get(names[arch.sp], names[arch.sp]))) & arch.mask
-    except (gdb.error, ValueError):
-        return None, last
-    if last is not None and (last.pc, last.sp) != (pc, sp):
-        last = None         # not the caller of the frame claimed last: GDB asks about another frame
-    handed = last is not None and last.inferior is inferior
-    return (gdb.selected_thread(), pending_level(pending_frame), pc, sp, handed, (pc, sp) in inferior.after_signal), last

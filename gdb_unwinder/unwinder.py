@@ -29,9 +29,9 @@ from .claim import NOT_COVERED, Claim, arm_prologue_gives
 from .declines import DeclineChecks
 from .levels import is_innermost_physical
 from .compat import pending_level
-from .handover import Asked, Found, LastClaim, descriptors_of, hand_over, ruled_registers
+from .handover import Asked, Found, LastClaim, descriptors_of, frame_key, hand_over, ruled_registers
 from .registers import PendingRegisters
-from .stop_answers import StopAnswers, frame_key
+from .stop_answers import StopAnswers
 from . import sigtramp
 
 NAME = "unwind-plugin"

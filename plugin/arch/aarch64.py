@@ -222,23 +222,22 @@ class AArch64(Arch):
             return None
         tail = read(target, 4 * GO_GROWTH_WORDS) or read(target, pc - target + 16)
         words = self._words(tail or b"")
-
-        def word_at(address):
-            return words[(address - target) // 4] if 0 <= address - target < 4 * len(words) else 0
         for index, word in enumerate(words):
             if word & BL_MASK == B:
                 back = target + 4 * index + 4 * _signed(word & 0x3FFFFFF, 26)
                 if back != start or pc > target + 4 * index:
                     return None
                 if not exact:       # a return address after the bl: x30 was copied to x3 before it
+                    if not (target < pc and words[(pc - 4 - target) // 4] & BL_MASK == BL):
+                        return None
                     return Edge(FrameEdge.ENTRY, 0, "pc is the return address of Go's call of runtime.morestack "
                                 "at 0x%x (reached from the stack-bound check at the start 0x%x before the frame "
                                 "is set up): the return address was copied to x3 before the call" % (
-                                    pc - 4, start), ra_in=3) if word_at(pc - 4) & BL_MASK == BL else None
+                                    pc - 4, start), ra_in=3)
                 return Edge(FrameEdge.ENTRY, 0, "pc is in Go's stack-growth call at 0x%x, where the stack-bound "
                             "check at the start 0x%x branches before the frame is set up and which branches back "
                             "to the start: the return address is in x30" % (target, start))
-            if not (word & GO_SPILL_MASK in GO_SPILLS or word in (GO_MOV_X3_LR,) or word & BL_MASK == BL):
+            if not (word & GO_SPILL_MASK in GO_SPILLS or word == GO_MOV_X3_LR or word & BL_MASK == BL):
                 return None
         return None
 

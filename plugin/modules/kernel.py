@@ -224,11 +224,10 @@ def loaded_modules(kernel: Module, read: Read, known: Optional[Dict[Tuple[str, i
     out: List[Module] = []
     if head is None:
         return out
-    known = known or {}
     try:
         node = _u64(read(head, 8))
         while node != head and len(out) < MAX_MODULES and MODULE_AREA[0] <= node < MODULE_AREA[1]:
-            found = known.get((_name_at(node - 8, read), node - 8)) if known else None
+            found = known.get(("[%s]" % _name_at(node - 8, read), node - 8)) if known else None
             if found is None or not _same_tables(found, read):
                 found = _module_at(node - 8, kernel, read)
             if found is not None:
@@ -255,12 +254,12 @@ def _same_tables(module: Module, read: Read) -> bool:
 
 
 def _name_at(address: int, read: Read) -> str:
-    """The name of the struct module at address, as the plugin names the module: [name]."""
-    return "[%s]" % read(address + 24, 56).split(b"\0", 1)[0].decode("ascii", "replace")
+    """The name in the struct module at address."""
+    return read(address + 24, 56).split(b"\0", 1)[0].decode("ascii", "replace")
 
 
 def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
-    name = _name_at(address, read)[1:-1]
+    name = _name_at(address, read)
     block = read(address, STRUCT_MODULE_SCAN)
     for offset in range(0x40, STRUCT_MODULE_SCAN - 24, 8):
         count, pad, ips, entries = struct.unpack_from("<IIQQ", block, offset)
