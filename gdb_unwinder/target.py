@@ -111,6 +111,9 @@ class GdbTarget(Target):
             return self._pages.read(address, size)
         return self._read_memory(address, size)
 
+    def read_exact(self, address: int, size: int) -> bytes:
+        return self._read_memory(address, size)
+
     def _read_memory(self, address, size):
         self.reads += 1
         try:

@@ -60,6 +60,12 @@ class Target:
     def read_memory(self, address, size):
         raise NotImplementedError
 
+    def read_exact(self, address: int, size: int) -> bytes:
+        """`size` bytes at `address` read as they are, not through a cache that reads whole blocks:
+        for the few words of the kernel's own lists read at every stop (over a remote stub a block
+        costs more than the bytes needed). Where no such cache exists it is read_memory."""
+        return self.read_memory(address, size)
+
     def modules(self):
         return []
 

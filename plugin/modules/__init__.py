@@ -102,7 +102,7 @@ class ModuleMap:
             return
         old = {(m.name, m.header_address): m for m in self.modules if m.format == ModuleFormat.KERNEL and m is not kernel}
         self.modules = [m for m in self.modules if m.format != ModuleFormat.KERNEL or m is kernel]
-        self.modules.extend(loaded_modules(kernel, self.target.read_memory, old))
+        self.modules.extend(loaded_modules(kernel, self.target.read_exact, old))
 
     def _add_kernel(self) -> None:
         """The Linux kernel, found from a symbol file's symbols (it has no ELF header in memory):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import struct
 from functools import lru_cache
-from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 from plugin.errors import DecodeError, DecodeKind, MemoryReadError
 from plugin.formats import orc
@@ -167,12 +167,20 @@ MAX_FTRACE_OPS = 64
 SAME_START = 16                 # bytes a trampoline shares with the code it was copied from
 
 
-def ftrace_trampolines(kernel: Module, read: Read) -> List[Tuple[int, int, int]]:
-    """[(start, size, the address of the code it is a copy of)] of the dynamic ftrace trampolines."""
+class Trampoline(NamedTuple):
+    """A dynamic ftrace trampoline: where it is, and the code it is a copy of."""
+    start: int
+    size: int
+    copied: int         # the address of the code it copies
+    first: bytes        # the SAME_START bytes it begins with, as that code does
+
+
+def ftrace_trampolines(kernel: Module, read: Read) -> List[Trampoline]:
+    """The dynamic ftrace trampolines on the kernel's ftrace_ops_list."""
     at = kernel.cache.get("ftrace") or {}
     if any(name not in at for name in FTRACE_NAMES):
         return []
-    out: List[Tuple[int, int, int]] = []
+    out: List[Trampoline] = []
     try:
         originals = [(at[name], at[name + "_end"] - at[name], read(at[name], SAME_START))
                      for name in ("ftrace_caller", "ftrace_regs_caller")]
@@ -189,7 +197,16 @@ def ftrace_trampolines(kernel: Module, read: Read) -> List[Tuple[int, int, int]]
     return out
 
 
-def _trampoline_of(block: bytes, originals, read: Read) -> Optional[Tuple[int, int, int]]:
+def still_there(trampoline: Trampoline, read: Read) -> bool:
+    """Does the trampoline's code still begin as the code it copies (it is not freed, nor its memory
+    given to other code)?"""
+    try:
+        return read(trampoline.start, SAME_START) == trampoline.first
+    except (MemoryReadError, OSError, ValueError):
+        return False
+
+
+def _trampoline_of(block: bytes, originals, read: Read) -> Optional[Trampoline]:
     for offset in range(16, len(block) - 8, 8):
         start, size = struct.unpack_from("<QQ", block, offset)
         if not _in_area(start) or not 0 < size < 0x1000:
@@ -200,7 +217,7 @@ def _trampoline_of(block: bytes, originals, read: Read) -> Optional[Tuple[int, i
             continue
         for address, length, first in originals:
             if code == first:
-                return start, min(size, length), address
+                return Trampoline(start, min(size, length), address, first)
     return None
 
 
@@ -214,6 +231,7 @@ MODULE_AREA = (0xFFFFFFFFA0000000, 0xFFFFFFFFFF000000)
 STRUCT_MODULE_SCAN = 0x800          # bytes of struct module looked through for its ORC fields
 ORC_FIELDS = "orc fields"    # module.cache: (offset in struct module, the bytes of num_orcs, orc_unwind_ip, orc_unwind)
 MAX_MODULES = 1024
+MODULE_NAME_END = 24 + 56       # struct module's `char name[56]` ends here
 
 
 def loaded_modules(kernel: Module, read: Read, known: Optional[Dict[Tuple[str, int], Module]] = None) -> List[Module]:
@@ -227,12 +245,14 @@ def loaded_modules(kernel: Module, read: Read, known: Optional[Dict[Tuple[str, i
     try:
         node = _u64(read(head, 8))
         while node != head and len(out) < MAX_MODULES and MODULE_AREA[0] <= node < MODULE_AREA[1]:
-            found = known.get(("[%s]" % _name_at(node - 8, read), node - 8)) if known else None
+            start = read(node - 8, MODULE_NAME_END)       # one read: the list's next pointer and the name
+            name = _name_in(start)
+            found = known.get(("[%s]" % name, node - 8)) if known else None
             if found is None or not _same_tables(found, read):
-                found = _module_at(node - 8, kernel, read)
+                found = _module_at(node - 8, name, kernel, read)
             if found is not None:
                 out.append(found)
-            node = _u64(read(node, 8))
+            node = _u64(start[8:16])
     except (MemoryReadError, OSError, ValueError, struct.error):
         pass
     return out
@@ -253,13 +273,12 @@ def _same_tables(module: Module, read: Read) -> bool:
     return offset is not None and read(module.header_address + offset, len(fields)) == fields
 
 
-def _name_at(address: int, read: Read) -> str:
-    """The name in the struct module at address."""
-    return read(address + 24, 56).split(b"\0", 1)[0].decode("ascii", "replace")
+def _name_in(start: bytes) -> str:
+    """The name in a struct module's first MODULE_NAME_END bytes."""
+    return start[24:MODULE_NAME_END].split(b"\0", 1)[0].decode("ascii", "replace")
 
 
-def _module_at(address: int, kernel: Module, read: Read) -> Optional[Module]:
-    name = _name_at(address, read)
+def _module_at(address: int, name: str, kernel: Module, read: Read) -> Optional[Module]:
     block = read(address, STRUCT_MODULE_SCAN)
     for offset in range(0x40, STRUCT_MODULE_SCAN - 24, 8):
         count, pad, ips, entries = struct.unpack_from("<IIQQ", block, offset)

@@ -32,7 +32,7 @@ from plugin.formats import orc, orc_rules
 from plugin.model.evidence import StepEvidence
 from plugin.model.rules import CfaKind, CfaRule, Row, Rule, RuleKind
 from plugin.model.outcome import AttemptStatus, FailureKind, Outcome, error_kind
-from plugin.modules.kernel import KERNEL_NAME, MODULE_AREA, ftrace_trampolines, orc_table
+from plugin.modules.kernel import KERNEL_NAME, MODULE_AREA, ftrace_trampolines, orc_table, still_there
 from plugin.modules.module import ModuleFormat
 from plugin.memory import PageCache
 from plugin.strategies import ModuleTables
@@ -58,13 +58,27 @@ class OrcTables(ModuleTables):
         self._pages = PageCache(target.read_memory)
         self._facts = {}        # entry index -> (entry_json, its note, the next entry's ip): the tables never change
         self._trampolines = (None, [])      # (the target's stop count, the kernel's ftrace trampolines then)
+        self._checked = (None, {})      # (the stop count, {a trampoline's start: still there at that stop?})
 
-    def trampolines(self):
-        """The kernel's dynamic ftrace trampolines, read once per stop (tracers come and go as it runs)."""
+    def trampoline_at(self, pc):
+        """The kernel's dynamic ftrace trampoline (Trampoline) holding pc, or None. Tracers come and go
+        as the kernel runs: one found at an earlier stop is taken while its code still begins as the
+        code it copies (a few bytes read once a stop); else ftrace's list is read again, once a stop."""
         stops = getattr(self.target, "stops", 0)
-        if self._trampolines[0] != stops:
-            self._trampolines = (stops, ftrace_trampolines(self.module, self.target.read_memory))
-        return self._trampolines[1]
+        found = _holding(self._trampolines[1], pc)
+        if found is not None:
+            if self._checked[0] != stops:
+                self._checked = (stops, {})
+            there = self._checked[1]
+            if found.start not in there:
+                there[found.start] = still_there(found, self.target.read_exact)
+            if there[found.start]:
+                return found
+        if self._trampolines[0] == stops:
+            return None
+        self._trampolines = (stops, ftrace_trampolines(self.module, self.target.read_exact))
+        self._checked = (stops, {t.start: True for t in self._trampolines[1]})
+        return _holding(self._trampolines[1], pc)
 
     def read(self, address: int, size: int) -> bytes:
         return self._pages.read(address, size)
@@ -158,11 +172,16 @@ def in_trampoline(pc, ctx):
     if kernel is None:
         return None
     tables = OrcTables.of(kernel, ctx.target)
-    for start, size, copied in tables.trampolines():
-        if start <= pc < start + size:
-            return (copied + pc - start, tables, "0x%x is in a dynamic ftrace trampoline at 0x%x: looked up at 0x%x, "
-                    "the same offset in the code it copies (the kernel's orc_ftrace_find)" % (pc, start, copied + pc - start))
-    return None
+    found = tables.trampoline_at(pc)
+    if found is None:
+        return None
+    at = found.copied + pc - found.start
+    return (at, tables, "0x%x is in a dynamic ftrace trampoline at 0x%x: looked up at 0x%x, the same offset in "
+            "the code it copies (the kernel's orc_ftrace_find)" % (pc, found.start, at))
+
+
+def _holding(trampolines, pc):
+    return next((t for t in trampolines if t.start <= pc < t.start + t.size), None)
 
 
 def _evidence(entry, tables, pc, result, arch):

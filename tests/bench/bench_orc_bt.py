@@ -107,7 +107,7 @@ def timed(first=False, ours=False):
         gdb.execute("maintenance flush register-cache")
         gdb.execute("maintenance flush dcache")
         if ours:
-            state.stopped()
+            state.resumed()     # the process ran (which drops what stopped() drops, and more)
     start = time.perf_counter()
     try:
         out = gdb.execute("bt", to_string=True)
