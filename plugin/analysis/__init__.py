@@ -28,8 +28,13 @@ from plugin.analysis.ops import Flow
 from plugin.analysis.state import CFA, Kind
 
 FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386, "arm": arm}
-POPS_NOT_KNOWN = Callee(popped=None, why="an indirect call, and a return of this function is reached with the"
-                        " stack pointer off its return address: what the callee pops is not known")
+def _indirect(insn) -> bool:
+    return insn.target is None
+
+
+POPS_NOT_KNOWN = Callee(popped=None, why="a callee whose code is not here (an indirect call, or another module's"
+                        " function), and this function's return or a join shows the stack pointer off by what such a"
+                        " callee popped: what it pops is not known")
 
 
 def supported(arch) -> bool:
@@ -218,9 +223,14 @@ class CodeAnalysis(CallFacts):
         self._busy.append(start)
         try:
             result = analyser.run(start, end, seeds, pads)
-            if self.facts.CALLEE_POPS and (self._return_misplaced(result) or self._heights_disagree(result)):
-                analyser.callee = self._callee_pops_unknown
-                result = analyser.run(start, end, seeds, pads)
+            if self.facts.CALLEE_POPS:
+                # Indirect calls first: GCC's struct returns through a pointer; then other modules' functions
+                # too (each step runs only where the function still shows a callee popped).
+                for not_here in (_indirect, self.code_not_here):
+                    if self._shows_popping(result, not_here):
+                        analyser.callee = lambda insn, not_here=not_here: \
+                            POPS_NOT_KNOWN if not_here(insn) else self._callee(insn)
+                        result = analyser.run(start, end, seeds, pads)
         finally:
             self._busy.pop()
         result.entered = self._entered.get(start, {})
@@ -238,19 +248,11 @@ class CodeAnalysis(CallFacts):
                     return True
         return False
 
-    @staticmethod
-    def _heights_disagree(result: FunctionAnalysis) -> bool:
-        """Did paths join with the stack pointer at two known heights in a function with an indirect call?
-        (i386: the path through a callee taken to pop nothing, which popped a struct's hidden pointer,
-        meets one that made no such call; GCC's code has them at one height.)"""
-        return result.stack_heights_differ and any(
-            insn.flow == Flow.CALL and insn.target is None for insn in result.insns.values())
-
-    def _callee_pops_unknown(self, insn) -> Callee:
-        """_callee, except that an indirect call's callee pops an amount not known: the stack pointer
-        after it is undecided. (Another module's function through the PLT is still taken to pop
-        nothing: tests/unit/test_analysis_callee_pops.py says so.)"""
-        return POPS_NOT_KNOWN if insn.target is None else self._callee(insn)
+    def _shows_popping(self, result: FunctionAnalysis, not_here) -> bool:
+        """Does the function call code not here (not_here(insn)), and show that such a callee, taken to
+        pop nothing, popped: a return off its return address, or paths joining at two known heights?"""
+        return any(insn.flow == Flow.CALL and not_here(insn) for insn in result.insns.values()) and (
+            self._return_misplaced(result) or result.stack_heights_differ)
 
     def function_covering(self, start: int, pc: int, end: int) -> FunctionAnalysis:
         """function(start, end), analysed again with `end` when a cached analysis stops at or before pc."""

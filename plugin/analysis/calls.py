@@ -181,6 +181,14 @@ class CallFacts:
             return NO_CALLEE
         return self._callee_of(target)
 
+    def code_not_here(self, insn) -> bool:
+        """Is a call's callee code this module does not hold: an indirect call, or a PLT stub of
+        another module's function? (Taken to pop nothing until the caller's own code shows otherwise.)"""
+        target = insn.target
+        if target is None:
+            return True
+        return any(lo <= target < hi for lo, hi in self.stubs) and self.got_functions.get(self._stub_slot(target)) is None
+
     def _decide_callee(self, target) -> Callee:
         first = self.decode_at(target)
         if first is None:

@@ -83,7 +83,14 @@ def test_a_plt_stub_leads_to_the_modules_own_function_through_its_got_slot():
     known = analysis_of(code, functions, stubs=plt, got_functions={got + 0xc: g}, got_base=got)
     assert known._stub_slot(stub) == got + 0xc
     assert sp_after_call(known) == stack(CFA, -4)
-    # another module's function (no definition here): taken to pop nothing, as before
+    # another module's function (no definition here), and the caller's `ret` reached 4 bytes off its
+    # return address if it popped nothing (libm's nanf128 calling libc's __strtof128_nan, which returns
+    # a _Float128 in memory and pops its hidden pointer): what it pops is not known
     other = analysis_of(code, functions, stubs=plt, got_names={got + 0xc: "g"}, got_base=got)
     assert other._stub_name(stub) == "g"
-    assert sp_after_call(other) == stack(CFA, -8)
+    assert sp_after_call(other)[0] == Kind.UNKNOWN
+    assert "another module's function" in other.function(BASE, BASE + 8).notes[BASE + 1]
+    # the same call where the caller's own code pops the argument: taken to pop nothing, decided
+    popping = x86("50", "e8", rel32(BASE + 6, stub), "83c404", "c3") + x86("90" * 6) + code[16:]
+    tidy = analysis_of(popping, [(BASE, BASE + 10), (g, g + 3)], stubs=plt, got_names={got + 0xc: "g"}, got_base=got)
+    assert tidy.function(BASE, BASE + 10).states[BASE + 6].reg(SP) == stack(CFA, -8)
