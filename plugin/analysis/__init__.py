@@ -251,8 +251,8 @@ class CodeAnalysis(CallFacts):
     def _shows_popping(self, result: FunctionAnalysis, not_here) -> bool:
         """Does the function call code not here (not_here(insn)), and show that such a callee, taken to
         pop nothing, popped: a return off its return address, or paths joining at two known heights?"""
-        return any(insn.flow == Flow.CALL and not_here(insn) for insn in result.insns.values()) and (
-            self._return_misplaced(result) or result.stack_heights_differ)
+        return (result.stack_heights_differ or self._return_misplaced(result)) and any(
+            insn.flow == Flow.CALL and not_here(insn) for insn in result.insns.values())
 
     def function_covering(self, start: int, pc: int, end: int) -> FunctionAnalysis:
         """function(start, end), analysed again with `end` when a cached analysis stops at or before pc."""
