@@ -54,10 +54,11 @@ class Answer(NamedTuple):
 class FastClaims:
     """The fast path of a PluginUnwinder: answers computed ahead, and the gdb.Values they hand."""
 
-    def __init__(self, state, handed, memo):
+    def __init__(self, state, handed, memo, ids):
         self.state = state
         self._handed = handed   # (inferior, level, Handed, caller pc, caller sp, thread): the unwinder's record of a claim
         self._memo = memo       # the unwinder's StopAnswers: what each claim gave GDB
+        self._ids = ids         # the unwinder's FrameIds
         self._answers = {}      # level -> Answer
         self._size = AHEAD_FIRST
         self._types = {}        # register name -> (gdb.Type, the largest value an uncast gdb.Value holds)
@@ -99,10 +100,10 @@ class FastClaims:
     def claim_one(self, pending_frame, inferior, plan, handed, ctx):
         """The claim for one frame whose callee this plugin claimed (handed: its complete record)
         and whose plan has a FastRow; None where replay_fast declines."""
-        arch = ctx.arch
+        arch, thread = ctx.arch, gdb.selected_thread()
         answer = self._answer(pending_frame, plan, handed, ctx, pending_level(pending_frame),
-                              self.registers(inferior.target, arch), unknown_registers(arch))
-        return None if answer is None else self.hand(pending_frame, inferior, answer, gdb.selected_thread())
+                              self.registers(inferior.target, arch), unknown_registers(arch), thread)
+        return None if answer is None else self.hand(pending_frame, inferior, answer, thread)
 
     def hand(self, pending_frame, inferior, answer, thread):
         """Give GDB the answer's frame id and registers (add_saved_register iterated in C)."""
@@ -142,7 +143,7 @@ class FastClaims:
                 plan = checked[pc] = self._plan(pending_frame, inferior, ctx, pc, claim)
             if plan is False or at <= inline_depth(pc, inferior.inline_depths):
                 break
-            answer = self._answer(pending_frame, plan, handed, ctx, at, numbered, unknown)
+            answer = self._answer(pending_frame, plan, handed, ctx, at, numbered, unknown, last.thread)
             if answer is None:
                 break
             self._answers[at] = answer
@@ -163,7 +164,7 @@ class FastClaims:
             return False
         return plan
 
-    def _answer(self, pending_frame, plan, handed, ctx, level, numbered, unknown) -> Optional[Answer]:
+    def _answer(self, pending_frame, plan, handed, ctx, level, numbered, unknown, thread) -> Optional[Answer]:
         """replay_fast's registers as a claim: a new gdb.Value only for those the row changed,
         the callee's gdb.Values for the others; None where replay_fast declines. numbered: the
         registers' descriptors (self.registers); unknown: unknown_registers(arch)."""
@@ -181,7 +182,8 @@ class FastClaims:
                 given[number] = self.value(pending_frame, arch.registers[number], value)
         for number in fast.undefined:
             given.pop(number, None)
-        return Answer(level, FrameId(replayed.cfa, replayed.start), list(map(numbered.__getitem__, given)),
+        return Answer(level, self._ids.frame_id(thread, level, replayed.cfa, replayed.start),
+                      list(map(numbered.__getitem__, given)),
                       list(given.values()), Handed.complete(given, caller, unknown), handed,
                       caller[arch.pc], caller.get(arch.sp))
 

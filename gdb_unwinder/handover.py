@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional
 
 import gdb
 
-from .compat import FrameId, pending_level
+from .compat import pending_level
 from .registers import Handed, handed_registers
 
 
@@ -48,15 +48,14 @@ class Asked:
         return self.pc if self.exact else self.pc - 1
 
 
-def hand_over(pending_frame, asked, target, found, gdb_value, memo):
-    """Give GDB the caller's frame id and every register it has: the row's, and those the row
+def hand_over(pending_frame, frame_id, asked, target, found, gdb_value, memo):
+    """Give GDB the frame id (frame_ids.FrameIds) and every register of the caller it has: the row's, and those the row
     says nothing about at their callee value (GDB's "unspecified" rule, dwarf2/frame.c).
     gdb_value(pending_frame, name, int): the gdb.Value to hand for a register (FastClaims.value);
     memo: the unwinder's StopAnswers, told what was given.
     Returns the gdb.UnwindInfo, the Handed record of the caller's registers, its pc and sp."""
     registers = asked.registers
     arch, caller, ruled = target.arch, found.registers, found.ruled
-    frame_id = FrameId(found.cfa, found.start)
     known, raws = registers.known, registers.raw
     descriptors = target.descriptors     # by descriptor: GDB looks no name up
     link = arch.ra if arch.ra != arch.pc else None   # aarch64: the RA column becomes pc

@@ -41,7 +41,7 @@ from plugin.model.outcome import AttemptStatus
 from plugin.modules.module import ModuleFormat
 from plugin.strategies import orc
 
-from .compat import FrameId, pending_level
+from .compat import pending_level
 from .registers import PendingRegisters
 from .stack_end import EndFilter, frames_until
 
@@ -52,9 +52,10 @@ class KernelFrames:
     """Asked by the plugin's unwinder (PluginUnwinder.then) with GDB's pending frame: an
     UnwindInfo, or None."""
 
-    def __init__(self, state, memo):
+    def __init__(self, state, memo, ids):
         self.state = state
         self.memo = memo        # the plugin unwinder's StopAnswers: what each answer gave GDB
+        self.ids = ids          # the plugin unwinder's FrameIds
         self.declined = collections.deque(maxlen=64)    # (level, pc, why) of its last answers
         self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
         self._newest = (None, False)    # ((epoch, thread, pc, sp), newest_is_outermost's answer) of this stop
@@ -183,7 +184,7 @@ class KernelFrames:
         evidence = outcome.evidence
         start = evidence.entry.get("ip", pc) if evidence is not None else pc
         cfa = evidence.cfa if evidence is not None and evidence.cfa is not None else sp
-        frame_id = FrameId(cfa, start)
+        frame_id = self.ids.frame_id(gdb.selected_thread(), level, cfa, start)
         if outcome.outermost:
             if level == 0:
                 # Frame #0's caller "not saved" would make every gdb.Frame of #0 fail to build (GDB

@@ -25,6 +25,7 @@ from plugin.plans import replay
 from plugin.settings import SourceKind, kind_of
 
 from .fast_claims import FastClaims
+from .frame_ids import FrameIds
 from .claim import NOT_COVERED, Claim, arm_prologue_gives
 from .declines import DeclineChecks
 from .levels import is_innermost_physical
@@ -45,7 +46,8 @@ class PluginUnwinder(DeclineChecks, Unwinder):
         self.state = state
         self.declines = collections.deque(maxlen=256)   # (level, pc, reason) for `unwind explain`
         self.memo = StopAnswers()       # the answers of this stop, kept while GDB rebuilds its frames
-        self.fast = FastClaims(state, self.handed, self.memo)
+        self.ids = FrameIds()           # the frame ids given at this stop (raised past an exception stack)
+        self.fast = FastClaims(state, self.handed, self.memo, self.ids)
         self._last = None       # LastClaim of the previous call, if it claimed
         self.claimed = 0
         self._epoch = state.epoch       # the state's epoch the decisions below were made in
@@ -78,6 +80,7 @@ class PluginUnwinder(DeclineChecks, Unwinder):
         self._last = None       # a claim of another stop: its caller is not the frame GDB asks about next
         self.fast.clear()
         self.memo.clear()
+        self.ids.clear()
 
     def _catch_up(self):
         self.state.catch_up()           # events since the last call: this may move the epoch
@@ -336,8 +339,11 @@ class PluginUnwinder(DeclineChecks, Unwinder):
     # -- hand-over ---------------------------------------------------------------------------
     def _hand_over(self, pending_frame, asked, inferior, found):
         """Give GDB the caller's frame id and registers (handover.hand_over) and remember the claim."""
-        info, record, pc, sp = hand_over(pending_frame, asked, inferior.target, found, self.fast.value, self.memo)
-        self.handed(inferior, asked.level, record, pc, sp, gdb.selected_thread())
+        thread = gdb.selected_thread()
+        frame_id = self.ids.frame_id(thread, asked.level, found.cfa, found.start)
+        info, record, pc, sp = hand_over(pending_frame, frame_id, asked, inferior.target, found, self.fast.value,
+                                         self.memo)
+        self.handed(inferior, asked.level, record, pc, sp, thread)
         return info
 
     def handed(self, inferior, level, record, pc, sp, thread):

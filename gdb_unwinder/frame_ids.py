@@ -1,0 +1,58 @@
+"""GDB's frame ids for the frames the plugin claims, kept from going inward.
+
+GDB ends a backtrace where a normal frame's id lies inner to its callee's
+("previous frame inner to this frame"); only a signal trampoline's caller
+may do that (an alternate signal stack), and every frame a Python unwinder
+gives is a normal frame. A kernel's exception stacks (NMI, #DB, #MC, #DF:
+the cpu_entry_area) lie above the stacks they interrupt, so the frame an NMI
+interrupted has a CFA below the NMI entry code's, and GDB's own `bt` ended
+there while the kernel's unwinder goes on. So from a frame whose CFA lies
+below the id given to its callee on, the ids of the walk are raised (by the
+same amount, so they still grow outward): 16 above that id, and every frame
+further out by as much. A frame id is GDB's name for a frame, used to find it
+again; only `info frame`'s "frame at" shows it. The registers handed over,
+sp among them, are the frame's own, unchanged.
+"""
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+from .compat import FrameId
+
+RAISED_ABOVE = 16       # a raised id lies this far above its callee's
+LOOK_BELOW = 4          # levels looked down for the callee's id (inline frames are not asked about)
+BOUND = 8192            # ids kept at most (cleared when full)
+TOP = (1 << 64) - 1
+
+
+class FrameIds:
+    """The frame ids given at this stop, per (thread, level): cleared whenever the unwinder's epoch moves."""
+
+    def __init__(self) -> None:
+        self._given: Dict[Tuple[object, int], Tuple[int, int]] = {}     # -> (the id's stack address, raised by)
+        self.raised = 0         # frames given a raised id since the last clear
+
+    def clear(self) -> None:
+        self._given.clear()
+        self.raised = 0
+
+    def frame_id(self, thread: object, level: int, cfa: int, start: int):
+        """The FrameId of the frame at `level` of `thread` whose CFA is `cfa` and function `start`."""
+        given = self._given
+        below = None
+        for lower in range(level - 1, max(level - 1 - LOOK_BELOW, -1), -1):
+            below = given.get((thread, lower))
+            if below is not None:
+                break
+        by = 0
+        if below is not None:
+            by = below[1]
+            if cfa + by < below[0]:
+                by = below[0] + RAISED_ABOVE - cfa
+        if by:
+            self.raised += 1
+        if len(given) >= BOUND:
+            given.clear()
+        stack = min(cfa + by, TOP)
+        given[(thread, level)] = (stack, by)
+        return FrameId(stack, start)
