@@ -26,33 +26,34 @@ TOP = (1 << 64) - 1
 
 
 class FrameIds:
-    """The frame ids given at this stop, per (thread, level): cleared whenever the unwinder's epoch moves."""
+    """The frame ids given at this stop, per thread and level: cleared whenever the unwinder's epoch moves."""
 
     def __init__(self) -> None:
-        self._given: Dict[Tuple[object, int], Tuple[int, int]] = {}     # -> (the id's stack address, raised by)
+        self._threads: Dict[object, Dict[int, Tuple[int, int]]] = {}    # thread -> level -> (id's stack, raised by)
         self.raised = 0         # frames given a raised id since the last clear
 
     def clear(self) -> None:
-        self._given.clear()
+        self._threads.clear()
         self.raised = 0
 
     def frame_id(self, thread: object, level: int, cfa: int, start: int):
         """The FrameId of the frame at `level` of `thread` whose CFA is `cfa` and function `start`."""
-        given = self._given
-        below = None
-        for lower in range(level - 1, max(level - 1 - LOOK_BELOW, -1), -1):
-            below = given.get((thread, lower))
-            if below is not None:
-                break
-        by = 0
-        if below is not None:
-            by = below[1]
-            if cfa + by < below[0]:
-                by = below[0] + RAISED_ABOVE - cfa
+        given = self._threads.get(thread)
+        if given is None or len(given) >= BOUND:
+            given = self._threads[thread] = {}
+        below = given.get(level - 1)
+        if below is None:
+            below = next(filter(None, map(given.get, range(level - 2, level - 2 - LOOK_BELOW, -1))), None)
+            if below is None:
+                given[level] = (cfa, 0)
+                return FrameId(cfa, start)
+        stack, by = below
+        if cfa + by < stack:
+            by = stack + RAISED_ABOVE - cfa
         if by:
             self.raised += 1
-        if len(given) >= BOUND:
-            given.clear()
-        stack = min(cfa + by, TOP)
-        given[(thread, level)] = (stack, by)
+            stack = min(cfa + by, TOP)
+        else:
+            stack = cfa
+        given[level] = (stack, by)
         return FrameId(stack, start)
