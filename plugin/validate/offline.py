@@ -208,7 +208,7 @@ class Checker:
                                                      problems)
         if start in plan.exidx:
             tables["exidx"] = sources.exidx_rows(start, plan.exidx[start][1], analysis, plan.arch)
-        name = sources.function_name(plan.symbol, start)
+        name = sources.function_name(plan.symbol, start, plan.arch.name == "arm")
         try:
             function = checks.check_function(analysis, start, end, name, tables, analysis.facts, plan.arch,
                                              plan.keep_detail)

@@ -256,9 +256,12 @@ def sframe_rows(section, problems: List[str]):
     return at
 
 
-def function_name(symbol, address: int) -> str:
-    found = symbol(address) if symbol else None
+def function_name(symbol, address: int, arm: bool = False) -> str:
+    """The function at address by its symbol (name+offset inside one). arm: 32-bit Arm, whose Thumb
+    functions' symbols have bit 0 set (looked up as offline.py's symbol_name looks them up)."""
+    found = symbol(address | 1 if arm else address) if symbol else None
     if found is None:
         return "0x%x" % address
     name, start = found
+    start = start & ~1 if arm else start
     return name if start == address else "%s+0x%x" % (name, address - start)
