@@ -102,10 +102,9 @@ class CallFacts:
                 except Exception:
                     continue
                 for found in self._cs.disasm_lite(code, start):
-                    if not sizes.get(found[0]):
-                        sizes.set(found[0], found[1])
+                    if sizes.put_new(found[0], found[1]):
                         insn = light(*found)
-                        if insn.text:           # a jump, call or return: what this pass reads of it
+                        if insn is not None:    # a jump, call or return: what this pass reads of it
                             flow_only[found[0]] = Step(insn)
 
             def decode_at(address):

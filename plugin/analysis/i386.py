@@ -53,7 +53,7 @@ def decode(address, size, mnemonic, op_str):
 
 
 def decode_flow(address, size, mnemonic, op_str):
-    """decode() for the control flow only (plugin.analysis.noreturn)."""
+    """decode() for the control flow only (plugin.analysis.noreturn): None for an instruction that falls through."""
     return x86.decode_flow(DIALECT, address, size, mnemonic, op_str)
 
 

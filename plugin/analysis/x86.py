@@ -172,39 +172,71 @@ def _implicit(d: Dialect, insn, names):
             insn.effects.append(("set", number, OTHER))
 
 
-def decode_flow(d: Dialect, address, size, mnemonic, op_str):
-    """decode() where only the control flow is asked for (plugin.analysis.noreturn): an instruction
-    that is not a jump, call, return or stop is a plain Insn that falls through."""
+def is_flow(mnemonic: str) -> bool:
+    """Is the instruction a jump, call, return or stop (what decode_flow decodes in full)?"""
     bare = mnemonic
     if " " in bare:                 # every prefix ends with a space
         for prefix in _PREFIXES:
             if bare.startswith(prefix):
                 bare = bare[len(prefix):]
-    if bare.startswith(("j", "loop", "ret", "call")) or bare in _STOPS:
+    return bare.startswith(("j", "loop", "ret", "call")) or bare in _STOPS
+
+
+def decode_flow(d: Dialect, address, size, mnemonic, op_str):
+    """decode() where only the control flow is asked for (plugin.analysis.noreturn): None for an
+    instruction that is not a jump, call, return or stop (it falls through)."""
+    if is_flow(mnemonic):
         return decode(d, address, size, mnemonic, op_str)
-    return Insn(address, size, "")
+    return None
 
 
 _DECODED: Dict[Tuple[int, str, str], Insn] = {}   # (dialect, mnemonic, operands) -> an Insn decoded before
 MAX_DECODED = 1 << 16                               # of them kept at most (memory)
+# (dialect, mnemonic) -> a direct jump, branch or call decoded before: every other one with that mnemonic
+# and a target written "0x..." differs from it only in its address, size, text and target
+_DIRECT: Dict[Tuple[int, str], Insn] = {}
 
 
 def decode(d: Dialect, address, size, mnemonic, op_str):
     """One capstone (address, size, mnemonic, op_str) as an Insn; the same text decodes to the same
     effects wherever it is, unless they name its address (rip-relative operands, a compare's pending
-    bound, a realignment, a call to the next instruction): those are decoded each time."""
+    bound, a realignment, a call to the next instruction): those are decoded each time. A direct
+    jump, branch or call is made from the last one of its mnemonic (its target aside, they agree)."""
+    if op_str[:2] == "0x":
+        found = _DIRECT.get((id(d), mnemonic))
+        target = _hex(op_str) if found is not None else None
+        if target is not None:
+            if not (d.call_next_pushes and target == address + size and found.flow is Flow.CALL):
+                return Insn(address, size, mnemonic + " " + op_str, found.effects, found.flow, target,
+                            None, False, 0, found.bound_kept, found.flags_kept)
     key = (id(d), mnemonic, op_str)
     found = _DECODED.get(key)
     if found is not None:
         return Insn(address, size, found.text, found.effects, found.flow, found.target, found.indirect,
                     found.through_memory, found.popped, found.bound_kept, found.flags_kept)
     insn = _decode(d, address, size, mnemonic, op_str)
-    if not (d.pc_name and d.pc_name in op_str) and "cmp" not in mnemonic and "and" not in mnemonic \
+    if op_str[:2] == "0x" and insn.flow in (Flow.JUMP, Flow.BRANCH, Flow.CALL) and _is_direct(insn, op_str):
+        _DIRECT[(id(d), mnemonic)] = insn
+    elif not (d.pc_name and d.pc_name in op_str) and "cmp" not in mnemonic and "and" not in mnemonic \
             and not (d.call_next_pushes and "call" in mnemonic):
         if len(_DECODED) >= MAX_DECODED:
             _DECODED.clear()
         _DECODED[key] = insn
     return insn
+
+
+def _hex(text: str):
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
+
+
+def _is_direct(insn: Insn, op_str: str) -> bool:
+    """Is insn a jump, branch or call to the target op_str names, and nothing else that op_str decides?"""
+    target = _hex(op_str)
+    return target is not None and insn.target == target and insn.indirect is None and not insn.through_memory \
+        and not insn.popped
 
 
 def _decode(d: Dialect, address, size, mnemonic, op_str):
