@@ -152,6 +152,7 @@ class Analyser(TableReading):
         followed = self._followed
         states, insns, gave_up, sources = result.states, result.insns, result.gave_up, self._source
         start, end, sp = result.start, result.end, facts.SP
+        merge = self._merge
         while work:
             address = work.pop()
             state = states.get(address)
@@ -170,14 +171,17 @@ class Analyser(TableReading):
                 after = apply(insn, state, sp, share=True)
                 if insn.flow is Flow.NEXT:
                     target = insn.end
-                    if start <= target < end and target not in states and target not in gave_up:
-                        states[target] = after          # reached first, from here: straight on
-                        sources[target] = address
-                        address, state = target, after
-                        continue
+                    if start <= target < end:
+                        if target not in states and target not in gave_up:
+                            states[target] = after          # reached first, from here: straight on
+                            sources[target] = address
+                            address, state = target, after
+                            continue
+                        merge(result, visits, work, target, after, address)
+                        break
                 for target, out in self._successors(result, insn, after):
                     if start <= target < end:
-                        self._merge(result, visits, work, target, out, address)
+                        merge(result, visits, work, target, out, address)
                     else:
                         self._exit(result, address, target, out)
                 break
