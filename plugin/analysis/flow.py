@@ -80,6 +80,7 @@ class Analyser(TableReading):
         self.decode_at = decode_at
         self.read = read
         self.noreturn = noreturn
+        self.table_entries: Dict[tuple, dict] = {}      # TableReading's
 
     def run(self, start: int, end: int, seeds: List[Tuple[int, State]], pads=()) -> FunctionAnalysis:
         """pads: [(call-site start, end, landing pad)] from the function's LSDA."""
