@@ -181,13 +181,14 @@ class CodeAnalysis(CallFacts):
         code is kept: capstone decodes an IT block's instructions right only in one sweep."""
         if self.thumb:
             return
-        address = start
+        address, dropped, pop = start, [], self._decoded.pop
         while address < end:
-            insn = self._decoded.pop(address, None)
+            insn = pop(address, None)
             if insn is None:
-                return
-            self._dropped.set(address, 1)
+                break
+            dropped.append(address)
             address = insn.end
+        self._dropped.set_all(dropped, 1)
 
     # -- functions --
 

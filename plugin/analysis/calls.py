@@ -92,7 +92,7 @@ class CallFacts:
         if light is None:
             for start, end in sorted(self.functions.items()):
                 self.decode_range(start, end)
-            decode_at = self.decode_at
+            decode_at, falls_through = self.decode_at, None
         else:
             flow_only: Dict[int, object] = {}      # the jumps, calls and returns
             sizes = ByteMap()                       # every instruction's size (memory: not an Insn each)
@@ -113,8 +113,11 @@ class CallFacts:
                     return insn
                 size = sizes.get(address)
                 return Insn(address, size, "") if size else self.decode_at(address)
+
+            def falls_through(address):
+                return 0 if address in flow_only else sizes.get(address)
         module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
-                                 self._slot_noreturn)
+                                 self._slot_noreturn, falls_through)
         self._noreturn.update(noreturn.decide(module))
         self._noreturn_decided = True
 
