@@ -13,7 +13,7 @@ from typing import Optional
 
 from functools import partial
 
-from plugin.analysis import x86
+from plugin.analysis import x86, x86_decoded
 from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING  # noqa: F401  (part of every arch's facts)
 
 CAPSTONE = ("CS_ARCH_X86", "CS_MODE_32")
@@ -51,8 +51,8 @@ _THUNK_LOAD = re.compile(r"mov (e[a-z]{2}), dword ptr \[esp\]$")
 
 # One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: only for the control flow
 # (plugin.analysis.noreturn), None for an instruction that falls through. Bound in C (called per instruction).
-decode = partial(x86.decode, DIALECT)
-decode_flow = partial(x86.decode_flow, DIALECT)
+decode = partial(x86_decoded.decode, DIALECT)
+decode_flow = partial(x86_decoded.decode_flow, DIALECT)
 
 
 def is_padding(text: str) -> bool:

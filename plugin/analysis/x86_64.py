@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from plugin.analysis import x86
+from plugin.analysis import x86, x86_decoded
 from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING, is_padding  # noqa: F401  (part of every arch's facts)
 
 CAPSTONE = ("CS_ARCH_X86", "CS_MODE_64")
@@ -52,5 +52,5 @@ DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, pc_name="rip")
 
 # One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: only for the control flow
 # (plugin.analysis.noreturn), None for an instruction that falls through. Bound in C (called per instruction).
-decode = partial(x86.decode, DIALECT)
-decode_flow = partial(x86.decode_flow, DIALECT)
+decode = partial(x86_decoded.decode, DIALECT)
+decode_flow = partial(x86_decoded.decode_flow, DIALECT)
