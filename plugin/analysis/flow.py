@@ -138,15 +138,20 @@ class Analyser(TableReading):
             merged, changed = join(old, state, address)
             if changed and not result.stack_heights_differ:
                 result.stack_heights_differ = _heights_differ(old, state, self.facts.SP)
-        if changed:
-            count = visits.get(address, 0) + 1
-            visits[address] = count
-            if count > MAX_VISITS:
-                result.gave_up[address] = "the paths reaching it did not settle"
-                del result.states[address]
-                return
-            result.states[address] = merged
+        if changed and self._replaced(result, visits, address, merged):
             work.append(address)
+
+    @staticmethod
+    def _replaced(result, visits, address, state) -> bool:
+        """A changed state at address, unless it changed too often: False, and the analysis gives up there."""
+        count = visits.get(address, 0) + 1
+        visits[address] = count
+        if count > MAX_VISITS:
+            result.gave_up[address] = "the paths reaching it did not settle"
+            del result.states[address]
+            return False
+        result.states[address] = state
+        return True
 
     def _drain(self, result, visits, work):
         facts = self.facts
@@ -173,13 +178,25 @@ class Analyser(TableReading):
                 if insn.flow is Flow.NEXT:
                     target = insn.end
                     if start <= target < end:
-                        if target not in states and target not in gave_up:
+                        if target in gave_up:
+                            break
+                        old = states.get(target)
+                        if old is None:
                             states[target] = after          # reached first, from here: straight on
                             sources[target] = address
                             address, state = target, after
                             continue
-                        merge(result, visits, work, target, after, address)
-                        break
+                        if sources.get(target) != address:
+                            merge(result, visits, work, target, after, address)
+                            break
+                        # Reached from here alone: _merge's replacement, then straight on as the work
+                        # list would go next (it would take target first, unless followed with this state).
+                        if after is old or (after.regs == old.regs and after.mem == old.mem) \
+                                or not self._replaced(result, visits, target, after) \
+                                or followed.get(target) is after:
+                            break
+                        address, state = target, after
+                        continue
                 for target, out in self._successors(result, insn, after):
                     if start <= target < end:
                         merge(result, visits, work, target, out, address)
