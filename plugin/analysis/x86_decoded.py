@@ -29,9 +29,13 @@ def is_flow(mnemonic: str) -> bool:
 def decode_flow(d: Dialect, address, size, mnemonic, op_str):
     """decode() where only the control flow is asked for (plugin.analysis.noreturn): None for an
     instruction that is not a jump, call, return or stop (it falls through)."""
-    if is_flow(mnemonic):
-        return decode(d, address, size, mnemonic, op_str)
-    return None
+    flow = _FLOW.get(mnemonic)
+    if flow is None:
+        flow = _FLOW[mnemonic] = is_flow(mnemonic)
+    return decode(d, address, size, mnemonic, op_str) if flow else None
+
+
+_FLOW: Dict[str, bool] = {}        # mnemonic -> is_flow(mnemonic): a few hundred, asked once per instruction
 
 
 _DECODED: Dict[Tuple[int, str, str], Insn] = {}   # (dialect, mnemonic, operands) -> an Insn decoded before
