@@ -295,8 +295,9 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
     result = analysis.function(start, end)
     report = FunctionReport(start, end, name)
     registers_of = {source: checked_registers(source, facts) for source in tables}
-    judged: Dict[str, tuple] = {}       # source -> (row, state, verdict) last judged
-    plans: Dict[tuple, tuple] = {}      # (source, id(row)) -> (row, row_plan): rows repeat over their range
+    judged: Dict[str, tuple] = {}       # source -> (row, state, verdict, plan) last judged
+    # (source, id(row)) -> (row, row_plan, its verdict is the same at every pc): rows repeat over their range
+    plans: Dict[tuple, tuple] = {}
     insns, states, unknown, summaries = result.insns, result.states, report.unknown, report.sources
     right, wrong = Verdict.RIGHT, Verdict.WRONG
     cfa_state = cfa = None              # the state whose CFA was found last, and that CFA
@@ -342,15 +343,19 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                 if last is not None and last[0] is row and last[1] is state:
                     verdict = last[2]               # the same row and the same state as the instruction before
                 else:
-                    plan = plans.get((source, id(row)))
-                    if plan is None or plan[0] is not row:
-                        plan = plans[(source, id(row))] = (row, row_plan(row, facts, registers_of[source]))
+                    if last is not None and last[0] is row:
+                        plan = last[3]              # the same row: its plan
+                    else:
+                        plan = plans.get((source, id(row)))
+                        if plan is None or plan[0] is not row:
+                            plan = plans[(source, id(row))] = (row, row_plan(row, facts, registers_of[source]),
+                                                               row.cfa.kind != CfaKind.EXPRESSION)
                     if plan[1] is not None and is_right(plan[1], state):
                         verdict = right
                     else:
                         verdict = quick_verdict(row, state, facts, arch, registers_of[source], address)
-                    if row.cfa.kind != CfaKind.EXPRESSION:      # an expression's verdict may depend on the pc
-                        judged[source] = (row, state, verdict)
+                    if plan[2]:                     # an expression's verdict may depend on the pc
+                        judged[source] = (row, state, verdict, plan)
                 summary.checked += 1
                 if verdict is right:
                     summary.right += 1
