@@ -14,6 +14,9 @@ from plugin.analysis.ops import Insn
 from plugin.analysis.state import CFA, OTHER, UNSET, Kind, State, addr, caller, plus, stack, unknown
 
 
+_ADDR, _STACK, _UNKNOWN = Kind.ADDR, Kind.STACK, Kind.UNKNOWN    # read per instruction: globals
+
+
 def entry_state(arch_facts) -> State:
     regs = {arch_facts.SP: stack(CFA, arch_facts.ENTRY_SP)}
     for number in arch_facts.CALLEE_SAVED:
@@ -74,7 +77,7 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
     """The state after insn. share: the result may be `state` itself (an instruction without effects),
     or hold the same stack-slot dict (one that stores nothing): for callers that never change a state
     in place once made (the worklist; join makes new states)."""
-    pending = not insn.flags_kept and state.regs.get(BOUND_PENDING, NOT_PENDING)[0] == Kind.ADDR
+    pending = not insn.flags_kept and state.regs.get(BOUND_PENDING, NOT_PENDING)[0] == _ADDR
     if share and not insn.effects and not pending:
         return state
     out = State(dict(state.regs), state.mem if share else dict(state.mem), state.word)
@@ -92,9 +95,13 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
                 value = OTHER
             elif kind == "reg":
                 value = regs.get(expr[1], UNSET)
+            elif kind == "addr":
+                value = (_ADDR, expr[1])
+            elif kind == "add" and expr[1][0] == "reg":
+                value = plus(regs.get(expr[1][1], UNSET), expr[2])
             else:
                 value = evaluate(expr, out)
-            if number == sp and value[0] != Kind.STACK and value[0] != Kind.UNKNOWN:
+            if number == sp and value[0] != _STACK and value[0] != _UNKNOWN:
                 value = unknown("%s sets the stack pointer to a value the analysis does not know"
                                 % insn.text)
             regs[number] = value
