@@ -222,7 +222,8 @@ class Analyser(TableReading):
         if flow == Flow.NEXT:
             return [(insn.end, state)]
         if flow == Flow.BRANCH:
-            if BOUND_PENDING in state.regs:
+            pending = state.regs.get(BOUND_PENDING)
+            if pending is not None and pending[0] == Kind.ADDR:     # else branch_bound keeps the state
                 return [(insn.target, branch_bound(insn, state, True)), (insn.end, branch_bound(insn, state, False))]
             return [(insn.target, state), (insn.end, state)]
         if flow == Flow.JUMP:
