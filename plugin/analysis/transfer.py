@@ -74,9 +74,9 @@ def evaluate(expr, state: State):
 
 
 def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
-    """The state after insn. share: the result may be `state` itself (an instruction without effects),
-    or hold the same stack-slot dict (one that stores nothing): for callers that never change a state
-    in place once made (the worklist; join makes new states)."""
+    """The state after insn. share: the result may be `state` itself (an instruction without effects,
+    or one whose effects change nothing), or hold the same stack-slot dict (one that stores nothing):
+    for callers that never change a state in place once made (the worklist; join makes new states)."""
     pending = not insn.flags_kept and state.regs.get(BOUND_PENDING, NOT_PENDING)[0] == _ADDR
     if share and not insn.effects and not pending:
         return state
@@ -115,4 +115,6 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
     if temporaries:                     # the registers an instruction uses on its way (negative numbers)
         for temporary in [r for r in out.regs if r < 0]:
             del out.regs[temporary]
+    if share and regs == state.regs and (out.mem is state.mem or out.mem == state.mem):
+        return state                    # nothing changed (a register that held a computed value gets another)
     return out
