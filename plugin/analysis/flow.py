@@ -22,6 +22,7 @@ from plugin.analysis.state import OTHER, Kind, State, addr, join, plus, unknown
 from plugin.analysis.table_reading import TableReading
 from plugin.analysis.transfer import apply, entry_like, entry_state  # noqa: F401
 
+NEXT, BRANCH = Flow.NEXT, Flow.BRANCH     # read per instruction: globals, not attributes of the enum
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
 CLOBBERED = unknown("clobbered by a call")
 
@@ -175,7 +176,7 @@ class Analyser(TableReading):
                         break
                     insns[address] = insn
                 after = apply(insn, state, sp, share=True)
-                if insn.flow is Flow.NEXT:
+                if insn.flow is NEXT:
                     target = insn.end
                     if start <= target < end:
                         if target in gave_up:
@@ -219,13 +220,13 @@ class Analyser(TableReading):
     def _successors(self, result, insn, state):
         facts = self.facts
         flow = insn.flow
-        if flow == Flow.NEXT:
-            return [(insn.end, state)]
-        if flow == Flow.BRANCH:
+        if flow is BRANCH:
             pending = state.regs.get(BOUND_PENDING)
             if pending is not None and pending[0] == Kind.ADDR:     # else branch_bound keeps the state
                 return [(insn.target, branch_bound(insn, state, True)), (insn.end, branch_bound(insn, state, False))]
             return [(insn.target, state), (insn.end, state)]
+        if flow is NEXT:
+            return [(insn.end, state)]
         if flow == Flow.JUMP:
             if not result.start <= insn.target < result.end and entry_like(state, facts):
                 result.returns = True                  # a tail call
