@@ -167,9 +167,9 @@ class CodeAnalysis(CallFacts):
             return
         decode = self._decode
         cache = self._decoded
-        for found in self._cs.disasm_lite(code, start):
-            if found[0] not in cache:
-                cache[found[0]] = decode(*found)
+        for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
+            if address not in cache:
+                cache[address] = decode(address, size, mnemonic, op_str)
 
     def is_decoded(self, address: int) -> bool:
         """Was an instruction decoded at address (by a sweep, or on demand), kept or dropped since?"""

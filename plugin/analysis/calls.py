@@ -96,16 +96,17 @@ class CallFacts:
         else:
             flow_only: Dict[int, object] = {}      # the jumps, calls and returns
             sizes = ByteMap()                       # every instruction's size (memory: not an Insn each)
+            put_new = sizes.put_new
             for start, end in sorted(self.functions.items()):
                 try:
                     code = self.read(start, end - start)
                 except Exception:
                     continue
-                for found in self._cs.disasm_lite(code, start):
-                    if sizes.put_new(found[0], found[1]):
-                        insn = light(*found)
+                for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
+                    if put_new(address, size):
+                        insn = light(address, size, mnemonic, op_str)
                         if insn is not None:    # a jump, call or return: what this pass reads of it
-                            flow_only[found[0]] = Step(insn)
+                            flow_only[address] = Step(insn)
 
             def decode_at(address):
                 insn = flow_only.get(address)
