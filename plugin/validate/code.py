@@ -299,6 +299,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
     # (source, id(row)) -> (row, row_plan, its verdict is the same at every pc): rows repeat over their range
     plans: Dict[tuple, tuple] = {}
     insns, states, unknown, summaries = result.insns, result.states, report.unknown, report.sources
+    sources = list(tables.items())
     right, wrong = Verdict.RIGHT, Verdict.WRONG
     cfa_state = cfa = None              # the state whose CFA was found last, and that CFA
     address = start
@@ -331,7 +332,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                 report.analysed += 1
             if keep_detail:
                 line["analysis"] = arows.text(state, facts, arch)
-            for source, row_at in tables.items():
+            for source, row_at in sources:
                 summary = summaries.get(source)
                 if summary is None:
                     summary = summaries[source] = SourceSummary()
