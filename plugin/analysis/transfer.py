@@ -85,11 +85,12 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
     own_mem = not share
     if pending:
         drop_pending(out, insn)         # the flags a compare set are overwritten before its branch
-    temporaries = False
+    temporaries = None                  # the registers it uses on its way (negative numbers; no state holds one)
     for effect in insn.effects:
         if effect[0] == "set":
             number, expr = effect[1], effect[2]
-            temporaries = temporaries or number < 0
+            if number < 0:
+                temporaries = [number] if temporaries is None else temporaries + [number]
             kind = expr[0]
             if kind == "other":         # the commonest expressions, without a call
                 value = OTHER
@@ -112,9 +113,9 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
             if not own_mem:
                 out.mem, own_mem = dict(out.mem), True
             out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
-    if temporaries:                     # the registers an instruction uses on its way (negative numbers)
-        for temporary in [r for r in out.regs if r < 0]:
-            del out.regs[temporary]
+    if temporaries is not None:
+        for temporary in temporaries:
+            regs.pop(temporary, None)
     if share and regs == state.regs and (out.mem is state.mem or out.mem == state.mem):
         return state                    # nothing changed (a register that held a computed value gets another)
     return out
