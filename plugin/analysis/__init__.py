@@ -73,32 +73,24 @@ def continuation_seeds(entries, jumps, start):
 
 
 class FrameKey:
-    """A state's registers and slots, hashable, equal exactly when the states are: each dict's items
-    in a canonical order. Far smaller than frozensets (a module keeps one for every jump into a
-    `.cold` part until the parts are settled); its hash is computed once, since every round of the
-    parts (plugin.validate.parts) looks every key up again. Pickled for `--jobs N`, whose processes
-    are forked (the same string hashes)."""
-    __slots__ = ("items", "hash")
+    """A state's registers and slots, hashable, equal exactly when the states are: the state's own
+    dicts (a state is not changed once made), compared as dicts, and a hash of their items that does
+    not depend on their order, computed once, since every round of the parts (plugin.validate.parts)
+    looks every key up again. It holds nothing the state does not (a module keeps one for every jump
+    into a `.cold` part until the parts are settled), and needs no sort. Pickled for `--jobs N`,
+    whose processes are forked (the same string hashes)."""
+    __slots__ = ("regs", "mem", "hash")
 
     def __init__(self, state):
-        try:
-            slots = sorted(state.mem.items())       # keys never tie: their values are not compared
-        except TypeError:                           # CFA slots and a realigned base's: keys of two types
-            slots = sorted(state.mem.items(), key=_slot_order)
-        self.items = (tuple(sorted(state.regs.items())), tuple(slots))
-        self.hash = hash(self.items)
+        self.regs, self.mem = state.regs, state.mem
+        self.hash = hash((sum(map(hash, state.regs.items())), sum(map(hash, state.mem.items()))))
 
     def __hash__(self) -> int:
         return self.hash
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, FrameKey) and self.hash == other.hash and self.items == other.items
-
-
-def _slot_order(item) -> tuple:
-    """Slots relative to the CFA by offset, then those of a realigned base (keys never tie)."""
-    base, offset = item[0]
-    return (0, offset, "") if base == CFA else (1, offset, repr(base))
+        return isinstance(other, FrameKey) and self.hash == other.hash and self.regs == other.regs \
+            and self.mem == other.mem
 
 
 def frame_key(state) -> FrameKey:
@@ -180,9 +172,9 @@ class CodeAnalysis(CallFacts):
             return
         decode = self._decode
         cache = self._decoded
-        for found in self._cs.disasm_lite(code, start):
-            if found[0] not in cache:
-                cache[found[0]] = decode(*found)
+        for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
+            if address not in cache:
+                cache[address] = decode(address, size, mnemonic, op_str)
 
     def is_decoded(self, address: int) -> bool:
         """Was an instruction decoded at address (by a sweep, or on demand), kept or dropped since?"""
@@ -194,13 +186,14 @@ class CodeAnalysis(CallFacts):
         code is kept: capstone decodes an IT block's instructions right only in one sweep."""
         if self.thumb:
             return
-        address = start
+        address, dropped, pop = start, [], self._decoded.pop
         while address < end:
-            insn = self._decoded.pop(address, None)
+            insn = pop(address, None)
             if insn is None:
-                return
-            self._dropped.set(address, 1)
+                break
+            dropped.append(address)
             address = insn.end
+        self._dropped.set_all(dropped, 1)
 
     # -- functions --
 

@@ -92,21 +92,21 @@ class CallFacts:
         if light is None:
             for start, end in sorted(self.functions.items()):
                 self.decode_range(start, end)
-            decode_at = self.decode_at
+            decode_at, falls_through = self.decode_at, None
         else:
             flow_only: Dict[int, object] = {}      # the jumps, calls and returns
             sizes = ByteMap()                       # every instruction's size (memory: not an Insn each)
+            put_new = sizes.put_new
             for start, end in sorted(self.functions.items()):
                 try:
                     code = self.read(start, end - start)
                 except Exception:
                     continue
-                for found in self._cs.disasm_lite(code, start):
-                    if not sizes.get(found[0]):
-                        sizes.set(found[0], found[1])
-                        insn = light(*found)
-                        if insn.text:           # a jump, call or return: what this pass reads of it
-                            flow_only[found[0]] = Step(insn)
+                for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
+                    if put_new(address, size):
+                        insn = light(address, size, mnemonic, op_str)
+                        if insn is not None:    # a jump, call or return: what this pass reads of it
+                            flow_only[address] = Step(insn)
 
             def decode_at(address):
                 insn = flow_only.get(address)
@@ -114,8 +114,11 @@ class CallFacts:
                     return insn
                 size = sizes.get(address)
                 return Insn(address, size, "") if size else self.decode_at(address)
+
+            def falls_through(address):
+                return 0 if address in flow_only else sizes.get(address)
         module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
-                                 self._slot_noreturn)
+                                 self._slot_noreturn, falls_through)
         self._noreturn.update(noreturn.decide(module))
         self._noreturn_decided = True
 

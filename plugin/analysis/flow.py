@@ -22,6 +22,7 @@ from plugin.analysis.state import OTHER, Kind, State, addr, join, plus, unknown
 from plugin.analysis.table_reading import TableReading
 from plugin.analysis.transfer import apply, entry_like, entry_state  # noqa: F401
 
+NEXT, BRANCH = Flow.NEXT, Flow.BRANCH     # read per instruction: globals, not attributes of the enum
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
 CLOBBERED = unknown("clobbered by a call")
 
@@ -80,6 +81,7 @@ class Analyser(TableReading):
         self.decode_at = decode_at
         self.read = read
         self.noreturn = noreturn
+        self.table_entries: Dict[tuple, dict] = {}      # TableReading's
 
     def run(self, start: int, end: int, seeds: List[Tuple[int, State]], pads=()) -> FunctionAnalysis:
         """pads: [(call-site start, end, landing pad)] from the function's LSDA."""
@@ -137,21 +139,27 @@ class Analyser(TableReading):
             merged, changed = join(old, state, address)
             if changed and not result.stack_heights_differ:
                 result.stack_heights_differ = _heights_differ(old, state, self.facts.SP)
-        if changed:
-            count = visits.get(address, 0) + 1
-            visits[address] = count
-            if count > MAX_VISITS:
-                result.gave_up[address] = "the paths reaching it did not settle"
-                del result.states[address]
-                return
-            result.states[address] = merged
+        if changed and self._replaced(result, visits, address, merged):
             work.append(address)
+
+    @staticmethod
+    def _replaced(result, visits, address, state) -> bool:
+        """A changed state at address, unless it changed too often: False, and the analysis gives up there."""
+        count = visits.get(address, 0) + 1
+        visits[address] = count
+        if count > MAX_VISITS:
+            result.gave_up[address] = "the paths reaching it did not settle"
+            del result.states[address]
+            return False
+        result.states[address] = state
+        return True
 
     def _drain(self, result, visits, work):
         facts = self.facts
         followed = self._followed
         states, insns, gave_up, sources = result.states, result.insns, result.gave_up, self._source
         start, end, sp = result.start, result.end, facts.SP
+        merge = self._merge
         while work:
             address = work.pop()
             state = states.get(address)
@@ -168,16 +176,31 @@ class Analyser(TableReading):
                         break
                     insns[address] = insn
                 after = apply(insn, state, sp, share=True)
-                if insn.flow is Flow.NEXT:
+                if insn.flow is NEXT:
                     target = insn.end
-                    if start <= target < end and target not in states and target not in gave_up:
-                        states[target] = after          # reached first, from here: straight on
-                        sources[target] = address
+                    if start <= target < end:
+                        if target in gave_up:
+                            break
+                        old = states.get(target)
+                        if old is None:
+                            states[target] = after          # reached first, from here: straight on
+                            sources[target] = address
+                            address, state = target, after
+                            continue
+                        if sources.get(target) != address:
+                            merge(result, visits, work, target, after, address)
+                            break
+                        # Reached from here alone: _merge's replacement, then straight on as the work
+                        # list would go next (it would take target first, unless followed with this state).
+                        if after is old or (after.regs == old.regs and after.mem == old.mem) \
+                                or not self._replaced(result, visits, target, after) \
+                                or followed.get(target) is after:
+                            break
                         address, state = target, after
                         continue
                 for target, out in self._successors(result, insn, after):
                     if start <= target < end:
-                        self._merge(result, visits, work, target, out, address)
+                        merge(result, visits, work, target, out, address)
                     else:
                         self._exit(result, address, target, out)
                 break
@@ -197,12 +220,13 @@ class Analyser(TableReading):
     def _successors(self, result, insn, state):
         facts = self.facts
         flow = insn.flow
-        if flow == Flow.NEXT:
-            return [(insn.end, state)]
-        if flow == Flow.BRANCH:
-            if BOUND_PENDING in state.regs:
+        if flow is BRANCH:
+            pending = state.regs.get(BOUND_PENDING)
+            if pending is not None and pending[0] == Kind.ADDR:     # else branch_bound keeps the state
                 return [(insn.target, branch_bound(insn, state, True)), (insn.end, branch_bound(insn, state, False))]
             return [(insn.target, state), (insn.end, state)]
+        if flow is NEXT:
+            return [(insn.end, state)]
         if flow == Flow.JUMP:
             if not result.start <= insn.target < result.end and entry_like(state, facts):
                 result.returns = True                  # a tail call

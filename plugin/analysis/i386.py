@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from plugin.analysis import x86
+from functools import partial
+
+from plugin.analysis import x86, x86_decoded
 from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING  # noqa: F401  (part of every arch's facts)
 
 CAPSTONE = ("CS_ARCH_X86", "CS_MODE_32")
@@ -47,14 +49,10 @@ DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, call_next_pushes=True)
 _THUNK_LOAD = re.compile(r"mov (e[a-z]{2}), dword ptr \[esp\]$")
 
 
-def decode(address, size, mnemonic, op_str):
-    """One capstone (address, size, mnemonic, op_str) as an Insn."""
-    return x86.decode(DIALECT, address, size, mnemonic, op_str)
-
-
-def decode_flow(address, size, mnemonic, op_str):
-    """decode() for the control flow only (plugin.analysis.noreturn)."""
-    return x86.decode_flow(DIALECT, address, size, mnemonic, op_str)
+# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: only for the control flow
+# (plugin.analysis.noreturn), None for an instruction that falls through. Bound in C (called per instruction).
+decode = partial(x86_decoded.decode, DIALECT)
+decode_flow = partial(x86_decoded.decode_flow, DIALECT)
 
 
 def is_padding(text: str) -> bool:

@@ -27,13 +27,23 @@ class Module:
     """The functions of one module as the flow sees them: starts, ends, parts, names."""
 
     def __init__(self, functions: Dict[int, int], parts, decode_at: Callable,
-                 named: Callable[[int], Optional[bool]], slot_named: Callable[[int], Optional[bool]]):
+                 named: Callable[[int], Optional[bool]], slot_named: Callable[[int], Optional[bool]],
+                 falls_through: Optional[Callable[[int], int]] = None):
         self.starts = sorted(functions)
         self.functions = functions
         self.parts = parts
         self.decode_at = decode_at
         self.named = named              # address -> never returns, by its name; None: no name
         self.slot_named = slot_named    # GOT slot address -> the same, by the slot's symbol
+        # address -> the size of the instruction there when it only falls through (0: not known so;
+        # decode_at tells): a path runs over those without an Insn each
+        self.falls_through = falls_through or (lambda address: 0)
+
+    def own_range_end(self, root: int) -> int:
+        """The end of the addresses from root on whose home is root: its end, or the next start."""
+        i = bisect.bisect_right(self.starts, root)
+        end = self.functions[root]
+        return min(end, self.starts[i]) if i < len(self.starts) else end
 
     def home(self, address: int) -> Optional[int]:
         i = bisect.bisect_right(self.starts, address) - 1
@@ -50,6 +60,7 @@ def decide(module: Module) -> Dict[int, bool]:
     waiting: Dict[int, List[Tuple[int, int]]] = {}
     decoded: Set[int] = set()
     work: List[Tuple[int, int]] = [(root, root) for root in reversed(roots)]
+    falls_through = module.falls_through
 
     def returns(root):
         status[root] = RETURNS
@@ -69,6 +80,11 @@ def decide(module: Module) -> Dict[int, bool]:
         if address in visited:
             continue
         visited.add(address)
+        size = falls_through(address)
+        if size:
+            _straight_on(module, root, address, size, visited, work)
+            decoded.add(root)
+            continue
         insn = module.decode_at(address)
         if insn is None:
             continue
@@ -82,6 +98,26 @@ def decide(module: Module) -> Dict[int, bool]:
             else:
                 work.append((root, outcome))
     return {root: state == PENDING and root in decoded for root, state in status.items()}
+
+
+def _straight_on(module: Module, root: int, address: int, size: int, visited: set, work: list) -> None:
+    """From an instruction at address that falls through (size: its size), over the ones after it that
+    fall through too, while they are root's own (not another function's, nor a part's: those go to
+    the work list as _step's NEXT sends them); the first one that does not goes to the work list."""
+    own_end = module.own_range_end(root)
+    falls_through = module.falls_through
+    while True:
+        address += size
+        if not root <= address < own_end:
+            work.extend((root, a) for a in _inside(module, root, address))
+            return
+        if address in visited:
+            return
+        size = falls_through(address)
+        if not size:
+            work.append((root, address))
+            return
+        visited.add(address)
 
 
 def _step(module: Module, root: int, insn, status) -> list:

@@ -16,6 +16,7 @@ from plugin.formats.dwarf_ops import Fault, operations
 from plugin.model.rules import CfaKind, RuleKind
 
 CFA_ZERO = stack(CFA, 0)
+_STACK = Kind.STACK         # read once per analysed instruction: a global, not an attribute of the enum
 
 
 def cfa_of(state: State, facts) -> Optional[Tuple[int, int, bool]]:
@@ -26,6 +27,9 @@ def cfa_of(state: State, facts) -> Optional[Tuple[int, int, bool]]:
     pointer addresses that holds the CFA.
     """
     regs = state.regs
+    value = regs.get(facts.SP)
+    if value is not None and value[0] == _STACK and value[1] == CFA:
+        return facts.SP, -value[2], False       # the common case, first
     for number in (facts.SP, facts.FP):
         value = regs.get(number)
         if value is not None and value[0] == Kind.STACK and value[1] == CFA:

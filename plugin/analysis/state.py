@@ -41,6 +41,7 @@ class Kind(str, Enum):
     __hash__ = str.__hash__
 
 
+_UNKNOWN = Kind.UNKNOWN    # read in join's loops: a global, not an attribute of the enum each time
 CFA = "cfa"                # the base of stack values relative to the canonical frame address
 
 Value = Tuple              # (Kind, ...) see the constructors below
@@ -147,8 +148,8 @@ def join(old: State, new: State, where: int) -> Tuple[State, bool]:
     if old is new:
         return old, False
     keys, values, slots, contents = _known(old)
-    if tuple(map(new.regs.get, keys, repeat(UNSET))) == values \
-            and tuple(map(new.mem.get, slots, repeat(None))) == contents and new.mem.keys() <= old.mem.keys():
+    if list(map(new.regs.get, keys, repeat(UNSET))) == values \
+            and list(map(new.mem.get, slots, repeat(None))) == contents and new.mem.keys() <= old.mem.keys():
         return old, False           # new agrees wherever old knows something: the common case, in C
     regs = _meet(old.regs, new.regs, UNSET, where)
     if regs is not None:
@@ -170,11 +171,12 @@ def _known(state: State) -> tuple:
     per state. A state is not changed once it has been met with another (the worklist makes new ones)."""
     known = state.known
     if known is None:
-        regs = [(k, v) for k, v in state.regs.items() if v[0] != Kind.UNKNOWN]
-        mem = [(k, v) for k, v in state.mem.items() if v[0] != Kind.UNKNOWN]
-        known = state.known = (tuple(k for k, _ in regs), tuple(v for _, v in regs),
-                               tuple(k for k, _ in mem), tuple(v for _, v in mem))
+        regs, mem = state.regs, state.mem
+        keys = [k for k, v in regs.items() if v[0] != _UNKNOWN]
+        slots = [k for k, v in mem.items() if v[0] != _UNKNOWN]
+        known = state.known = (keys, list(map(regs.__getitem__, keys)), slots, list(map(mem.__getitem__, slots)))
     return known
+
 
 
 def _meet(old: dict, new: dict, missing, where):

@@ -12,8 +12,15 @@ from plugin.analysis.state import Kind, addr
 from plugin.analysis.transfer import evaluate
 
 
+_INSTRUCTION, _PART = "instruction", "part"      # what a table entry's target was found to be
+
+
 class TableReading:
-    """Reads jump tables for flow.Analyser (its facts, read, decode_at, is_boundary and in_part)."""
+    """Reads jump tables for flow.Analyser (its facts, read, decode_at, is_boundary and in_part, and
+    table_entries: (table, entry size, base, function start, end) -> {index: (target, what it is)}: a
+    table is read again on every path that reaches its jump with a new state, and what an entry was
+    found to be stays so: an instruction of the function, or an instruction of a part outside it
+    (decoded instructions stay decoded); _INSTRUCTION, _PART, or None: to be looked at again)."""
 
     def _pc_table_targets(self, result, expr, state):
         """("pc_table", table, entry size, unit, base, falls through): target i = base + unit * entry i
@@ -67,23 +74,38 @@ class TableReading:
         instructions of the function; with a count bounded by the index's compare, entries in a part
         of the function placed elsewhere (a .cold part) too: the jump leaves with its frame (an exit)."""
         targets, parts = [], []
+        known = self.table_entries.setdefault((table, size, relative, result.start, result.end), {})
         for index in range(count):
-            try:
-                raw = self.read(table + index * size, size)
-            except Exception:       # the table runs out of readable memory: it ended
-                break
-            entry = int.from_bytes(raw, "little", signed=relative is not None)
-            target = relative + entry if relative is not None else entry
-            if self.facts.INTERWORKING:
-                target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
+            target, kind = known.get(index, (None, None))
+            if kind is _INSTRUCTION:
+                targets.append(target)
+                continue
+            if kind is _PART:
+                if not bounded:
+                    break
+                parts.append(target)
+                continue
+            if target is None:
+                try:
+                    raw = self.read(table + index * size, size)
+                except Exception:       # the table runs out of readable memory: it ended
+                    break
+                entry = int.from_bytes(raw, "little", signed=relative is not None)
+                target = relative + entry if relative is not None else entry
+                if self.facts.INTERWORKING:
+                    target &= ~1                # bit 0 of an Arm table entry: the target is Thumb code
+                known[index] = (target, None)
             if not result.start <= target < result.end or not self.is_boundary(target):
                 if bounded and self.in_part(target):
+                    if not result.start <= target < result.end:
+                        known[index] = (target, _PART)
                     parts.append(target)
                     continue
                 break               # past the table: data, or an entry of another table
             found = self.decode_at(target)
             if found is None or self.facts.is_padding(found.text):
                 break
+            known[index] = (target, _INSTRUCTION)
             targets.append(target)
         found = sorted(set(targets)) + sorted(set(parts))
         known = result.tables.get(insn.address)

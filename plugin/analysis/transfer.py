@@ -8,10 +8,13 @@ these is plugin.analysis.flow.
 """
 from __future__ import annotations
 
-from plugin.analysis.bounds import (BOUND_EXPRESSIONS, BOUND_OF, BOUND_PENDING, UNCOMPARED, bounded_entries,
-                                    drop_pending)
+from plugin.analysis.bounds import (BOUND_EXPRESSIONS, BOUND_OF, BOUND_PENDING, NOT_PENDING, UNCOMPARED,
+                                    bounded_entries, drop_pending)
 from plugin.analysis.ops import Insn
-from plugin.analysis.state import CFA, OTHER, Kind, State, addr, caller, plus, stack, unknown
+from plugin.analysis.state import CFA, OTHER, UNSET, Kind, State, addr, caller, plus, stack, unknown
+
+
+_ADDR, _STACK, _UNKNOWN = Kind.ADDR, Kind.STACK, Kind.UNKNOWN    # read per instruction: globals
 
 
 def entry_state(arch_facts) -> State:
@@ -41,6 +44,9 @@ def evaluate(expr, state: State):
         return addr(expr[1])
     if kind == "other":
         return OTHER
+    bound = BOUND_EXPRESSIONS.get(kind)
+    if bound is not None:
+        return bound(expr, state)
     if kind == "sub":              # expr minus a register holding a known constant (`sub rsp, rax`)
         amount = state.reg(expr[2])
         if amount[0] == Kind.ADDR:
@@ -64,39 +70,52 @@ def evaluate(expr, state: State):
         if a[0] == Kind.TABLE and b[0] == Kind.ADDR and a[4] == b[1]:
             return (Kind.TARGET, a[1], a[2], a[3], a[4])
         return OTHER
-    if kind in BOUND_EXPRESSIONS:
-        return BOUND_EXPRESSIONS[kind](expr, state)
     return unknown(expr[1] if len(expr) > 1 and isinstance(expr[1], str) else "not followed")
 
 
 def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
-    """The state after insn. share: the result may be `state` itself (an instruction without effects),
-    or hold the same stack-slot dict (one that stores nothing): for callers that never change a state
-    in place once made (the worklist; join makes new states)."""
-    pending = not insn.flags_kept and BOUND_PENDING in state.regs
+    """The state after insn. share: the result may be `state` itself (an instruction without effects,
+    or one whose effects change nothing), or hold the same stack-slot dict (one that stores nothing):
+    for callers that never change a state in place once made (the worklist; join makes new states)."""
+    pending = not insn.flags_kept and state.regs.get(BOUND_PENDING, NOT_PENDING)[0] == _ADDR
     if share and not insn.effects and not pending:
         return state
     out = State(dict(state.regs), state.mem if share else dict(state.mem), state.word)
+    regs = out.regs
     own_mem = not share
     if pending:
         drop_pending(out, insn)         # the flags a compare set are overwritten before its branch
-    temporaries = False
+    temporaries = None                  # the registers it uses on its way (negative numbers; no state holds one)
     for effect in insn.effects:
         if effect[0] == "set":
-            temporaries = temporaries or effect[1] < 0
-            value = evaluate(effect[2], out)
-            if effect[1] == sp and value[0] not in (Kind.STACK, Kind.UNKNOWN):
+            number, expr = effect[1], effect[2]
+            if number < 0:
+                temporaries = [number] if temporaries is None else temporaries + [number]
+            kind = expr[0]
+            if kind == "other":         # the commonest expressions, without a call
+                value = OTHER
+            elif kind == "reg":
+                value = regs.get(expr[1], UNSET)
+            elif kind == "addr":
+                value = (_ADDR, expr[1])
+            elif kind == "add" and expr[1][0] == "reg":
+                value = plus(regs.get(expr[1][1], UNSET), expr[2])
+            else:
+                value = evaluate(expr, out)
+            if number == sp and value[0] != _STACK and value[0] != _UNKNOWN:
                 value = unknown("%s sets the stack pointer to a value the analysis does not know"
                                 % insn.text)
-            out.regs[effect[1]] = value
-            compared = out.regs.get(BOUND_OF)
-            if compared is not None and compared[1] == effect[1] and effect[1] != BOUND_OF:
-                out.regs[BOUND_OF] = UNCOMPARED      # the compared register changed: the bound is gone
+            regs[number] = value
+            compared = regs.get(BOUND_OF)
+            if compared is not None and compared[1] == number and number != BOUND_OF:
+                regs[BOUND_OF] = UNCOMPARED      # the compared register changed: the bound is gone
         else:
             if not own_mem:
                 out.mem, own_mem = dict(out.mem), True
             out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
-    if temporaries:                     # the registers an instruction uses on its way (negative numbers)
-        for temporary in [r for r in out.regs if r < 0]:
-            del out.regs[temporary]
+    if temporaries is not None:
+        for temporary in temporaries:
+            regs.pop(temporary, None)
+    if share and regs == state.regs and (out.mem is state.mem or out.mem == state.mem):
+        return state                    # nothing changed (a register that held a computed value gets another)
     return out

@@ -172,41 +172,6 @@ def _implicit(d: Dialect, insn, names):
             insn.effects.append(("set", number, OTHER))
 
 
-def decode_flow(d: Dialect, address, size, mnemonic, op_str):
-    """decode() where only the control flow is asked for (plugin.analysis.noreturn): an instruction
-    that is not a jump, call, return or stop is a plain Insn that falls through."""
-    bare = mnemonic
-    if " " in bare:                 # every prefix ends with a space
-        for prefix in _PREFIXES:
-            if bare.startswith(prefix):
-                bare = bare[len(prefix):]
-    if bare.startswith(("j", "loop", "ret", "call")) or bare in _STOPS:
-        return decode(d, address, size, mnemonic, op_str)
-    return Insn(address, size, "")
-
-
-_DECODED: Dict[Tuple[int, str, str], Insn] = {}   # (dialect, mnemonic, operands) -> an Insn decoded before
-MAX_DECODED = 1 << 16                               # of them kept at most (memory)
-
-
-def decode(d: Dialect, address, size, mnemonic, op_str):
-    """One capstone (address, size, mnemonic, op_str) as an Insn; the same text decodes to the same
-    effects wherever it is, unless they name its address (rip-relative operands, a compare's pending
-    bound, a realignment, a call to the next instruction): those are decoded each time."""
-    key = (id(d), mnemonic, op_str)
-    found = _DECODED.get(key)
-    if found is not None:
-        return Insn(address, size, found.text, found.effects, found.flow, found.target, found.indirect,
-                    found.through_memory, found.popped, found.bound_kept, found.flags_kept)
-    insn = _decode(d, address, size, mnemonic, op_str)
-    if not (d.pc_name and d.pc_name in op_str) and "cmp" not in mnemonic and "and" not in mnemonic \
-            and not (d.call_next_pushes and "call" in mnemonic):
-        if len(_DECODED) >= MAX_DECODED:
-            _DECODED.clear()
-        _DECODED[key] = insn
-    return insn
-
-
 def _decode(d: Dialect, address, size, mnemonic, op_str):
     end = address + size
     insn = Insn(address, size, ("%s %s" % (mnemonic, op_str)).strip())

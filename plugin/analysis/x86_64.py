@@ -1,7 +1,9 @@
 """x86_64's registers and ABI facts for the x86 instruction patterns (plugin.analysis.x86)."""
 from __future__ import annotations
 
-from plugin.analysis import x86
+from functools import partial
+
+from plugin.analysis import x86, x86_decoded
 from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING, is_padding  # noqa: F401  (part of every arch's facts)
 
 CAPSTONE = ("CS_ARCH_X86", "CS_MODE_64")
@@ -48,11 +50,7 @@ for _n in range(16):
 DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, pc_name="rip")
 
 
-def decode(address, size, mnemonic, op_str):
-    """One capstone (address, size, mnemonic, op_str) as an Insn."""
-    return x86.decode(DIALECT, address, size, mnemonic, op_str)
-
-
-def decode_flow(address, size, mnemonic, op_str):
-    """decode() for the control flow only (plugin.analysis.noreturn)."""
-    return x86.decode_flow(DIALECT, address, size, mnemonic, op_str)
+# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: only for the control flow
+# (plugin.analysis.noreturn), None for an instruction that falls through. Bound in C (called per instruction).
+decode = partial(x86_decoded.decode, DIALECT)
+decode_flow = partial(x86_decoded.decode_flow, DIALECT)

@@ -295,73 +295,84 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
     result = analysis.function(start, end)
     report = FunctionReport(start, end, name)
     registers_of = {source: checked_registers(source, facts) for source in tables}
-    judged: Dict[str, tuple] = {}       # source -> (row, state, verdict) last judged
-    plans: Dict[tuple, tuple] = {}      # (source, id(row)) -> (row, row_plan): rows repeat over their range
+    judged: Dict[str, tuple] = {}       # source -> (row, state, verdict, plan) last judged
+    # (source, id(row)) -> (row, row_plan, its verdict is the same at every pc): rows repeat over their range
+    plans: Dict[tuple, tuple] = {}
+    insns, states, unknown, summaries = result.insns, result.states, report.unknown, report.sources
+    sources = list(tables.items())
+    right, wrong = Verdict.RIGHT, Verdict.WRONG
+    cfa_state = cfa = None              # the state whose CFA was found last, and that CFA
     address = start
     while address < end:
-        insn = result.insns.get(address) or analysis.decode_at(address)
+        insn = insns.get(address) or analysis.decode_at(address)
         if insn is None:
-            report.unknown[address] = "cannot decode an instruction here"
+            unknown[address] = "cannot decode an instruction here"
             break
-        report.instructions += 1
-        state = result.states.get(address)
+        state = states.get(address)
         line = {"address": address, "instruction": insn.text, "sources": {}} if keep_detail else None
         if state is None:
             reason = result.gave_up.get(address)
             if reason is None:
                 if insn.text.startswith(("nop", "int3", "xchg ax, ax", "data16")) or insn.text == "hlt" \
                         or facts.is_padding(insn.text):
-                    address = insn.end
-                    report.instructions -= 1            # padding between blocks: not an instruction of any path
+                    address = insn.end          # padding between blocks: not an instruction of any path
                     continue
                 reason = "not reached from the function's entry"
-            report.unknown[address] = reason
+            report.instructions += 1
+            unknown[address] = reason
             if keep_detail:
                 line["analysis"] = "unknown (%s)" % reason
         else:
-            cfa = arows.cfa_of(state, facts)
+            report.instructions += 1
+            if state is not cfa_state:          # states are shared by instructions that change nothing
+                cfa_state, cfa = state, arows.cfa_of(state, facts)
             if cfa is None:
-                report.unknown[address] = arows.cfa_text(state, facts, arch)
+                unknown[address] = arows.cfa_text(state, facts, arch)
             else:
                 report.analysed += 1
             if keep_detail:
                 line["analysis"] = arows.text(state, facts, arch)
-            for source, row_at in tables.items():
-                summary = report.sources.get(source)
+            for source, row_at in sources:
+                summary = summaries.get(source)
                 if summary is None:
-                    summary = report.sources[source] = SourceSummary()
+                    summary = summaries[source] = SourceSummary()
                 row = row_at(address)
                 if row is None:
                     summary.uncovered += 1
                     continue
-                registers = registers_of[source]
                 last = judged.get(source)
                 if last is not None and last[0] is row and last[1] is state:
                     verdict = last[2]               # the same row and the same state as the instruction before
                 else:
-                    plan = plans.get((source, id(row)))
-                    if plan is None or plan[0] is not row:
-                        plan = plans[(source, id(row))] = (row, row_plan(row, facts, registers))
-                    if plan[1] is not None and is_right(plan[1], state):
-                        verdict = Verdict.RIGHT
+                    if last is not None and last[0] is row:
+                        plan = last[3]              # the same row: its plan
                     else:
-                        verdict = quick_verdict(row, state, facts, arch, registers, address)
-                    if row.cfa.kind != CfaKind.EXPRESSION:      # an expression's verdict may depend on the pc
-                        judged[source] = (row, state, verdict)
-                if verdict == Verdict.WRONG and address in result.assumed:
-                    verdict = Verdict.UNKNOWN       # reached only through an unresolved indirect jump
+                        plan = plans.get((source, id(row)))
+                        if plan is None or plan[0] is not row:
+                            plan = plans[(source, id(row))] = (row, row_plan(row, facts, registers_of[source]),
+                                                               row.cfa.kind != CfaKind.EXPRESSION)
+                    if plan[1] is not None and is_right(plan[1], state):
+                        verdict = right
+                    else:
+                        verdict = quick_verdict(row, state, facts, arch, registers_of[source], address)
+                    if plan[2]:                     # an expression's verdict may depend on the pc
+                        judged[source] = (row, state, verdict, plan)
                 summary.checked += 1
-                if verdict is Verdict.RIGHT:
+                if verdict is right:
                     summary.right += 1
-                else:
-                    setattr(summary, verdict.value, getattr(summary, verdict.value) + 1)
+                    if keep_detail:
+                        line["sources"][source] = {"verdict": verdict.value, "row": row.text(arch)}
+                    continue
+                if verdict == wrong and address in result.assumed:
+                    verdict = Verdict.UNKNOWN       # reached only through an unresolved indirect jump
+                setattr(summary, verdict.value, getattr(summary, verdict.value) + 1)
                 if keep_detail:
                     line["sources"][source] = {"verdict": verdict.value, "row": row.text(arch)}
-                if verdict == Verdict.WRONG:
-                    findings = judge_row(row, state, facts, arch, registers, pc=address)
+                if verdict == wrong:
+                    findings = judge_row(row, state, facts, arch, registers_of[source], pc=address)
                     report.disagreements.append(Disagreement(
                         address, name, source, insn.text, row.text(arch), arows.text(state, facts, arch),
-                        [f for f in findings if f.verdict == Verdict.WRONG]))
+                        [f for f in findings if f.verdict == wrong]))
         if keep_detail:
             _evidence(result, address, line)
             report.detail.append(line)

@@ -219,14 +219,19 @@ class Checker:
         return function, problems
 
 
-YOUNG_OBJECTS = 50000      # allocations between collections of the youngest objects while validating
+YOUNG_OBJECTS = 10000000      # allocations between collections of the youngest objects while validating
 
 
 @contextmanager
 def fewer_collections():
     """The analysis makes millions of small tuples and dicts that die young and form no cycles;
     Python's collector, run every 700 allocations by default, walks them all: a fifth of the CPU
-    time (python3.11: 19.4 s, 16.3 s with this; tests/bench/bench_validate.py). Restored after."""
+    time (python3.11: 19.4 s, 16.3 s with 50,000; tests/bench/bench_validate.py). A function's
+    states live until it is checked: with a window far longer than one function's allocations
+    few of them are still alive when it is collected, to be walked again as older objects
+    (python3.11: 0.74 s of collections with 50,000, 0.33 s with 1,000,000, 0.15 s with 10,000,000,
+    most of it the one collection after this; the same peak memory: a collection after checking
+    libc.so.6 with none during finds 437 objects in cycles). Restored after."""
     before = gc.get_threshold()
     gc.set_threshold(YOUNG_OBJECTS, *before[1:])
     try:
