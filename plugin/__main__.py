@@ -233,5 +233,17 @@ def main(argv=None):
         return _fail("interrupted")
 
 
+def _end(status) -> None:
+    """Leave with `status`, the output flushed, without freeing the process's objects one by one (a
+    large file's validate made millions: 0.4-0.5 s of python3.11's CPU went to that after the output
+    was written). Nothing is left to do: a --jobs pool is closed by then."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):       # a closed pipe (`| head`): nothing more can be written
+            pass
+    os._exit(status if isinstance(status, int) else 0 if status is None else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _end(main())
