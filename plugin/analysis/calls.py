@@ -123,10 +123,13 @@ class CallFacts:
         self._noreturn_decided = True
 
     def _named_noreturn(self, target) -> Optional[bool]:
-        """Does the function at target never return, by its name (or its PLT stub's)? None: no name."""
+        """Does the function at target never return, by its name (or its PLT stub's)? None: its own
+        code decides (no name, or a name of this module's not among NORETURN_NAMES: asan's `Die`
+        and `CheckFailed`, whose callers' literal pools follow the call)."""
         name = self.symbol(target) if self.symbol else None
-        if name is None:
-            name = self._stub_name(target)
+        if name is not None:
+            return True if is_noreturn_name(name) else None
+        name = self._stub_name(target)
         return None if name is None else is_noreturn_name(name)
 
     def _slot_noreturn(self, slot) -> Optional[bool]:

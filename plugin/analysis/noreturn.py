@@ -1,10 +1,10 @@
 """Which functions of a module never return, decided once for the whole module before any check.
 
 A call's callee never returns when its symbol's name says so (abort, exit,
-__cxa_throw, ...: plugin.analysis.NORETURN_NAMES), or, for a function the
-tables list without a symbol, when no path of its code reaches a return.
-The second is decided here over the control flow alone, for every unnamed
-function at once, as the least fixed point of "returns": a function returns
+__cxa_throw, ...: plugin.analysis.NORETURN_NAMES), or, for any other function
+of the module (named or not), when no path of its code reaches a return.
+The second is decided here over the control flow alone, for all of them at
+once, as the least fixed point of "returns": a function returns
 when some path from its first instruction reaches a `ret`, a tail call of a
 function that returns, or an indirect jump (a table or a tail call the flow
 cannot follow: assumed to return), passing only calls of functions that
@@ -53,7 +53,8 @@ class Module:
 
 
 def decide(module: Module) -> Dict[int, bool]:
-    """{start: never returns} for every function of module that is not a part and has no name."""
+    """{start: never returns} for every function of module that is not a part and whose name (if any)
+    does not decide."""
     roots = [s for s in module.starts if s not in module.parts and module.named(s) is None]
     status: Dict[int, str] = {root: PENDING for root in roots}
     seen: Dict[int, Set[int]] = {root: set() for root in roots}
