@@ -57,3 +57,25 @@ def test_a_tail_call_returns_as_its_target_does():
 def test_an_indirect_jump_is_assumed_to_return():
     code = [insn(0x10, Flow.INDIRECT)]
     assert noreturn.decide(module(code, {0x10: 0x11})) == {0x10: False}
+
+
+def test_a_named_function_off_the_list_is_decided_by_its_code():
+    # x86_64: f at BASE: call g; push rbx; ret      g (named "Die", not a name the list knows): jmp g
+    # (armhf libasan's __sanitizer::Die: a literal pool after its callers' calls was read as code)
+    import struct
+    from hand_code import BASE, analysis_over
+    g = BASE + 16
+    code = bytes.fromhex("e8") + struct.pack("<i", g - (BASE + 5)) + bytes.fromhex("53c3") + bytes(9) \
+        + bytes.fromhex("ebfe")
+    names = {g: "Die", BASE: "f"}
+    for name, never in (("Die", True), ("exit", True), ("helper_that_loops", True)):
+        analysis = analysis_over(code, "x86_64", [(BASE, BASE + 7), (g, g + 2)],
+                                 symbol=lambda a, name=name: {**names, g: name}.get(a))
+        analysis.decide_noreturn()
+        f = analysis.function(BASE, BASE + 7)
+        assert (BASE + 5 not in f.states) is never, (name, sorted(f.states))
+    # a function of the same name whose code returns (g: ret) still returns
+    returning = code[:16] + bytes.fromhex("c3")
+    analysis = analysis_over(returning, "x86_64", [(BASE, BASE + 7), (g, g + 1)], symbol=names.get)
+    analysis.decide_noreturn()
+    assert BASE + 5 in analysis.function(BASE, BASE + 7).states
