@@ -7,10 +7,11 @@ hints (which leave x30 the caller's, signed).
 """
 from __future__ import annotations
 
-from plugin.analysis.ops import OTHER, Flow, Insn, add, immediate, operands, reg
+from plugin.analysis.ops import OTHER, Flow, Insn, add, after_syscall, immediate, operands, reg
 
 CAPSTONE = ("CS_ARCH_ARM64", "CS_MODE_ARM")
 SP, FP, RA = 31, 29, 30
+SYSCALL_NUMBER = 8                  # x8: the number of the system call `svc` makes
 ENTRY_SP = 0                        # at entry sp is the CFA ...
 ENTRY_SLOTS = {}                    # ... nothing is stored yet ...
 RA_REGISTER = 30                    # ... and the return address is in x30
@@ -89,6 +90,8 @@ def decode(address, size, mnemonic, op_str):
         dst, src = _reg(ops[0]), _reg(ops[1])
         if dst is not None:
             value = reg(src[0]) if src is not None and src[1] and dst[1] else OTHER
+            if src is None and dst[0] == SYSCALL_NUMBER and ops[1].startswith("#"):
+                value = ("addr", immediate(ops[1]))     # which system call: a clone's, maybe
             _set(insn, dst, value)
     elif mnemonic in ("add", "sub") and len(ops) >= 3:
         dst, src = _reg(ops[0]), _reg(ops[1])
@@ -125,6 +128,7 @@ def decode(address, size, mnemonic, op_str):
     elif mnemonic in _STOPS:
         insn.flow = Flow.STOP
     elif mnemonic == "svc":
+        insn.effects.append(after_syscall("aarch64", SP, SYSCALL_NUMBER))
         insn.effects.append(("set", 0, OTHER))
     else:
         _generic(insn, mnemonic, ops)

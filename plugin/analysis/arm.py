@@ -25,11 +25,12 @@ from __future__ import annotations
 import re
 
 from plugin.analysis.flow import BOUND
-from plugin.analysis.ops import OTHER, Flow, Insn, add, immediate, operands, reg
+from plugin.analysis.ops import OTHER, Flow, Insn, add, after_syscall, immediate, operands, reg
 
 CAPSTONE = ("CS_ARCH_ARM", "CS_MODE_ARM")
 CAPSTONE_THUMB = ("CS_ARCH_ARM", "CS_MODE_THUMB")
 SP, FP, RA, PC = 13, 11, 14, 15
+SYSCALL_NUMBER = 7                  # r7: the number of the system call `svc` makes
 ENTRY_SP = 0                        # at entry sp is the CFA ...
 ENTRY_SLOTS = {}                    # ... nothing is stored yet ...
 RA_REGISTER = 14                    # ... and the return address is in lr
@@ -52,7 +53,7 @@ _BASES = {"push": False, "pop": False, "stmdb": False, "stmfd": False, "ldm": Fa
           "ldmfd": False, "vpush": False, "vpop": False, "vstmdb": False, "vldmia": False, "ldrd": False,
           "strd": False, "ldr": False, "str": False, "mov": True, "add": True, "sub": True, "addw": False,
           "subw": False, "bx": False, "blx": False, "bl": False, "b": False, "cbz": False, "cbnz": False,
-          "cmp": False, "cmn": False, "tst": False, "teq": False}
+          "cmp": False, "cmn": False, "tst": False, "teq": False, "svc": False}   # svc: not `s` + `vc`
 # data-processing mnemonics that end like a condition when they set flags (`bics`, `lsls`, `muls`)
 _BASES.update({name: True for name in ("bic", "orr", "orn", "eor", "and", "rsb", "rsc", "adc", "sbc", "lsl",
                                         "lsr", "asr", "ror", "mvn", "mul", "mla")})
@@ -160,6 +161,7 @@ def _decode(address, size, mnemonic, op_str, thumb):
     elif base in ("tbb", "tbh"):
         insn.flow, insn.indirect = Flow.INDIRECT, ("unknown", insn.text)
     elif base == "svc":
+        insn.effects.append(after_syscall("arm", SP, SYSCALL_NUMBER))
         insn.effects.append(("set", 0, OTHER))
     else:
         _generic(insn, base, cond, ops)
@@ -283,6 +285,9 @@ def _arithmetic(insn, base, cond, ops):
         src = REGISTERS.get(ops[1]) if len(ops) == 2 else None
         if dst == PC and src == RA and not cond:
             insn.flow = Flow.RET                   # mov pc, lr
+            return
+        if src is None and dst == SYSCALL_NUMBER and len(ops) == 2 and ops[1].startswith("#"):
+            _write(insn, dst, ("addr", immediate(ops[1])), cond)     # which system call: a clone's, maybe
             return
         _write(insn, dst, reg(src) if src is not None and src != PC else OTHER, cond)
         return

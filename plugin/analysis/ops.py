@@ -18,6 +18,9 @@ Expressions (tuples):
   ("align", expr, at)        expr rounded down: a fresh stack base named by the instruction
   ("table", base_reg, size, disp)  an entry of a jump table at base_reg + disp, relative to base_reg
   ("target", r1, r2)         table entry + table base: a jump-table target
+  ("syscall_sp", r, sp, ns)  the stack pointer after a system call whose number is in register r: sp's
+                             value, unknown where r holds one of the numbers ns (a clone's,
+                             CLONE_SYSCALLS): on the child's path the stack is the new thread's
 Effects:
   ("set", r, expr) and ("store", addr_expr, size, expr) are applied in order,
   each reading the state left by the previous one.
@@ -26,6 +29,15 @@ from __future__ import annotations
 
 from enum import Enum
 from typing import Optional
+
+# The system calls that start a thread on another stack, by architecture: clone and clone3
+CLONE_SYSCALLS = {"x86_64": (56, 435), "i386": (120, 435), "arm": (120, 435), "aarch64": (220, 435)}
+
+
+def after_syscall(arch: str, sp: int, number_register: int) -> tuple:
+    """The effect on the stack pointer of a system call instruction of arch (see ("syscall_sp", ...));
+    put before the effects that overwrite the number's register."""
+    return ("set", sp, ("syscall_sp", number_register, sp, CLONE_SYSCALLS[arch]))
 
 
 class Flow(str, Enum):

@@ -52,6 +52,11 @@ def evaluate(expr, state: State):
         if amount[0] == Kind.ADDR:
             return plus(evaluate(expr[1], state), -amount[1])
         return unknown(expr[3])
+    if kind == "syscall_sp":
+        number = state.reg(expr[1])
+        if number[0] == Kind.ADDR and number[1] in expr[3]:
+            return unknown("a clone system call: on the child's path the stack pointer is the new thread's")
+        return state.reg(expr[2])
     if kind == "align":
         value = evaluate(expr[1], state)
         if value[0] == Kind.STACK:

@@ -21,7 +21,7 @@ from typing import Dict, Tuple
 
 from plugin.analysis import x86_tables as tables
 from plugin.analysis.bounds import BOUND, BOUND_OF, BOUND_PENDING, MAX_TABLE_ENTRIES
-from plugin.analysis.ops import OTHER, Flow, Insn, add, reg
+from plugin.analysis.ops import OTHER, Flow, Insn, add, after_syscall, reg
 
 PADDING = ("nop", "int3", "xchg ax, ax")    # what compilers and linkers fill the gaps between functions with
 _SIZES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "tbyte": 10, "xmmword": 16,
@@ -355,6 +355,8 @@ def _generic(d: Dialect, insn, mnemonic, ops):
     if mnemonic[:4] in _STRING and len(mnemonic) == 5 and ("di]" in insn.text or "si]" in insn.text):
         _implicit(d, insn, _STRING_WRITES)
         return
+    if mnemonic == "syscall" or (mnemonic == "int" and insn.text.endswith("0x80")):
+        insn.effects.append(after_syscall("x86_64" if d.word == 8 else "i386", d.sp, d.number("eax")))
     _implicit(d, insn, _IMPLICIT.get(mnemonic, ()))
     if not ops or mnemonic in _NO_WRITE or mnemonic.startswith("prefetch") \
             or (mnemonic.startswith("cmp") and not mnemonic.startswith("cmpxchg")):
