@@ -7,11 +7,13 @@ gives is a normal frame. A kernel's exception stacks (NMI, #DB, #MC, #DF:
 the cpu_entry_area) lie above the stacks they interrupt, so the frame an NMI
 interrupted has a CFA below the NMI entry code's, and GDB's own `bt` ended
 there while the kernel's unwinder goes on. So from a frame whose CFA lies
-below the id given to its callee on, the ids of the walk are raised (by the
-same amount, so they still grow outward): 16 above that id, and every frame
-further out by as much. A frame id is GDB's name for a frame, used to find it
-again; only `info frame`'s "frame at" shows it. The registers handed over,
-sp among them, are the frame's own, unchanged.
+below the id the plugin gave its callee on, the ids of the walk are raised
+(by the same amount, so they still grow outward): 16 above that id, and
+every frame further out by as much. Past a frame GDB gave itself (its
+signal trampoline frame, whose caller may lie inward) no raise starts. A
+frame id is GDB's name for a frame, used to find it again; only `info
+frame`'s "frame at" shows it. The registers handed over, sp among them, are
+the frame's own, unchanged.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from typing import Dict, Tuple
 from .compat import FrameId
 
 RAISED_ABOVE = 16       # a raised id lies this far above its callee's
-LOOK_BELOW = 4          # levels looked down for the callee's id (inline frames are not asked about)
+LOOK_BELOW = 4          # levels looked down for a raise in force (inline frames are not asked about)
 BOUND = 8192            # ids kept at most (cleared when full)
 TOP = (1 << 64) - 1
 
@@ -42,13 +44,16 @@ class FrameIds:
         if given is None or len(given) >= BOUND:
             given = self._threads[thread] = {}
         below = given.get(level - 1)
-        if below is None:
+        callee = below is not None      # the frame one level in is the plugin's: only then may ids rise
+        if not callee:
+            # an inline frame between (not asked about), or GDB's own frame: a raise in force goes on,
+            # none starts (GDB lets a signal trampoline's caller lie inward: an alternate signal stack)
             below = next(filter(None, map(given.get, range(level - 2, level - 2 - LOOK_BELOW, -1))), None)
             if below is None:
                 given[level] = (cfa, 0)
                 return FrameId(cfa, start)
         stack, by = below
-        if cfa + by < stack:
+        if callee and cfa + by < stack:
             by = stack + RAISED_ABOVE - cfa
         if by:
             self.raised += 1

@@ -16,10 +16,11 @@ sp = lambda thread, level, cfa: int(ids.frame_id(thread, level, cfa, 0x1000).sp)
 walk = [sp(a, level, cfa) for level, cfa in enumerate([0x100, 0x200, 0x300, 0x400, 0x50, 0x90, 0x150])]
 again = sp(a, 5, 0x90)
 other = [sp(b, 0, 0x40), sp(b, 1, 0x30)]
-gap = sp(b, 3, 0x20)        # level 2 never asked about (an inline frame): compared with level 1
+gap = sp(b, 3, 0x60)        # level 2 not the plugin's: the raise of level 1 goes on
+inward = sp(b, 5, 0x10)     # level 4 not the plugin's (GDB's signal trampoline frame): no new raise
 raised = ids.raised
 ids.clear()
-print("FRAME-IDS " + json.dumps({"walk": walk, "again": again, "other": other, "gap": gap, "raised": raised,
+print("FRAME-IDS " + json.dumps({"walk": walk, "again": again, "other": other, "gap": gap, "inward": inward, "raised": raised,
                                  "cleared": sp(a, 5, 0x90)}))
 """
 
@@ -33,6 +34,7 @@ def test_frame_ids_grow_outward_and_rise_only_past_an_inward_step():
     # unchanged while CFAs grow; at 0x50 (below 0x400) raised to 0x400 + 16, and every frame after by as much
     assert got["walk"] == [0x100, 0x200, 0x300, 0x400, 0x410, 0x450, 0x510]
     assert got["again"] == 0x450
-    assert got["raised"] == 6         # levels 4, 5, 6, 5 again of the first thread; levels 1 and 3 of the other
-    assert got["other"] == [0x40, 0x40 + 16] and got["gap"] == 0x50 + 16
+    assert got["raised"] == 7         # levels 4, 5, 6, 5 again of the first thread; 1, 3, 5 of the other
+    assert got["other"] == [0x40, 0x40 + 16] and got["gap"] == 0x60 + 0x20
+    assert got["inward"] == 0x10 + 0x20
     assert got["cleared"] == 0x90
