@@ -203,26 +203,38 @@ def _trace(serial):
 
 
 def _truths(records, tick):
-    """Each stop's truth: the frames of the first record of its traced function after the previous
-    stop's record, from the stop's function on. The marker's record is written after GDB's stop at
-    its first instruction, and a tick pending then is taken there, before it: so the timer's truth is
-    the tick, from the record before the marker's on, whose interrupted pc (after the entry) is the
-    one GDB read from the tick's pt_regs (`__irq_regs`), TICK (symbol+offset)."""
+    """Each stop's truths: [the frames of the first record of its traced function after the previous
+    stop's record, from the stop's function on]. The marker's record is written after GDB's stop at
+    its first instruction, and a tick pending then is taken there, before it: so the timer's truths
+    are the ticks, from the record before the marker's on, whose interrupted pc (after the entry) is
+    the one GDB read from the tick's pt_regs (`__irq_regs`), TICK (symbol+offset): several ticks
+    may have interrupted that pc (one CI run matched an earlier one and failed)."""
     at = max([function for function, _, _ in records].index(MARKER) - 1, 0)
     truths = {}
     for name, function, traced in STOPS:
         for i in range(at, len(records) if traced else 0):
-            names, printed = records[i][1], records[i][2]
+            names = records[i][1]
             if records[i][0] != traced:
                 continue
             if name == "timer":
-                entry = [n for n, frame in enumerate(names) if frame.startswith("asm_")][:1]
-                if not entry or printed[entry[0] + 1:entry[0] + 2] != [tick]:
+                candidates = [r[1] for r in records[i:] if r[0] == traced and _interrupted_at(r, tick)]
+                if not _interrupted_at(records[i], tick):
                     continue
+                # Ticks often interrupt the same pc (where interrupts are enabled again,
+                # _raw_spin_unlock_irqrestore+N): each such record is a stack the kernel recorded there
+                truths[name] = [c[c.index(function):] for c in candidates]
+            else:
+                truths[name] = [names[names.index(function):]]
             at = i
-            truths[name] = names[names.index(function):]
             break
     return truths
+
+
+def _interrupted_at(record, tick) -> bool:
+    """Did the tick of this record interrupt the pc TICK (symbol+offset), the frame after its entry?"""
+    names, printed = record[1], record[2]
+    entry = [n for n, frame in enumerate(names) if frame.startswith("asm_")][:1]
+    return bool(entry) and printed[entry[0] + 1:entry[0] + 2] == [tick]
 
 
 @pytest.fixture(scope="module", params=sorted(RELEASES))
@@ -312,11 +324,12 @@ def test_walk_and_gdb_bt_equal_ftraces_stack_of_the_same_call(booted, stop):
     """The kernel's own unwinder (ftrace's func_stack_trace at the same call, or at the handler
     below an entry stop, from the entry on) names the frames the plugin's walk and GDB's bt name."""
     walks, _, bts, _, _, _, truths = booted
-    truth = truths.get(stop)
-    assert truth, (stop, truths)
+    candidates = truths.get(stop)
+    assert candidates, (stop, truths)
     ours = [name.split("+")[0] for name, _, _, _, _ in walks[stop]]
-    print(stop, "ftrace:", truth, "walk:", ours, "GDB:", [name for _, name in bts[stop]])
-    assert ours == truth
+    print(stop, "ftrace:", candidates, "walk:", ours, "GDB:", [name for _, name in bts[stop]])
+    assert ours in candidates           # the timer's: one of the ticks that interrupted the stop's pc
+    truth = ours
     # GDB prints a clone's name without its number (file_tty_write.constprop.0: "file_tty_write.constprop")
     assert [name for _, name in bts[stop]] == [re.sub(r"\.\d+$", "", name) for name in truth]
 
