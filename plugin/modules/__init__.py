@@ -67,20 +67,26 @@ class ModuleMap:
         self._starts = []
         self._kernel_retry = None       # the target's stop count when the kernel's symbols were found but not it
         self._modules_read = None       # the target's stop count when the kernel's module list was read
+        self._kernel = None             # the kernel's own image (a Module), where it is one of them
 
-    def refresh(self) -> None:
+    def refresh(self, address: int | None = None) -> None:
+        """Discover the modules again where the target's module list changed. With a kernel, its
+        module list is read again at a new stop (insmod and rmmod happen while the kernel runs),
+        unless the caller asks about one address that lies in the kernel's own image, which no
+        module load or unload moves."""
         generation = getattr(self.target, "generation", 0)
         if generation == self.generation:
             stops = getattr(self.target, "stops", 0)
             if self._kernel_retry is not None and self._kernel_retry != stops:
                 self._add_kernel()      # its symbols were there, the kernel not yet: look again at a new stop
                 self._sort()
-            elif self._modules_read is not None and self._modules_read != stops:
-                self._add_kernel_modules()      # insmod and rmmod happen while the kernel runs
+            elif (self._modules_read is not None and self._modules_read != stops
+                  and (address is None or not self._kernel.contains(address))):
+                self._add_kernel_modules()
                 self._sort()
             return
         self.generation = generation
-        self.modules, self.failed = [], []
+        self.modules, self.failed, self._kernel, self._modules_read = [], [], None, None
         for ref in self.target.modules():
             try:
                 self.modules.append(discover(self.target, ref))
@@ -97,9 +103,7 @@ class ModuleMap:
         """The loaded kernel modules, read from the kernel's module list (kept where unchanged, with
         their decoded tables)."""
         self._modules_read = getattr(self.target, "stops", 0)
-        kernel = next((m for m in self.modules if m.name == KERNEL_NAME and m.format == ModuleFormat.KERNEL), None)
-        if kernel is None:
-            return
+        kernel = self._kernel
         old = {(m.name, m.header_address): m for m in self.modules if m.format == ModuleFormat.KERNEL and m is not kernel}
         self.modules = [m for m in self.modules if m.format != ModuleFormat.KERNEL or m is kernel]
         self.modules.extend(loaded_modules(kernel, self.target.read_exact, old))
@@ -121,6 +125,7 @@ class ModuleMap:
         if kernel is None or any(kernel.contains(s.start) for m in self.modules for s in m.segments):
             return
         self.modules.append(kernel)
+        self._kernel = kernel
         # its symbol file is no module of its own: GDB's objfile has no header in memory
         self.failed = [f for f in self.failed if f.ref.path != kernel.path]
         self._add_kernel_modules()
@@ -134,7 +139,7 @@ class ModuleMap:
 
     def find(self, address: int) -> Module | None:
         """The module whose mapped segments contain address, or None."""
-        self.refresh()
+        self.refresh(address)
         i = bisect.bisect_right(self._starts, address) - 1
         # Segments of neighbouring modules may interleave; look a little back.
         for module in self.modules[max(0, i - 2):i + 1][::-1]:

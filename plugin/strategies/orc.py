@@ -71,7 +71,7 @@ class OrcTables(ModuleTables):
                 self._checked = (stops, {})
             there = self._checked[1]
             if found.start not in there:
-                there[found.start] = still_there(found, self.target.read_exact)
+                there[found.start] = still_there(found, self.target.read_memory)    # often read already
             if there[found.start]:
                 return found
         if self._trampolines[0] == stops:

@@ -6,8 +6,8 @@ import struct
 from plugin import arch as arches
 from plugin.errors import MemoryReadError
 from plugin.formats import orc
-from plugin.modules import kernel
-from plugin.modules.module import Module, ModuleFormat
+from plugin.modules import ModuleMap, kernel
+from plugin.modules.module import Module, ModuleFormat, Segment
 
 HEAD = 0xFFFFFFFF82300000                  # the kernel's `modules` list head
 STRUCT = 0xFFFFFFFFA0010000                # a struct module in the module area
@@ -72,3 +72,33 @@ def test_a_module_whose_struct_gives_other_tables_is_found_again():
     moved = Memory(ips=IPS + 0x800)             # reloaded at the same address, its tables elsewhere
     (found,) = kernel.loaded_modules(_kernel(), moved.read, {(module.name, module.header_address): module})
     assert found is not module and found.tables[".orc_unwind_ip"].address == IPS + 0x800
+
+
+class Guest:
+    """A target for ModuleMap: the kernel found already, its stops counted as GDB's target counts them."""
+    generation, stops = 1, 0
+
+    def __init__(self, memory):
+        self.read_exact = memory.read
+
+    def modules(self):
+        return []
+
+
+def test_a_new_stop_reads_the_module_list_again_only_for_an_address_outside_the_kernels_image():
+    memory = Memory()
+    modules = ModuleMap(Guest(memory))
+    core = _kernel()
+    core.segments.append(Segment(0xFFFFFFFF81000000, 0xFFFFFFFF82000000, True))
+    modules.generation, modules.modules, modules._kernel = Guest.generation, [core], core
+    modules._add_kernel_modules()       # as when the kernel was found
+    modules._sort()
+    assert [m.name for m in modules.all()] == [kernel.KERNEL_NAME, "[mymod]"]
+    modules.target.stops += 1
+    memory.reads.clear()
+    assert modules.find(0xFFFFFFFF81001000) is core and memory.reads == []    # no module load moves the kernel
+    assert modules.find(CODE + 0x10).name == "[mymod]" and (HEAD, 8) in memory.reads
+    memory.reads.clear()
+    assert modules.find(CODE + 0x10).name == "[mymod]" and memory.reads == []     # once a stop
+    modules.target.stops += 1
+    assert [m.name for m in modules.all()] == [kernel.KERNEL_NAME, "[mymod]"] and (HEAD, 8) in memory.reads
