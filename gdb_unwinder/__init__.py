@@ -21,7 +21,7 @@ def install():
     state = GdbState()
     unwinder = PluginUnwinder(state)       # GDB's list holds it; the state only a weak reference
     state.unwinder = unwinder
-    state.kernel_frames = unwinder.then = KernelFrames(state, unwinder.memo, unwinder.ids)      # asked after the plugin's unwinder declines
+    state.kernel_frames = unwinder.then = KernelFrames(state, unwinder)      # asked after the plugin's unwinder declines
     state.kernel_end = KernelEnd(state.kernel_frames)       # ends `bt` at the kernel stack's proved end
     gdb.frame_filters[state.kernel_end.name] = state.kernel_end
     state.program_end = ProgramEnd(state)       # ends `bt` at a program's entry frame where GDB walks past it

@@ -42,7 +42,7 @@ from plugin.modules.module import ModuleFormat
 from plugin.strategies import orc
 
 from .compat import pending_level
-from .registers import PendingRegisters
+from .registers import Handed, PendingRegisters, unknown_registers
 from .stack_end import EndFilter, frames_until
 
 END_NAME = "unwind-plugin-kernel-end"
@@ -52,10 +52,11 @@ class KernelFrames:
     """Asked by the plugin's unwinder (PluginUnwinder.then) with GDB's pending frame: an
     UnwindInfo, or None."""
 
-    def __init__(self, state, memo, ids):
+    def __init__(self, state, unwinder):
         self.state = state
-        self.memo = memo        # the plugin unwinder's StopAnswers: what each answer gave GDB
-        self.ids = ids          # the plugin unwinder's FrameIds
+        self.unwinder = unwinder        # the plugin's: its claims record (handed), fast claims' values
+        self.memo = unwinder.memo       # its StopAnswers: what each answer gave GDB
+        self.ids = unwinder.ids         # its FrameIds
         self.declined = collections.deque(maxlen=64)    # (level, pc, why) of its last answers
         self._kernel_known = {}     # id(ModuleMap) -> ((generation, stops), is a kernel among its modules)
         self._newest = (None, False)    # ((epoch, thread, pc, sp), newest_is_outermost's answer) of this stop
@@ -144,8 +145,7 @@ class KernelFrames:
         known = self._kernel_known.get(id(modules))
         if known is None or known[0] != key:
             arch = target.arch
-            here = arch is not None and arch.name == "x86_64" and any(
-                m.format == ModuleFormat.KERNEL for m in modules.all())
+            here = arch is not None and arch.name == "x86_64" and modules.kernel() is not None
             known = self._kernel_known[id(modules)] = (key, here)
         return known[1]
 
@@ -195,15 +195,17 @@ class KernelFrames:
             # rsp only: the caller's pc is "not saved", and GDB's bt ends at this frame.
             self.declined.append((level, pc, "outermost: " + outcome.reason))
             return self._give(pending_frame, frame_id, ["rsp"], [pending_frame.read_register("rsp")])
-        caller = outcome.registers
-        names, values = [], []
-        for number, value in sorted(caller.items()):
-            name = arch.name_of(number)
-            kind = pending_frame.read_register(name).type
-            names.append(name)
-            values.append(gdb.Value(value & arch.mask).cast(kind))
+        # the interrupted frame's (or the trampoline's caller's) registers, all of them: handed on
+        # as a claim of the plugin's, so its unwinder replays that frame from them (fast claims)
+        mask, fast = arch.mask, self.unwinder.fast
+        numbered = fast.registers(target, arch)
+        caller = {number: value & mask for number, value in outcome.registers.items() if number in numbered}
+        raw = {number: fast.value(pending_frame, numbered[number], value) for number, value in caller.items()}
         inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
-        return self._give(pending_frame, frame_id, names, values)
+        info = self._give(pending_frame, frame_id, list(map(numbered.__getitem__, raw)), list(raw.values()))
+        self.unwinder.handed(inferior, level, Handed.complete(raw, caller, unknown_registers(arch)),
+                             caller[arch.pc], caller.get(arch.sp), gdb.selected_thread())
+        return info
 
     def _give(self, pending_frame, frame_id, names, values):
         info = pending_frame.create_unwind_info(frame_id)

@@ -74,14 +74,22 @@ class ModuleMap:
         module list is read again at a new stop (insmod and rmmod happen while the kernel runs),
         unless the caller asks about one address that lies in the kernel's own image, which no
         module load or unload moves."""
+        kernel = self._kernel
+        self._refresh(address is None or kernel is None or not kernel.contains(address))
+
+    def kernel(self) -> Module | None:
+        """The kernel's own image, where it is one of the modules (its module list not read again)."""
+        self._refresh(False)
+        return self._kernel
+
+    def _refresh(self, kernel_modules: bool) -> None:
         generation = getattr(self.target, "generation", 0)
         if generation == self.generation:
             stops = getattr(self.target, "stops", 0)
             if self._kernel_retry is not None and self._kernel_retry != stops:
                 self._add_kernel()      # its symbols were there, the kernel not yet: look again at a new stop
                 self._sort()
-            elif (self._modules_read is not None and self._modules_read != stops
-                  and (address is None or not self._kernel.contains(address))):
+            elif kernel_modules and self._modules_read is not None and self._modules_read != stops:
                 self._add_kernel_modules()
                 self._sort()
             return

@@ -97,6 +97,7 @@ def test_a_new_stop_reads_the_module_list_again_only_for_an_address_outside_the_
     modules.target.stops += 1
     memory.reads.clear()
     assert modules.find(0xFFFFFFFF81001000) is core and memory.reads == []    # no module load moves the kernel
+    assert modules.kernel() is core and memory.reads == []
     assert modules.find(CODE + 0x10).name == "[mymod]" and (HEAD, 8) in memory.reads
     memory.reads.clear()
     assert modules.find(CODE + 0x10).name == "[mymod]" and memory.reads == []     # once a stop
