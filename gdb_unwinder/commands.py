@@ -80,14 +80,15 @@ def run_explain(state, given):
     arch, bt = _walk(state, given.sources, gdb.newest_frame(), until_level=None if which == "all" else which)
     note_claimed(state, bt)
     reports.attach_native(bt, native.native_frames(state, len(bt.frames) + 1), state.context(given.sources))
-    _attach_declines(state, bt)
+    _attach_gdb_bt(state, bt)
     return reports.explain_report(bt, arch, which, given.verbose, _width(), gdb_style())
 
 
-def _attach_declines(state, bt):
-    """Where the plugin's walk found a frame's caller with a fallback source (analysis, a guess)
-    but the unwinder declined that frame in GDB's own bt (guesses off, GDB's own heuristic gives
-    that caller or another, or its checks failed there), say why."""
+def _attach_gdb_bt(state, bt):
+    """What GDB's own bt made of a frame where the walk alone does not show it: where the walk found
+    a frame's caller with a fallback source (analysis, a guess) but the unwinder declined that frame
+    (guesses off, GDB's own heuristic gives that caller or another, or its checks failed there), why;
+    where the frame's GDB frame id was raised (frame_ids), where it lies."""
     unwinder = state.unwinder
     if unwinder is None or not unwinder.enabled:
         return
@@ -95,6 +96,11 @@ def _attach_declines(state, bt):
     native.physical_frames(len(bt.frames) + 1)      # GDB's bt as it is, asking the unwinder afresh
     declined = {(level, pc): reason for level, pc, reason in unwinder.declines if level is not None}
     unseen = unwinder.leaves_all_to_gdb()       # every frame declined without a reason (no fallback source)
+    thread = gdb.selected_thread()
+    for frame in bt.frames:
+        note = unwinder.ids.note(thread, frame.level)
+        if note is not None and frame.native is not None:
+            frame.native["gdb_id"] = note
     for frame, caller in zip(bt.frames, bt.frames[1:]):
         reason = declined.get((frame.level, frame.pc))
         if (reason is not None or unseen) and is_fallback(caller.method) and frame.native is not None:

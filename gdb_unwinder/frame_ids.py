@@ -17,7 +17,7 @@ the frame's own, unchanged.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from .compat import FrameId
 
@@ -37,6 +37,16 @@ class FrameIds:
     def clear(self) -> None:
         self._threads.clear()
         self.raised = 0
+
+    def note(self, thread: object, level: int) -> Optional[str]:
+        """Where the id of the frame at `level` of `thread` lies, where it was raised at this stop (for
+        `unwind explain`), else None."""
+        stack, by = self._threads.get(thread, {}).get(level, (0, 0))
+        if not by:
+            return None
+        return ("0x%x, 0x%x above this frame's CFA: past a stack switch inward (an NMI's) the walk's ids are "
+                "raised, as GDB ends a walk whose ids go inward; `info frame` shows it as \"frame at\"; the "
+                "registers are the frame's own" % (stack, by))
 
     def frame_id(self, thread: object, level: int, cfa: int, start: int):
         """The FrameId of the frame at `level` of `thread` whose CFA is `cfa` and function `start`."""

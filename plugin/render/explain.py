@@ -197,6 +197,8 @@ def explain_text(frame, arch, callee=None, verbose=False, width=None, style=plai
         lines.append("  verdict: the debugger's own unwinder " + native_text(frame.native))
         if frame.native.get("gdb_bt"):
             lines.append("  GDB's bt: " + frame.native["gdb_bt"])
+        if frame.native.get("gdb_id"):
+            lines.append("  GDB's frame id: " + frame.native["gdb_id"])
     if frame.claimed:
         lines.append("  " + frame.claimed)
     return "\n".join(wrap(line, width) for line in lines)

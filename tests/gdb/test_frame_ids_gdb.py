@@ -19,9 +19,10 @@ other = [sp(b, 0, 0x40), sp(b, 1, 0x30)]
 gap = sp(b, 3, 0x60)        # level 2 not the plugin's: the raise of level 1 goes on
 inward = sp(b, 5, 0x10)     # level 4 not the plugin's (GDB's signal trampoline frame): no new raise
 raised = ids.raised
+notes = [ids.note(a, 3), ids.note(a, 4)]    # for `unwind explain`: none where the id is the CFA
 ids.clear()
 print("FRAME-IDS " + json.dumps({"walk": walk, "again": again, "other": other, "gap": gap, "inward": inward, "raised": raised,
-                                 "cleared": sp(a, 5, 0x90)}))
+                                 "notes": notes, "cleared": sp(a, 5, 0x90)}))
 """
 
 
@@ -38,3 +39,4 @@ def test_frame_ids_grow_outward_and_rise_only_past_an_inward_step():
     assert got["other"] == [0x40, 0x40 + 16] and got["gap"] == 0x60 + 0x20
     assert got["inward"] == 0x10 + 0x20
     assert got["cleared"] == 0x90
+    assert got["notes"][0] is None and got["notes"][1].startswith("0x410, 0x3c0 above this frame's CFA")

@@ -55,6 +55,7 @@ def test_gdb_bt_goes_on_past_the_nmi_stack_as_the_kernels_trace_does(release, tm
                              "echo BT-START\\n", "bt", "echo BT-END\\n",
                              # GDB finds a frame past the crossing by its id again: `frame N`, then `up`
                              "frame 7", "echo SELECTED-7 \\n", "p/x $pc", "up", "echo UP-8 \\n", "p/x $pc",
+                             "echo EXPLAIN-START\\n", "unwind explain all", "echo EXPLAIN-END\\n",
                              "delete", "continue"], settle=60)
     out = gdb.stdout
     print(out[-5000:])
@@ -76,3 +77,8 @@ def test_gdb_bt_goes_on_past_the_nmi_stack_as_the_kernels_trace_does(release, tm
     pcs = re.findall(r"^(?:SELECTED-7|UP-8) \n\$\d+ = (0x[0-9a-f]+)$", out, re.M)
     assert [int(pc, 16) for pc in pcs] == [bt[7][0], bt[8][0]], out[-2000:]
     assert "inner to this frame" not in out
+    # `unwind explain` says which frames' ids were raised: from the frame past the crossing on
+    explain = out.split("EXPLAIN-START\n", 1)[1].split("EXPLAIN-END", 1)[0]
+    raised = [int(block[1:].split(" ", 1)[0]) for block in re.split(r"\n(?=#\d+ )", explain)
+              if block.startswith("#") and "GDB's frame id: 0x" in block]
+    assert raised and raised[0] == crossing and raised == list(range(crossing, crossing + len(raised))), explain
