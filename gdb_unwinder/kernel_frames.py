@@ -42,7 +42,8 @@ from plugin.modules.module import ModuleFormat
 from plugin.strategies import orc
 
 from .compat import pending_level
-from .registers import Handed, PendingRegisters, unknown_registers
+from .handover import Asked, Found, hand_over
+from .registers import PendingRegisters
 from .stack_end import EndFilter, frames_until
 
 END_NAME = "unwind-plugin-kernel-end"
@@ -195,16 +196,15 @@ class KernelFrames:
             # rsp only: the caller's pc is "not saved", and GDB's bt ends at this frame.
             self.declined.append((level, pc, "outermost: " + outcome.reason))
             return self._give(pending_frame, frame_id, ["rsp"], [pending_frame.read_register("rsp")])
-        # the interrupted frame's (or the trampoline's caller's) registers, all of them: handed on
-        # as a claim of the plugin's, so its unwinder replays that frame from them (fast claims)
-        mask, fast = arch.mask, self.unwinder.fast
-        numbered = fast.registers(target, arch)
-        caller = {number: value & mask for number, value in outcome.registers.items() if number in numbered}
-        raw = {number: fast.value(pending_frame, numbered[number], value) for number, value in caller.items()}
+        # handed as the plugin's unwinder hands a claim (those the entry gives no value, at their callee
+        # value: an iret frame's, or a trampoline's caller's) and recorded as its claim, so its unwinder
+        # replays the frame above from them (fast claims)
+        caller = {number: value & arch.mask for number, value in outcome.registers.items()}
         inferior.after_signal.add((caller[arch.pc], caller.get(arch.sp)))
-        info = self._give(pending_frame, frame_id, list(map(numbered.__getitem__, raw)), list(raw.values()))
-        self.unwinder.handed(inferior, level, Handed.complete(raw, caller, unknown_registers(arch)),
-                             caller[arch.pc], caller.get(arch.sp), gdb.selected_thread())
+        info, record, caller_pc, caller_sp = hand_over(
+            pending_frame, frame_id, Asked(level, pc, registers, None), target, Found(caller, cfa, start, caller),
+            self.unwinder.fast.value, self.memo)
+        self.unwinder.handed(inferior, level, record, caller_pc, caller_sp, gdb.selected_thread())
         return info
 
     def _give(self, pending_frame, frame_id, names, values):

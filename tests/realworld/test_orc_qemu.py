@@ -259,6 +259,9 @@ def booted(request, tmp_path_factory):
         commands += ["delete", "hbreak *0x%x%s" % (symbols[function], condition), "continue"] + walk
         if name == "timer":
             commands += ["unwind modules", tick_ip]
+        if name == "irq entry":     # the interrupted frame's registers the iret frame does not hold, and #0's
+            commands += ["echo IRQ-REGS\\n", "frame 1", "p/x $rbx", "p/x $r12", "frame 0", "p/x $rbx", "p/x $r12",
+                         "echo IRQ-REGS-END\\n"]
     # GDB's bt without the plugin's frame filter: the error past the last frame (no Python unwinder can end a walk)
     commands += ["maint flush register-cache", "echo NO-FILTERS\\n", "bt -no-filters"]
     env = dict(os.environ, ORC_VMLINUX=str(root / "vmlinux"),
@@ -373,6 +376,19 @@ def test_entry_stop_takes_the_interrupted_frame_from_the_iret_frame(booted, stop
     assert walk[0][0] == entry + "+0x0" and walk[0][2] == "regs partial"
     assert walk[0][1] in ("interrupted", "user mode")
     assert walk[-1][1] in ("user mode", "end of stack")
+
+
+def test_entry_stop_gives_the_interrupted_frame_the_registers_the_entry_has_not_changed(booted):
+    # At an interrupt's first instruction only the CPU's iret frame is on the stack: every other
+    # register still holds the interrupted frame's value, so frame #1's equal frame #0's (the plugin
+    # hands them at their callee value, as GDB's DWARF unwinder does an unspecified register).
+    walk, stdout = booted[0]["irq entry"], booted[4]
+    shown = stdout.split("IRQ-REGS\n", 1)[1].split("IRQ-REGS-END", 1)[0]
+    values = re.findall(r"^\$\d+ = (0x[0-9a-f]+|<not saved>)$", shown, re.M)
+    if walk[0][1] == "user mode":       # interrupted in user mode: frame #0 is the stack's end
+        assert "No frame at level 1" in shown and len(values) == 2, shown
+    else:
+        assert len(values) == 4 and values[:2] == values[2:] and "<not saved>" not in values, shown
 
 
 def test_fault_below_walks_through_the_faults_pt_regs(booted):
