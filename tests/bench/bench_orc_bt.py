@@ -1,11 +1,12 @@
 """Benchmark (not a test): GDB's `bt` of a Linux kernel under QEMU's gdbstub, the plugin on vs off.
 
-    python3 tests/bench/bench_orc_bt.py [--release 6.1.0-50-amd64] [--rounds R] [--profile]
+    python3 tests/bench/bench_orc_bt.py [--release 6.1.0-50-amd64] [--rounds R] [--in-tracer] [--profile]
 
 Boots Debian's kernel as tests/realworld/test_orc_qemu.py does (TCG, nokaslr, symbols from
 kallsyms), stops at the first timer tick that interrupted the kernel after the initramfs's
-marker (the deepest stop of that test: the tick's handler on the IRQ stack, the interrupted
-syscall below it), and times `bt` there with the plugin loaded (its unwinders and its frame
+marker's traced call has returned (`finish`; the deepest stop of that test: the tick's handler on
+the IRQ stack, the interrupted syscall below it; --in-tracer: without `finish`, so the tick often
+lands in ftrace's tracer and the stack passes through its dynamic trampoline), and times `bt` there with the plugin loaded (its unwinders and its frame
 filter), with all three disabled (GDB alone), with its unwinders but not its frame filter (GDB's
 own printing, which ends with an error), and GDB alone printed through a Python frame filter that
 changes nothing, alternating, GDB's frame cache dropped before each. Also the floor of any Python
@@ -162,6 +163,9 @@ def main():
     parser.add_argument("--release", default="6.1.0-50-amd64")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of 20 warm bts")
+    parser.add_argument("--in-tracer", action="store_true",
+                        help="stop at the first tick after the marker without `finish`: often in ftrace's tracer, "
+                             "its stack through a dynamic ftrace trampoline")
     parser.add_argument("--profile-first", action="store_true",
                         help="the same of 20 first bts at a stop (the caches of the stop dropped before each)")
     args = parser.parse_args()
@@ -172,9 +176,12 @@ def main():
     symbols, symbol_file, _ = qemu._first_boot(root, initrd, tmp)
     script = tmp / "inside_gdb.py"
     script.write_text(INSIDE_GDB % {"rounds": args.rounds, "profile": 2 if args.profile_first else int(args.profile)})
+    # `finish` as the test does: the marker's traced call is over, so the tick does not land in ftrace's
+    # tracer (whose stack passes through a dynamic ftrace trampoline); --in-tracer: without it
+    finish = [] if args.in_tracer else ["finish"]
     gdb = qemu._gdb_on_qemu(root, initrd, tmp / "serial.txt", symbol_file,
-                            ["hbreak *0x%x" % symbols[qemu.MARKER], "continue", "delete",
-                             "hbreak *0x%x if $rdi == 0" % symbols["update_process_times"], "continue",
+                            ["hbreak *0x%x" % symbols[qemu.MARKER], "continue", "delete"] + finish +
+                            ["hbreak *0x%x if $rdi == 0" % symbols["update_process_times"], "continue",
                              "source %s" % script])
     found = [line for line in gdb.stdout.splitlines() if line.startswith("BENCH ")]
     if not found:
