@@ -82,7 +82,7 @@ def _narrow(expr, state: State):
     return addr(expr[1])
 
 
-def _bound_load(expr, state: State):
+def bound_load(expr, state: State):
     """("bound_load", source, register): a copy of the compared value keeps the compare's bound."""
     of = state.regs.get(BOUND_OF)
     if of == addr(expr[1]):
@@ -98,7 +98,7 @@ def _abs_table(expr, state: State):
 
 
 UNCOMPARED = addr(None)
-BOUND_EXPRESSIONS = {"narrow": _narrow, "bound_load": _bound_load, "abs_table": _abs_table,
+BOUND_EXPRESSIONS = {"narrow": _narrow, "bound_load": bound_load, "abs_table": _abs_table,
                      "pending_if": _pending_if}
 
 

@@ -175,7 +175,10 @@ class Analyser(TableReading):
                         del states[address]
                         break
                     insns[address] = insn
-                after = apply(insn, state, sp, share=True)
+                if insn.effects or not insn.flags_kept and BOUND_PENDING in state.regs:
+                    after = apply(insn, state, sp, share=True)
+                else:
+                    after = state           # apply's answer without the call (38% of python3.11's)
                 if insn.flow is NEXT:
                     target = insn.end
                     if start <= target < end:

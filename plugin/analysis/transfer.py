@@ -9,7 +9,7 @@ these is plugin.analysis.flow.
 from __future__ import annotations
 
 from plugin.analysis.bounds import (BOUND_EXPRESSIONS, BOUND_OF, BOUND_PENDING, NOT_PENDING, UNCOMPARED,
-                                    bounded_entries, drop_pending)
+                                    bound_load, bounded_entries, drop_pending)
 from plugin.analysis.ops import Insn
 from plugin.analysis.state import CFA, OTHER, UNSET, Kind, State, addr, caller, plus, stack, unknown
 
@@ -105,6 +105,10 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
                 value = (_ADDR, expr[1])
             elif kind == "add" and expr[1][0] == "reg":
                 value = plus(regs.get(expr[1][1], UNSET), expr[2])
+            elif kind == "bound_load":   # every x86 mov: what a compare compared moves with it
+                value = bound_load(expr, out)
+            elif kind == "load" and expr[1][0] == "add" and expr[1][1][0] == "reg":
+                value = out.slot(plus(regs.get(expr[1][1][1], UNSET), expr[1][2]), expr[2])
             else:
                 value = evaluate(expr, out)
             if number == sp and value[0] != _STACK and value[0] != _UNKNOWN:
