@@ -102,11 +102,17 @@ class CallFacts:
                     code = self.read(start, end - start)
                 except Exception:
                     continue
+                swept, texts = bytearray(), []          # kept: decode_range reads the sweep again
+                size_of, text_of = swept.append, texts.append
                 for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
+                    size_of(size)
+                    text_of(mnemonic)
+                    text_of(op_str)
                     if put_new(address, size):
                         insn = light(address, size, mnemonic, op_str)
                         if insn is not None:    # a jump, call or return: what this pass reads of it
                             flow_only[address] = Step(insn)
+                self.sweeps.keep(start, end, swept, texts)
 
             def decode_at(address):
                 insn = flow_only.get(address)
