@@ -11,7 +11,7 @@ decisions for plugin.analysis.CodeAnalysis, the class it is mixed into
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from plugin.analysis import arm_plt, noreturn, probes
 from plugin.analysis.flow import NO_CALLEE, Callee
@@ -94,25 +94,7 @@ class CallFacts:
                 self.decode_range(start, end)
             decode_at, falls_through = self.decode_at, None
         else:
-            flow_only: Dict[int, object] = {}      # the jumps, calls and returns
-            sizes = ByteMap()                       # every instruction's size (memory: not an Insn each)
-            put_new = sizes.put_new
-            for start, end in sorted(self.functions.items()):
-                try:
-                    code = self.read(start, end - start)
-                except Exception:
-                    continue
-                swept, texts = bytearray(), []          # kept: decode_range reads the sweep again
-                size_of, text_of = swept.append, texts.append
-                for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
-                    size_of(size)
-                    text_of(mnemonic)
-                    text_of(op_str)
-                    if put_new(address, size):
-                        insn = light(address, size, mnemonic, op_str)
-                        if insn is not None:    # a jump, call or return: what this pass reads of it
-                            flow_only[address] = Step(insn)
-                self.sweeps.keep(start, end, swept, texts)
+            flow_only, sizes = self._flow_sweep(light)
 
             def decode_at(address):
                 insn = flow_only.get(address)
@@ -127,6 +109,36 @@ class CallFacts:
                                  self._slot_noreturn, falls_through)
         self._noreturn.update(noreturn.decide(module))
         self._noreturn_decided = True
+
+    def _flow_sweep(self, light) -> Tuple[Dict[int, Step], ByteMap]:
+        """Every function swept once: its jumps, calls and returns, and every instruction's size (memory:
+        not an Insn each); the sweep is kept for decode_range (self.sweeps). light: the facts'
+        decode_flow, None for an instruction that falls through by its mnemonic alone (asked once per
+        mnemonic). Where functions overlap an address is swept twice, to the same instruction (the
+        code from an address decides the instruction there)."""
+        flow_only: Dict[int, Step] = {}
+        sizes = ByteMap()
+        falling: set = set()            # mnemonics of instructions that only fall through
+        for start, end in sorted(self.functions.items()):
+            try:
+                code = self.read(start, end - start)
+            except Exception:
+                continue
+            swept, texts = bytearray(), []
+            size_of, text_of = swept.append, texts.append
+            for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
+                size_of(size)
+                text_of(mnemonic)
+                text_of(op_str)
+                if mnemonic not in falling:
+                    insn = light(address, size, mnemonic, op_str)
+                    if insn is None:
+                        falling.add(mnemonic)
+                    else:
+                        flow_only[address] = Step(insn)
+            sizes.set_run(start, swept)
+            self.sweeps.keep(start, end, swept, texts)
+        return flow_only, sizes
 
     def _named_noreturn(self, target) -> Optional[bool]:
         """Does the function at target never return, by its name (or its PLT stub's)? None: its own
