@@ -121,7 +121,12 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
         else:
             if not own_mem:
                 out.mem, own_mem = dict(out.mem), True
-            out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
+            where, what = effect[1], effect[3]
+            if where[0] == "add" and where[1][0] == "reg":     # push, mov [rsp + k], reg: without evaluate
+                where = plus(regs.get(where[1][1], UNSET), where[2])
+            else:
+                where = evaluate(where, out)
+            out.store(where, effect[2], regs.get(what[1], UNSET) if what[0] == "reg" else evaluate(what, out))
     if temporaries is not None:
         for temporary in temporaries:
             regs.pop(temporary, None)
