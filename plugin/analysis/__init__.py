@@ -217,7 +217,8 @@ class CodeAnalysis(CallFacts):
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
                             is_boundary=self.is_decoded, callee=self._callee,
                             in_part=self._part_instruction,
-                            args_size=(lambda pc: args_size(start, pc)) if pads and args_size else lambda pc: 0)
+                            args_size=(lambda pc: args_size(start, pc)) if pads and args_size else lambda pc: 0,
+                            decoded=self._decoded)
         self._busy.append(start)
         try:
             result = analyser.run(start, end, seeds, pads)

@@ -72,8 +72,9 @@ class Analyser(TableReading):
                  is_boundary: Callable[[int], bool] = lambda address: True,
                  callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE,
                  in_part: Callable[[int], bool] = lambda address: False,
-                 args_size: Callable[[int], int] = lambda address: 0):
+                 args_size: Callable[[int], int] = lambda address: 0, decoded: Optional[Dict[int, Insn]] = None):
         self.facts = facts
+        self.decoded = {} if decoded is None else decoded     # instructions decode_at gives without decoding
         self.args_size = args_size      # a call's address -> the argument bytes the unwinder pops landing
         self.in_part = in_part          # is an address an instruction of a part placed elsewhere (.cold)?
         self.callee = callee
@@ -159,7 +160,7 @@ class Analyser(TableReading):
         followed = self._followed
         states, insns, gave_up, sources = result.states, result.insns, result.gave_up, self._source
         start, end, sp = result.start, result.end, facts.SP
-        merge = self._merge
+        merge, decoded = self._merge, self.decoded
         while work:
             address = work.pop()
             state = states.get(address)
@@ -169,7 +170,7 @@ class Analyser(TableReading):
                 followed[address] = state
                 insn = insns.get(address)
                 if insn is None:
-                    insn = self.decode_at(address)
+                    insn = decoded.get(address) or self.decode_at(address)
                     if insn is None:
                         gave_up[address] = "cannot decode an instruction here"
                         del states[address]
