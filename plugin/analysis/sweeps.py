@@ -10,6 +10,7 @@ capstone against 0.12 s), dropped once a function's analysis is final.
 """
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Dict, Iterator, List, Optional, Tuple
 
 Found = Tuple[int, int, str, str]       # capstone's disasm_lite: (address, size, mnemonic, op_str)
@@ -33,7 +34,5 @@ class Sweeps:
 
 
 def _replay(address: int, sizes: bytes, texts: str) -> Iterator[Found]:
-    words = iter(texts.split("\0"))
-    for size, mnemonic, op_str in zip(sizes, words, words):
-        yield address, size, mnemonic, op_str
-        address += size
+    words = iter(texts.split("\0"))        # mnemonic, operands, mnemonic, ...
+    return zip(accumulate(sizes, initial=address), sizes, words, words)
