@@ -49,3 +49,13 @@ def test_set_run_gives_each_instruction_its_size_across_a_page():
     sizes.set_run(start, bytes(size for _, size, _, _ in found))
     assert [sizes.get(address) for address, _, _, _ in found] == [size for _, size, _, _ in found]
     assert sizes.get(start + 2) == 0 and sizes.get(found[-1][0] + 1) == 0   # inside the mov, past the ret
+
+
+def test_no_more_is_kept_past_the_limit(monkeypatch):
+    from plugin.analysis import sweeps as module
+    monkeypatch.setattr(module, "MAX_KEPT", 10)
+    sweeps = Sweeps()
+    _kept(sweeps, START, START + len(CODE), CODE)                # its sizes and texts: past 10 bytes
+    _kept(sweeps, START + 0x100, START + 0x100 + len(CODE), CODE)
+    assert sweeps.again(START, START + len(CODE), last=False) is not None
+    assert sweeps.again(START + 0x100, START + 0x100 + len(CODE), last=False) is None
