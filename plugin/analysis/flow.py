@@ -182,32 +182,39 @@ class Analyser(TableReading):
                     after = state           # apply's answer without the call (38% of python3.11's)
                 if insn.flow is NEXT:
                     target = insn.end
-                    if start <= target < end:
-                        if target in gave_up:
-                            break
-                        old = states.get(target)
-                        if old is None:
-                            states[target] = after          # reached first, from here: straight on
-                            sources[target] = address
-                            address, state = target, after
-                            continue
-                        if sources.get(target) != address:
-                            merge(result, visits, work, target, after, address)
-                            break
-                        # Reached from here alone: _merge's replacement, then straight on as the work
-                        # list would go next (it would take target first, unless followed with this state).
-                        if after is old or (after.regs == old.regs and after.mem == old.mem) \
-                                or not self._replaced(result, visits, target, after) \
-                                or followed.get(target) is after:
-                            break
-                        address, state = target, after
-                        continue
-                for target, out in self._successors(result, insn, after):
-                    if start <= target < end:
-                        merge(result, visits, work, target, out, address)
-                    else:
-                        self._exit(result, address, target, out)
-                break
+                else:
+                    # Every successor but the last is merged; the work list would take the last one
+                    # next (merged last, it is on top), so the path goes straight on to it instead.
+                    successors = self._successors(result, insn, after)
+                    if not successors:
+                        break
+                    for target, out in successors[:-1]:
+                        if start <= target < end:
+                            merge(result, visits, work, target, out, address)
+                        else:
+                            self._exit(result, address, target, out)
+                    target, after = successors[-1]
+                if not start <= target < end:
+                    self._exit(result, address, target, after)
+                    break
+                if target in gave_up:
+                    break
+                old = states.get(target)
+                if old is None:
+                    states[target] = after          # reached first, from here: straight on
+                    sources[target] = address
+                    address, state = target, after
+                    continue
+                if sources.get(target) != address:
+                    merge(result, visits, work, target, after, address)
+                    break
+                # Reached from here alone: _merge's replacement, then straight on as the work list
+                # would go next (it would take target first, unless followed with this state).
+                if after is old or (after.regs == old.regs and after.mem == old.mem) \
+                        or not self._replaced(result, visits, target, after) \
+                        or followed.get(target) is after:
+                    break
+                address, state = target, after
 
     @staticmethod
     def _exit(result, address, target, state):
