@@ -85,9 +85,11 @@ def _narrow(expr, state: State):
 def bound_load(expr, state: State):
     """("bound_load", source, register): a copy of the compared value keeps the compare's bound."""
     of = state.regs.get(BOUND_OF)
-    if of == addr(expr[1]):
-        return addr(expr[2])
-    if of is None or of == addr(expr[2]):
+    if of is None:
+        return UNCOMPARED
+    if of == (Kind.ADDR, expr[1]):      # addr(expr[1]), without the call (every x86 mov comes here)
+        return (Kind.ADDR, expr[2])
+    if of == (Kind.ADDR, expr[2]):
         return UNCOMPARED           # the compared register is overwritten
     return of
 
