@@ -41,7 +41,7 @@ class Kind(str, Enum):
     __hash__ = str.__hash__
 
 
-_UNKNOWN = Kind.UNKNOWN    # read in join's loops: a global, not an attribute of the enum each time
+_UNKNOWN, _STACK, _ADDR = Kind.UNKNOWN, Kind.STACK, Kind.ADDR   # read in join's and plus's loops: globals
 CFA = "cfa"                # the base of stack values relative to the canonical frame address
 
 Value = Tuple              # (Kind, ...) see the constructors below
@@ -71,11 +71,12 @@ UNSET = unknown("not tracked")
 
 def plus(value: Value, k: int) -> Value:
     """value + k for stack and address values; other values become OTHER or stay unknown."""
-    if value[0] == Kind.STACK:
-        return (Kind.STACK, value[1], value[2] + k)
-    if value[0] == Kind.ADDR:
-        return (Kind.ADDR, value[1] + k)
-    if value[0] == Kind.UNKNOWN:
+    kind = value[0]
+    if kind == _STACK:
+        return (_STACK, value[1], value[2] + k)
+    if kind == _ADDR:
+        return (_ADDR, value[1] + k)
+    if kind == _UNKNOWN:
         return value
     return OTHER
 
@@ -188,7 +189,7 @@ def _meet(old: dict, new: dict, missing, where):
     disagree = None
     get = new.get
     for key, a in old.items():
-        if a[0] == Kind.UNKNOWN:
+        if a[0] == _UNKNOWN:
             continue
         b = get(key, missing)
         if a is not b and a != b:
