@@ -95,6 +95,7 @@ class CallFacts:
             decode_at, falls_through = self.decode_at, None
         else:
             flow_only, sizes = self._flow_sweep(light)
+            falls_through = sizes.get
 
             def decode_at(address):
                 insn = flow_only.get(address)
@@ -102,20 +103,17 @@ class CallFacts:
                     return insn
                 size = sizes.get(address)
                 return Insn(address, size, "") if size else self.decode_at(address)
-
-            def falls_through(address):
-                return 0 if address in flow_only else sizes.get(address)
         module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
                                  self._slot_noreturn, falls_through)
         self._noreturn.update(noreturn.decide(module))
         self._noreturn_decided = True
 
     def _flow_sweep(self, light) -> Tuple[Dict[int, Step], ByteMap]:
-        """Every function swept once: its jumps, calls and returns, and every instruction's size (memory:
-        not an Insn each); the sweep is kept for decode_range (self.sweeps). light: the facts'
-        decode_flow, None for an instruction that falls through by its mnemonic alone (asked once per
-        mnemonic). Where functions overlap an address is swept twice, to the same instruction (the
-        code from an address decides the instruction there)."""
+        """Every function swept once: its jumps, calls and returns, and the size of every instruction that
+        only falls through (0 for the others; memory: not an Insn each); the sweep is kept for
+        decode_range (self.sweeps). light: the facts' decode_flow, None for an instruction that falls
+        through by its mnemonic alone (asked once per mnemonic). Where functions overlap an address is
+        swept twice, to the same instruction (the code from an address decides the instruction there)."""
         flow_only: Dict[int, Step] = {}
         sizes = ByteMap()
         falling: set = set()            # mnemonics of instructions that only fall through
@@ -124,7 +122,7 @@ class CallFacts:
                 code = self.read(start, end - start)
             except Exception:
                 continue
-            swept, texts = bytearray(), []
+            swept, texts, flows = bytearray(), [], []
             size_of, text_of = swept.append, texts.append
             for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
                 size_of(size)
@@ -136,7 +134,9 @@ class CallFacts:
                         falling.add(mnemonic)
                     else:
                         flow_only[address] = Step(insn)
+                        flows.append(address)
             sizes.set_run(start, swept)
+            sizes.set_all(flows, 0)
             self.sweeps.keep(start, end, swept, texts)
         return flow_only, sizes
 
