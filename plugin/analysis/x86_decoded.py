@@ -71,9 +71,9 @@ class Decoder:
         elif mnemonic == "cmp" and not (d.pc_name and d.pc_name in op_str) and insn.effects \
                 and insn.effects[-1] == _pending_at(address):
             _keep(self._compares, key, insn)
-        elif not (d.pc_name and d.pc_name in op_str) and "cmp" not in mnemonic and "and" not in mnemonic \
-                and not (d.call_next_pushes and "call" in mnemonic):
-            _keep(self._decoded, key, insn)
+        elif not (d.pc_name and d.pc_name in op_str) and not (d.call_next_pushes and "call" in mnemonic) \
+                and not (("cmp" in mnemonic or "and" in mnemonic) and _names(insn.effects, address)):
+            _keep(self._decoded, key, insn)     # e.g. a compare of two registers: no address in it
         return insn
 
     def decode_flow(self, address: int, size: int, mnemonic: str, op_str: str) -> Optional[Insn]:
@@ -92,6 +92,13 @@ def _keep(cache: dict, key, insn: Insn) -> None:
     if len(cache) >= MAX_DECODED:
         cache.clear()
     cache[key] = insn
+
+
+def _names(effects, address: int) -> bool:
+    """Does the address appear in the effects (a compare's pending bound, a realignment's new base;
+    an immediate equal to it too, which only costs a decoding each time)?"""
+    return any(_names(part, address) if isinstance(part, (tuple, list)) else part == address
+               for part in effects)
 
 
 def _pending_at(address: int) -> tuple:
