@@ -183,8 +183,7 @@ class Analyser(TableReading):
                 if insn.flow is NEXT:
                     target = insn.end
                 else:
-                    # Every successor but the last is merged; the work list would take the last one
-                    # next (merged last, it is on top), so the path goes straight on to it instead.
+                    # The others merged, the path goes straight on to the last (the work list's next).
                     successors = self._successors(result, insn, after)
                     if not successors:
                         break
