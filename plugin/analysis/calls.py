@@ -16,7 +16,7 @@ from typing import Dict, Optional, Tuple
 from plugin.analysis import arm_plt, noreturn, probes
 from plugin.analysis.flow import NO_CALLEE, Callee
 from plugin.analysis.addresses import ByteMap
-from plugin.analysis.ops import Flow, Insn
+from plugin.analysis.ops import Flow, Insn, Step
 
 # Functions that never return, by symbol name (C library, C++ runtime, CPython).
 NORETURN_NAMES = frozenset((
@@ -48,19 +48,6 @@ def _agreed(pops) -> Callee:
 def is_noreturn_name(name: str) -> bool:
     name = name.split("@")[0]
     return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)
-
-
-class Step:
-    """What the control-flow pass reads of a jump, call or return (plugin.analysis.noreturn): one is
-    kept for each of the module's until the pass ends, so not the whole Insn (its text, effects)."""
-    __slots__ = ("flow", "end", "target", "through_memory", "indirect")
-
-    def __init__(self, insn: Insn):
-        self.flow = insn.flow
-        self.end = insn.end
-        self.target = insn.target
-        self.through_memory = insn.through_memory
-        self.indirect = insn.indirect if insn.through_memory else None
 
 
 class CallFacts:
@@ -111,8 +98,8 @@ class CallFacts:
     def _flow_sweep(self, light) -> Tuple[Dict[int, Step], ByteMap]:
         """Every function swept once: its jumps, calls and returns, and the size of every instruction that
         only falls through (0 for the others; memory: not an Insn each); the sweep is kept for
-        decode_range (self.sweeps). light: the facts' decode_flow, None for an instruction that falls
-        through by its mnemonic alone (asked once per mnemonic). Where functions overlap an address is
+        decode_range (self.sweeps). light: the facts' decode_flow, a Step, or None for an instruction
+        that falls through by its mnemonic alone (asked once per mnemonic). Where functions overlap an address is
         swept twice, to the same instruction (the code from an address decides the instruction there)."""
         flow_only: Dict[int, Step] = {}
         sizes = ByteMap()
@@ -129,11 +116,11 @@ class CallFacts:
                 text_of(mnemonic)
                 text_of(op_str)
                 if mnemonic not in falling:
-                    insn = light(address, size, mnemonic, op_str)
-                    if insn is None:
+                    step = light(address, size, mnemonic, op_str)
+                    if step is None:
                         falling.add(mnemonic)
                     else:
-                        flow_only[address] = Step(insn)
+                        flow_only[address] = step
                         flows.append(address)
             sizes.set_run(start, swept)
             sizes.set_all(flows, 0)

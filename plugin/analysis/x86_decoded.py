@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from plugin.analysis.bounds import BOUND_PENDING
-from plugin.analysis.ops import Flow, Insn
+from plugin.analysis.ops import Flow, Insn, Step
 from plugin.analysis.x86 import _PREFIXES, _STOPS, Dialect, _decode
 
 
@@ -50,11 +50,10 @@ class Decoder:
         d = self.d
         if op_str[:2] == "0x":
             found = self._direct.get(mnemonic)
-            target = _hex(op_str) if found is not None else None
+            target = _target(d, found, address + size, op_str)
             if target is not None:
-                if not (d.call_next_pushes and target == address + size and found.flow is Flow.CALL):
-                    return Insn(address, size, mnemonic + " " + op_str, found.effects, found.flow, target,
-                                None, False, 0, found.bound_kept, found.flags_kept)
+                return Insn(address, size, mnemonic + " " + op_str, found.effects, found.flow, target,
+                            None, False, 0, found.bound_kept, found.flags_kept)
         key = mnemonic, op_str
         found = self._decoded.get(key)
         if found is not None:
@@ -76,16 +75,34 @@ class Decoder:
             _keep(self._decoded, key, insn)     # e.g. a compare of two registers: no address in it
         return insn
 
-    def decode_flow(self, address: int, size: int, mnemonic: str, op_str: str) -> Optional[Insn]:
-        """decode() where only the control flow is asked for (plugin.analysis.noreturn): None for an
-        instruction that is not a jump, call, return or stop (it falls through)."""
+    def decode_flow(self, address: int, size: int, mnemonic: str, op_str: str) -> Optional[Step]:
+        """What the control-flow pass (plugin.analysis.noreturn) reads of a jump, call, return or stop;
+        None for an instruction that falls through. A direct one makes no Insn."""
         flow = _FLOW.get(mnemonic)
         if flow is None:
             flow = _FLOW[mnemonic] = is_flow(mnemonic)
-        return self.decode(address, size, mnemonic, op_str) if flow else None
+        if not flow:
+            return None
+        if op_str[:2] == "0x":
+            found = self._direct.get(mnemonic)
+            target = _target(self.d, found, address + size, op_str)
+            if target is not None:
+                return Step(found.flow, address + size, target)
+        return Step.of(self.decode(address, size, mnemonic, op_str))
 
 
 _FLOW: Dict[str, bool] = {}        # mnemonic -> is_flow(mnemonic): a few hundred, asked once per instruction
+
+
+def _target(d: Dialect, found: Optional[Insn], end: int, op_str: str) -> Optional[int]:
+    """The target of a direct jump, branch or call made from `found`, the last one of its mnemonic
+    (None: none yet, op_str names no target, or i386's call to the next instruction)."""
+    if found is None:
+        return None
+    target = _hex(op_str)
+    if target is None or d.call_next_pushes and target == end and found.flow is Flow.CALL:
+        return None
+    return target
 
 
 def _keep(cache: dict, key, insn: Insn) -> None:
