@@ -270,10 +270,9 @@ class Analyser(TableReading):
         the stack pointer above the arguments the callee popped; `clobbers`: the only registers
         a callee with a known contract changes (a stack probe), instead of the ABI's."""
         facts = self.facts
-        after = state.copy()
-        sp = after.reg(facts.SP)
+        sp = state.reg(facts.SP)
+        after = state.copy_above(sp)            # the callee's frame overwrote everything below
         if sp[0] == Kind.STACK:
-            after.forget_below(sp)
             if popped is None:
                 after.regs[facts.SP] = POPS_UNKNOWN
             elif popped:

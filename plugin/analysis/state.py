@@ -132,6 +132,14 @@ class State:
             self.mem[(base, offset)] = value
         # Anything else leaves the slot absent: it holds nothing the analysis tracks.
 
+    def copy_above(self, address: Value) -> "State":
+        """A copy without the slots below the stack address (copy() then forget_below(address))."""
+        if address[0] != Kind.STACK:
+            return self.copy()
+        base, offset = address[1], address[2]
+        return State(dict(self.regs), {k: v for k, v in self.mem.items() if k[0] != base or k[1] >= offset},
+                     self.word)
+
     def forget_below(self, address: Value) -> None:
         """A call: the callee's frame overwrites everything below the stack pointer."""
         if address[0] != Kind.STACK:
