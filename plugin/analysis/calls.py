@@ -99,8 +99,8 @@ class CallFacts:
         """Every function swept once: its jumps, calls and returns, and the size of every instruction that
         only falls through (0 for the others; memory: not an Insn each); the sweep is kept for
         decode_range (self.sweeps). light: the facts' decode_flow, a Step, or None for an instruction
-        that falls through by its mnemonic alone (asked once per mnemonic). Where functions overlap an address is
-        swept twice, to the same instruction (the code from an address decides the instruction there)."""
+        that falls through by its mnemonic alone (asked once per mnemonic). Where functions overlap an
+        address is swept twice, to the same instruction (the code from an address decides it)."""
         flow_only: Dict[int, Step] = {}
         sizes = ByteMap()
         falling: set = set()            # mnemonics of instructions that only fall through

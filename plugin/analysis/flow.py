@@ -72,7 +72,8 @@ class Analyser(TableReading):
                  is_boundary: Callable[[int], bool] = lambda address: True,
                  callee: Callable[[Insn], Callee] = lambda insn: NO_CALLEE,
                  in_part: Callable[[int], bool] = lambda address: False,
-                 args_size: Callable[[int], int] = lambda address: 0, decoded: Optional[Dict[int, Insn]] = None):
+                 args_size: Callable[[int], int] = lambda address: 0,
+                 decoded: Optional[Dict[int, Insn]] = None):
         self.facts = facts
         self.decoded = {} if decoded is None else decoded     # instructions decode_at gives without decoding
         self.args_size = args_size      # a call's address -> the argument bytes the unwinder pops landing

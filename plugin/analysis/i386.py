@@ -47,8 +47,8 @@ DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, call_next_pushes=True)
 _THUNK_LOAD = re.compile(r"mov (e[a-z]{2}), dword ptr \[esp\]$")
 
 
-# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: only for the control flow
-# (plugin.analysis.noreturn), None for an instruction that falls through.
+# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: what the control-flow pass
+# (plugin.analysis.noreturn) reads of it, a Step, or None for an instruction that falls through.
 _DECODER = x86_decoded.Decoder(DIALECT)
 decode, decode_flow = _DECODER.decode, _DECODER.decode_flow
 

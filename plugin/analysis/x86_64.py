@@ -48,7 +48,7 @@ for _n in range(16):
 DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, pc_name="rip")
 
 
-# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: only for the control flow
-# (plugin.analysis.noreturn), None for an instruction that falls through.
+# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: what the control-flow pass
+# (plugin.analysis.noreturn) reads of it, a Step, or None for an instruction that falls through.
 _DECODER = x86_decoded.Decoder(DIALECT)
 decode, decode_flow = _DECODER.decode, _DECODER.decode_flow
