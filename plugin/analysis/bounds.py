@@ -23,6 +23,7 @@ BOUND_OF = 1001                   # pseudo-register: what that compare compared:
                                   # ("mem", address)); ("addr", None) once that register is written again
 BOUND_PENDING = 1002              # pseudo-register: the compare's bound waits for the branch after it
 NOT_PENDING = unknown("no compare waits for its branch")
+_ADDR = Kind.ADDR                 # read on every x86 mov: a global, not an attribute of the enum
 
 
 def bounded_entries(state: State, index) -> Optional[int]:
@@ -87,9 +88,9 @@ def bound_load(expr, state: State):
     of = state.regs.get(BOUND_OF)
     if of is None:
         return UNCOMPARED
-    if of == (Kind.ADDR, expr[1]):      # addr(expr[1]), without the call (every x86 mov comes here)
-        return (Kind.ADDR, expr[2])
-    if of == (Kind.ADDR, expr[2]):
+    if of == (_ADDR, expr[1]):          # addr(expr[1]), without the call (every x86 mov comes here)
+        return (_ADDR, expr[2])
+    if of == (_ADDR, expr[2]):
         return UNCOMPARED           # the compared register is overwritten
     return of
 

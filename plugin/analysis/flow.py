@@ -22,7 +22,7 @@ from plugin.analysis.state import OTHER, Kind, State, addr, join, plus, unknown
 from plugin.analysis.table_reading import TableReading
 from plugin.analysis.transfer import apply, entry_like, entry_state  # noqa: F401
 
-NEXT, BRANCH = Flow.NEXT, Flow.BRANCH     # read per instruction: globals, not attributes of the enum
+NEXT, BRANCH, JUMP, CALL, RET = Flow.NEXT, Flow.BRANCH, Flow.JUMP, Flow.CALL, Flow.RET  # per instruction: globals
 MAX_VISITS = 24                   # joins per instruction before the analysis gives up on it
 CLOBBERED = unknown("clobbered by a call")
 
@@ -238,13 +238,13 @@ class Analyser(TableReading):
             return [(insn.target, state), (insn.end, state)]
         if flow is NEXT:
             return [(insn.end, state)]
-        if flow == Flow.JUMP:
+        if flow == JUMP:
             if not result.start <= insn.target < result.end and entry_like(state, facts):
                 result.returns = True                  # a tail call
                 result.tail_calls.add(insn.target)
                 return []
             return [(insn.target, state)]
-        if flow == Flow.CALL:
+        if flow == CALL:
             if self.noreturn(insn):
                 return []
             callee = self.callee(insn)
@@ -255,7 +255,7 @@ class Analyser(TableReading):
             if callee.why:
                 result.notes[insn.address] = callee.why
             return [(insn.end, self.after_call(insn, state, callee.popped, callee.clobbers))]
-        if flow == Flow.RET:
+        if flow == RET:
             result.returns = True
             result.pops.add(insn.popped)
             return []

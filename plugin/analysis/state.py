@@ -41,7 +41,7 @@ class Kind(str, Enum):
     __hash__ = str.__hash__
 
 
-_UNKNOWN, _STACK, _ADDR = Kind.UNKNOWN, Kind.STACK, Kind.ADDR   # read in join's and plus's loops: globals
+_UNKNOWN, _STACK, _ADDR, _OTHER = Kind.UNKNOWN, Kind.STACK, Kind.ADDR, Kind.OTHER   # per instruction: globals
 CFA = "cfa"                # the base of stack values relative to the canonical frame address
 
 Value = Tuple              # (Kind, ...) see the constructors below
@@ -110,9 +110,9 @@ class State:
 
     def slot(self, address: Value, size: int) -> Value:
         """What a load of `size` bytes from the stack address gives."""
-        if address[0] == Kind.UNKNOWN:
+        if address[0] == _UNKNOWN:
             return address
-        if address[0] != Kind.STACK:
+        if address[0] != _STACK:
             return OTHER               # not this frame's stack: not a saved register
         found = self.mem.get((address[1], address[2]))
         if found is None:
@@ -121,20 +121,20 @@ class State:
 
     def store(self, address: Value, size: int, value: Value) -> None:
         """Record a store; a store through an untracked pointer is assumed not to hit saved slots."""
-        if address[0] != Kind.STACK:
+        if address[0] != _STACK:
             return
         base, offset = address[1], address[2]
         for key in [k for k in self.mem if k[0] == base and k[1] < offset + size and offset < k[1] + self.word]:
             del self.mem[key]
-        if value[0] == Kind.UNKNOWN:
+        if value[0] == _UNKNOWN:
             self.mem[(base, offset)] = value
-        elif size == self.word and value[0] != Kind.OTHER:
+        elif size == self.word and value[0] != _OTHER:
             self.mem[(base, offset)] = value
         # Anything else leaves the slot absent: it holds nothing the analysis tracks.
 
     def copy_above(self, address: Value) -> "State":
         """A copy without the slots below the stack address (copy() then forget_below(address))."""
-        if address[0] != Kind.STACK:
+        if address[0] != _STACK:
             return self.copy()
         base, offset = address[1], address[2]
         return State(dict(self.regs), {k: v for k, v in self.mem.items() if k[0] != base or k[1] >= offset},
@@ -142,7 +142,7 @@ class State:
 
     def forget_below(self, address: Value) -> None:
         """A call: the callee's frame overwrites everything below the stack pointer."""
-        if address[0] != Kind.STACK:
+        if address[0] != _STACK:
             return
         for key in [k for k in self.mem if k[0] == address[1] and k[1] < address[2]]:
             del self.mem[key]
