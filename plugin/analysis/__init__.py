@@ -26,6 +26,7 @@ from plugin.analysis.calls import MAX_NESTING, NORETURN_NAMES, CallFacts, is_nor
 from plugin.analysis.flow import Analyser, Callee, FunctionAnalysis, entry_like, entry_state
 from plugin.analysis.ops import Flow
 from plugin.analysis.state import CFA, Kind
+from plugin.analysis.sweeps import Sweeps
 
 FACTS = {"x86_64": x86_64, "aarch64": aarch64, "i386": i386, "arm": arm}
 def _indirect(insn) -> bool:
@@ -123,6 +124,7 @@ class CodeAnalysis(CallFacts):
         self._cs = capstone.Cs(getattr(capstone, cs_arch), getattr(capstone, cs_mode))
         self._decoded: Dict[int, object] = {}
         self._dropped = ByteMap()           # 1 where an Insn decoded once was dropped (drop_decoded)
+        self.sweeps = Sweeps()              # each function's first sweep (decide_noreturn), read again
         self.functions = {start: end for start, end in functions}
         self.symbol = symbol
         self.got_names = got_names or {}
@@ -166,13 +168,16 @@ class CodeAnalysis(CallFacts):
 
     def decode_range(self, start, end):
         """Linear sweep of [start, end) into the cache; jumps elsewhere decode on demand."""
-        try:
-            code = self.read(start, end - start)
-        except Exception:
-            return
+        found = self.sweeps.again(start, end, last=self.is_final(start))
+        if found is None:
+            try:
+                code = self.read(start, end - start)
+            except Exception:
+                return
+            found = self._cs.disasm_lite(code, start)
         decode = self._decode
         cache = self._decoded
-        for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
+        for address, size, mnemonic, op_str in found:
             if address not in cache:
                 cache[address] = decode(address, size, mnemonic, op_str)
 
@@ -212,7 +217,8 @@ class CodeAnalysis(CallFacts):
         analyser = Analyser(self.facts, self.decode_at, self.read, self._is_noreturn,
                             is_boundary=self.is_decoded, callee=self._callee,
                             in_part=self._part_instruction,
-                            args_size=(lambda pc: args_size(start, pc)) if pads and args_size else lambda pc: 0)
+                            args_size=(lambda pc: args_size(start, pc)) if pads and args_size else lambda pc: 0,
+                            decoded=self._decoded)
         self._busy.append(start)
         try:
             result = analyser.run(start, end, seeds, pads)

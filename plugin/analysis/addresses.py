@@ -37,16 +37,18 @@ class ByteMap:
                     page = self._pages[number] = bytearray(1 << PAGE_BITS)
             page[address & mask] = value
 
-    def put_new(self, address: int, value: int) -> bool:
-        """set(address, value) where nothing is set yet; whether it was."""
-        page = self._pages.get(address >> PAGE_BITS)
-        if page is None:
-            page = self._pages[address >> PAGE_BITS] = bytearray(1 << PAGE_BITS)
-        offset = address & ((1 << PAGE_BITS) - 1)
-        if page[offset]:
-            return False
-        page[offset] = value
-        return True
+    def set_run(self, address: int, sizes: bytes) -> None:
+        """set(a, size) for each instruction of a linear sweep from address: their sizes in order."""
+        mask = (1 << PAGE_BITS) - 1
+        number, page = None, None
+        for size in sizes:
+            if address >> PAGE_BITS != number:
+                number = address >> PAGE_BITS
+                page = self._pages.get(number)
+                if page is None:
+                    page = self._pages[number] = bytearray(1 << PAGE_BITS)
+            page[address & mask] = size
+            address += size
 
     def __contains__(self, address: int) -> bool:
         return self.get(address) != 0

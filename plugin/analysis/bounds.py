@@ -23,6 +23,7 @@ BOUND_OF = 1001                   # pseudo-register: what that compare compared:
                                   # ("mem", address)); ("addr", None) once that register is written again
 BOUND_PENDING = 1002              # pseudo-register: the compare's bound waits for the branch after it
 NOT_PENDING = unknown("no compare waits for its branch")
+_ADDR = Kind.ADDR                 # read on every x86 mov: a global, not an attribute of the enum
 
 
 def bounded_entries(state: State, index) -> Optional[int]:
@@ -82,12 +83,14 @@ def _narrow(expr, state: State):
     return addr(expr[1])
 
 
-def _bound_load(expr, state: State):
+def bound_load(expr, state: State):
     """("bound_load", source, register): a copy of the compared value keeps the compare's bound."""
     of = state.regs.get(BOUND_OF)
-    if of == addr(expr[1]):
-        return addr(expr[2])
-    if of is None or of == addr(expr[2]):
+    if of is None:
+        return UNCOMPARED
+    if of == (_ADDR, expr[1]):          # addr(expr[1]), without the call (every x86 mov comes here)
+        return (_ADDR, expr[2])
+    if of == (_ADDR, expr[2]):
         return UNCOMPARED           # the compared register is overwritten
     return of
 
@@ -98,7 +101,7 @@ def _abs_table(expr, state: State):
 
 
 UNCOMPARED = addr(None)
-BOUND_EXPRESSIONS = {"narrow": _narrow, "bound_load": _bound_load, "abs_table": _abs_table,
+BOUND_EXPRESSIONS = {"narrow": _narrow, "bound_load": bound_load, "abs_table": _abs_table,
                      "pending_if": _pending_if}
 
 

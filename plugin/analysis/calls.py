@@ -11,12 +11,12 @@ decisions for plugin.analysis.CodeAnalysis, the class it is mixed into
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from plugin.analysis import arm_plt, noreturn, probes
 from plugin.analysis.flow import NO_CALLEE, Callee
 from plugin.analysis.addresses import ByteMap
-from plugin.analysis.ops import Flow, Insn
+from plugin.analysis.ops import Flow, Insn, Step
 
 # Functions that never return, by symbol name (C library, C++ runtime, CPython).
 NORETURN_NAMES = frozenset((
@@ -50,19 +50,6 @@ def is_noreturn_name(name: str) -> bool:
     return name in NORETURN_NAMES or (name.startswith("_ZSt") and "__throw_" in name)
 
 
-class Step:
-    """What the control-flow pass reads of a jump, call or return (plugin.analysis.noreturn): one is
-    kept for each of the module's until the pass ends, so not the whole Insn (its text, effects)."""
-    __slots__ = ("flow", "end", "target", "through_memory", "indirect")
-
-    def __init__(self, insn: Insn):
-        self.flow = insn.flow
-        self.end = insn.end
-        self.target = insn.target
-        self.through_memory = insn.through_memory
-        self.indirect = insn.indirect if insn.through_memory else None
-
-
 class CallFacts:
     """The call decisions of CodeAnalysis (mixed into it)."""
 
@@ -94,19 +81,8 @@ class CallFacts:
                 self.decode_range(start, end)
             decode_at, falls_through = self.decode_at, None
         else:
-            flow_only: Dict[int, object] = {}      # the jumps, calls and returns
-            sizes = ByteMap()                       # every instruction's size (memory: not an Insn each)
-            put_new = sizes.put_new
-            for start, end in sorted(self.functions.items()):
-                try:
-                    code = self.read(start, end - start)
-                except Exception:
-                    continue
-                for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
-                    if put_new(address, size):
-                        insn = light(address, size, mnemonic, op_str)
-                        if insn is not None:    # a jump, call or return: what this pass reads of it
-                            flow_only[address] = Step(insn)
+            flow_only, sizes = self._flow_sweep(light)
+            falls_through = sizes.get
 
             def decode_at(address):
                 insn = flow_only.get(address)
@@ -114,13 +90,42 @@ class CallFacts:
                     return insn
                 size = sizes.get(address)
                 return Insn(address, size, "") if size else self.decode_at(address)
-
-            def falls_through(address):
-                return 0 if address in flow_only else sizes.get(address)
         module = noreturn.Module(self.functions, self.entry_states, decode_at, self._named_noreturn,
                                  self._slot_noreturn, falls_through)
         self._noreturn.update(noreturn.decide(module))
         self._noreturn_decided = True
+
+    def _flow_sweep(self, light) -> Tuple[Dict[int, Step], ByteMap]:
+        """Every function swept once: its jumps, calls and returns, and the size of every instruction that
+        only falls through (0 for the others; memory: not an Insn each); the sweep is kept for
+        decode_range (self.sweeps). light: the facts' decode_flow, a Step, or None for an instruction
+        that falls through by its mnemonic alone (asked once per mnemonic). Where functions overlap an
+        address is swept twice, to the same instruction (the code from an address decides it)."""
+        flow_only: Dict[int, Step] = {}
+        sizes = ByteMap()
+        falling: set = set()            # mnemonics of instructions that only fall through
+        for start, end in sorted(self.functions.items()):
+            try:
+                code = self.read(start, end - start)
+            except Exception:
+                continue
+            swept, texts, flows = bytearray(), [], []
+            size_of, text_of = swept.append, texts.append
+            for address, size, mnemonic, op_str in self._cs.disasm_lite(code, start):
+                size_of(size)
+                text_of(mnemonic)
+                text_of(op_str)
+                if mnemonic not in falling:
+                    step = light(address, size, mnemonic, op_str)
+                    if step is None:
+                        falling.add(mnemonic)
+                    else:
+                        flow_only[address] = step
+                        flows.append(address)
+            sizes.set_run(start, swept)
+            sizes.set_all(flows, 0)
+            self.sweeps.keep(start, end, swept, texts)
+        return flow_only, sizes
 
     def _named_noreturn(self, target) -> Optional[bool]:
         """Does the function at target never return, by its name (or its PLT stub's)? None: its own

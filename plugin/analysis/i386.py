@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from functools import partial
-
 from plugin.analysis import x86, x86_decoded
 from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING  # noqa: F401  (part of every arch's facts)
 
@@ -49,10 +47,10 @@ DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, call_next_pushes=True)
 _THUNK_LOAD = re.compile(r"mov (e[a-z]{2}), dword ptr \[esp\]$")
 
 
-# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: only for the control flow
-# (plugin.analysis.noreturn), None for an instruction that falls through. Bound in C (called per instruction).
-decode = partial(x86_decoded.decode, DIALECT)
-decode_flow = partial(x86_decoded.decode_flow, DIALECT)
+# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: what the control-flow pass
+# (plugin.analysis.noreturn) reads of it, a Step, or None for an instruction that falls through.
+_DECODER = x86_decoded.Decoder(DIALECT)
+decode, decode_flow = _DECODER.decode, _DECODER.decode_flow
 
 
 def is_padding(text: str) -> bool:

@@ -38,12 +38,16 @@ class Module:
         # address -> the size of the instruction there when it only falls through (0: not known so;
         # decode_at tells): a path runs over those without an Insn each
         self.falls_through = falls_through or (lambda address: 0)
+        self._own_ends: Dict[int, int] = {}     # root -> own_range_end(root), asked on every straight run
 
     def own_range_end(self, root: int) -> int:
         """The end of the addresses from root on whose home is root: its end, or the next start."""
-        i = bisect.bisect_right(self.starts, root)
-        end = self.functions[root]
-        return min(end, self.starts[i]) if i < len(self.starts) else end
+        end = self._own_ends.get(root)
+        if end is None:
+            i = bisect.bisect_right(self.starts, root)
+            end = self.functions[root]
+            end = self._own_ends[root] = min(end, self.starts[i]) if i < len(self.starts) else end
+        return end
 
     def home(self, address: int) -> Optional[int]:
         i = bisect.bisect_right(self.starts, address) - 1

@@ -87,6 +87,24 @@ class Insn:
         return "Insn(%s)" % ", ".join("%s=%r" % (n, getattr(self, n)) for n in self.__slots__)
 
 
+class Step:
+    """What the control-flow pass reads of a jump, call or return (plugin.analysis.noreturn): one is
+    kept for each of the module's until the pass ends, so not the whole Insn (its text, effects)."""
+    __slots__ = ("flow", "end", "target", "through_memory", "indirect")
+
+    def __init__(self, flow: Flow, end: int, target: Optional[int] = None, through_memory: bool = False,
+                 indirect: Optional[tuple] = None):
+        self.flow = flow
+        self.end = end
+        self.target = target
+        self.through_memory = through_memory
+        self.indirect = indirect if through_memory else None
+
+    @classmethod
+    def of(cls, insn: Insn) -> "Step":
+        return cls(insn.flow, insn.end, insn.target, insn.through_memory, insn.indirect)
+
+
 def reg(number):
     return ("reg", number)
 

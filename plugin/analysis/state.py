@@ -41,7 +41,7 @@ class Kind(str, Enum):
     __hash__ = str.__hash__
 
 
-_UNKNOWN = Kind.UNKNOWN    # read in join's loops: a global, not an attribute of the enum each time
+_UNKNOWN, _STACK, _ADDR, _OTHER = Kind.UNKNOWN, Kind.STACK, Kind.ADDR, Kind.OTHER   # per instruction: globals
 CFA = "cfa"                # the base of stack values relative to the canonical frame address
 
 Value = Tuple              # (Kind, ...) see the constructors below
@@ -71,11 +71,12 @@ UNSET = unknown("not tracked")
 
 def plus(value: Value, k: int) -> Value:
     """value + k for stack and address values; other values become OTHER or stay unknown."""
-    if value[0] == Kind.STACK:
-        return (Kind.STACK, value[1], value[2] + k)
-    if value[0] == Kind.ADDR:
-        return (Kind.ADDR, value[1] + k)
-    if value[0] == Kind.UNKNOWN:
+    kind = value[0]
+    if kind == _STACK:
+        return (_STACK, value[1], value[2] + k)
+    if kind == _ADDR:
+        return (_ADDR, value[1] + k)
+    if kind == _UNKNOWN:
         return value
     return OTHER
 
@@ -109,9 +110,9 @@ class State:
 
     def slot(self, address: Value, size: int) -> Value:
         """What a load of `size` bytes from the stack address gives."""
-        if address[0] == Kind.UNKNOWN:
+        if address[0] == _UNKNOWN:
             return address
-        if address[0] != Kind.STACK:
+        if address[0] != _STACK:
             return OTHER               # not this frame's stack: not a saved register
         found = self.mem.get((address[1], address[2]))
         if found is None:
@@ -120,20 +121,28 @@ class State:
 
     def store(self, address: Value, size: int, value: Value) -> None:
         """Record a store; a store through an untracked pointer is assumed not to hit saved slots."""
-        if address[0] != Kind.STACK:
+        if address[0] != _STACK:
             return
         base, offset = address[1], address[2]
         for key in [k for k in self.mem if k[0] == base and k[1] < offset + size and offset < k[1] + self.word]:
             del self.mem[key]
-        if value[0] == Kind.UNKNOWN:
+        if value[0] == _UNKNOWN:
             self.mem[(base, offset)] = value
-        elif size == self.word and value[0] != Kind.OTHER:
+        elif size == self.word and value[0] != _OTHER:
             self.mem[(base, offset)] = value
         # Anything else leaves the slot absent: it holds nothing the analysis tracks.
 
+    def copy_above(self, address: Value) -> "State":
+        """A copy without the slots below the stack address (copy() then forget_below(address))."""
+        if address[0] != _STACK:
+            return self.copy()
+        base, offset = address[1], address[2]
+        return State(dict(self.regs), {k: v for k, v in self.mem.items() if k[0] != base or k[1] >= offset},
+                     self.word)
+
     def forget_below(self, address: Value) -> None:
         """A call: the callee's frame overwrites everything below the stack pointer."""
-        if address[0] != Kind.STACK:
+        if address[0] != _STACK:
             return
         for key in [k for k in self.mem if k[0] == address[1] and k[1] < address[2]]:
             del self.mem[key]
@@ -188,7 +197,7 @@ def _meet(old: dict, new: dict, missing, where):
     disagree = None
     get = new.get
     for key, a in old.items():
-        if a[0] == Kind.UNKNOWN:
+        if a[0] == _UNKNOWN:
             continue
         b = get(key, missing)
         if a is not b and a != b:

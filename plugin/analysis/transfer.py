@@ -9,7 +9,7 @@ these is plugin.analysis.flow.
 from __future__ import annotations
 
 from plugin.analysis.bounds import (BOUND_EXPRESSIONS, BOUND_OF, BOUND_PENDING, NOT_PENDING, UNCOMPARED,
-                                    bounded_entries, drop_pending)
+                                    bound_load, bounded_entries, drop_pending)
 from plugin.analysis.ops import Insn
 from plugin.analysis.state import CFA, OTHER, UNSET, Kind, State, addr, caller, plus, stack, unknown
 
@@ -105,6 +105,10 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
                 value = (_ADDR, expr[1])
             elif kind == "add" and expr[1][0] == "reg":
                 value = plus(regs.get(expr[1][1], UNSET), expr[2])
+            elif kind == "bound_load":   # every x86 mov: what a compare compared moves with it
+                value = bound_load(expr, out)
+            elif kind == "load" and expr[1][0] == "add" and expr[1][1][0] == "reg":
+                value = out.slot(plus(regs.get(expr[1][1][1], UNSET), expr[1][2]), expr[2])
             else:
                 value = evaluate(expr, out)
             if number == sp and value[0] != _STACK and value[0] != _UNKNOWN:
@@ -117,7 +121,12 @@ def apply(insn: Insn, state: State, sp: int, share: bool = False) -> State:
         else:
             if not own_mem:
                 out.mem, own_mem = dict(out.mem), True
-            out.store(evaluate(effect[1], out), effect[2], evaluate(effect[3], out))
+            where, what = effect[1], effect[3]
+            if where[0] == "add" and where[1][0] == "reg":     # push, mov [rsp + k], reg: without evaluate
+                where = plus(regs.get(where[1][1], UNSET), where[2])
+            else:
+                where = evaluate(where, out)
+            out.store(where, effect[2], regs.get(what[1], UNSET) if what[0] == "reg" else evaluate(what, out))
     if temporaries is not None:
         for temporary in temporaries:
             regs.pop(temporary, None)

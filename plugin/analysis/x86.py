@@ -74,9 +74,10 @@ class Dialect:
 
 def is_padding(text: str, padding=PADDING) -> bool:
     """Is the instruction (capstone's text) alignment padding between functions?"""
-    for prefix in _PREFIXES:
-        if text.startswith(prefix):
-            text = text[len(prefix):]
+    if text.startswith(_PREFIXES):
+        for prefix in _PREFIXES:
+            if text.startswith(prefix):
+                text = text[len(prefix):]
     return text.startswith(padding)
 
 
@@ -175,9 +176,10 @@ def _implicit(d: Dialect, insn, names):
 def _decode(d: Dialect, address, size, mnemonic, op_str):
     end = address + size
     insn = Insn(address, size, ("%s %s" % (mnemonic, op_str)).strip())
-    for prefix in _PREFIXES:
-        if mnemonic.startswith(prefix):
-            mnemonic = mnemonic[len(prefix):]
+    if mnemonic.startswith(_PREFIXES):
+        for prefix in _PREFIXES:
+            if mnemonic.startswith(prefix):
+                mnemonic = mnemonic[len(prefix):]
     insn.flags_kept = mnemonic in _FLAGS_KEPT or mnemonic.startswith(("cmov", "set", "j"))
     ops = [_operand(d, part, end) for part in op_str.split(",")] if op_str else []
     first = ops[0] if ops else None

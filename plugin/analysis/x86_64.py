@@ -1,8 +1,6 @@
 """x86_64's registers and ABI facts for the x86 instruction patterns (plugin.analysis.x86)."""
 from __future__ import annotations
 
-from functools import partial
-
 from plugin.analysis import x86, x86_decoded
 from plugin.analysis.x86 import BOUND, BOUND_OF, BOUND_PENDING, is_padding  # noqa: F401  (part of every arch's facts)
 
@@ -50,7 +48,7 @@ for _n in range(16):
 DIALECT = x86.Dialect(REGISTERS, SP, FP, POINTER_SIZE, pc_name="rip")
 
 
-# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: only for the control flow
-# (plugin.analysis.noreturn), None for an instruction that falls through. Bound in C (called per instruction).
-decode = partial(x86_decoded.decode, DIALECT)
-decode_flow = partial(x86_decoded.decode_flow, DIALECT)
+# One capstone (address, size, mnemonic, op_str) as an Insn; decode_flow: what the control-flow pass
+# (plugin.analysis.noreturn) reads of it, a Step, or None for an instruction that falls through.
+_DECODER = x86_decoded.Decoder(DIALECT)
+decode, decode_flow = _DECODER.decode, _DECODER.decode_flow

@@ -299,9 +299,9 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
     # (source, id(row)) -> (row, row_plan, its verdict is the same at every pc): rows repeat over their range
     plans: Dict[tuple, tuple] = {}
     insns, states, unknown, summaries = result.insns, result.states, report.unknown, report.sources
-    sources = list(tables.items())
+    checking = None                     # [(source, row_at, its summary)], from the first instruction with a state
     right, wrong = Verdict.RIGHT, Verdict.WRONG
-    cfa_state = cfa = None              # the state whose CFA was found last, and that CFA
+    cfa_state, cfa, counted, analysed = None, None, 0, 0    # the state whose CFA was found last, that CFA
     address = start
     while address < end:
         insn = insns.get(address) or analysis.decode_at(address)
@@ -318,24 +318,24 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
                     address = insn.end          # padding between blocks: not an instruction of any path
                     continue
                 reason = "not reached from the function's entry"
-            report.instructions += 1
+            counted += 1
             unknown[address] = reason
             if keep_detail:
                 line["analysis"] = "unknown (%s)" % reason
         else:
-            report.instructions += 1
+            counted += 1
             if state is not cfa_state:          # states are shared by instructions that change nothing
                 cfa_state, cfa = state, arows.cfa_of(state, facts)
             if cfa is None:
                 unknown[address] = arows.cfa_text(state, facts, arch)
             else:
-                report.analysed += 1
+                analysed += 1
             if keep_detail:
                 line["analysis"] = arows.text(state, facts, arch)
-            for source, row_at in sources:
-                summary = summaries.get(source)
-                if summary is None:
-                    summary = summaries[source] = SourceSummary()
+            if checking is None:
+                checking = [(source, row_at, summaries.setdefault(source, SourceSummary()))
+                            for source, row_at in tables.items()]
+            for source, row_at, summary in checking:
                 row = row_at(address)
                 if row is None:
                     summary.uncovered += 1
@@ -377,6 +377,7 @@ def check_function(analysis, start: int, end: int, name: str, tables: Dict[str, 
             _evidence(result, address, line)
             report.detail.append(line)
         address = insn.end
+    report.instructions, report.analysed = counted, analysed
     return report
 
 

@@ -9,6 +9,10 @@ from typing import Optional
 from plugin.analysis.state import CFA, Kind, State
 from plugin.model.rules import CfaKind, RuleKind
 
+# Read for every row of every function: globals, not attributes of the enums (45 ns each)
+_REGISTER, _UNDEFINED, _SAME, _OFFSET = CfaKind.REGISTER, RuleKind.UNDEFINED, RuleKind.SAME, RuleKind.OFFSET
+_CALLER, _STACK = Kind.CALLER, Kind.STACK
+
 
 def row_plan(row, facts, registers) -> Optional[tuple]:
     """What a row says in the form the analysis holds it, for is_right: (CFA register, the value it
@@ -16,21 +20,21 @@ def row_plan(row, facts, registers) -> Optional[tuple]:
     ...) saved in slots). None for rows only quick_verdict judges (expressions, outermost rows)."""
     ra = row.registers.get(facts.RA)
     cfa = row.cfa
-    if cfa.kind != CfaKind.REGISTER or cfa.deref or ra is not None and ra.kind == RuleKind.UNDEFINED:
+    if cfa.kind != _REGISTER or cfa.deref or ra is not None and ra.kind == _UNDEFINED:
         return None
     kept, saved = [], []
     for number in registers:
         rule = row.registers.get(number)
-        wanted = (Kind.CALLER, number)
-        if rule is None or rule.kind == RuleKind.SAME:
+        wanted = (_CALLER, number)
+        if rule is None or rule.kind == _SAME:
             if number == facts.RA and facts.RA_REGISTER is None:
                 return None
             kept.append((number, wanted))
-        elif rule.kind == RuleKind.OFFSET:
+        elif rule.kind == _OFFSET:
             saved.append(((CFA, rule.offset), wanted))
         else:
             return None
-    return cfa.register, (Kind.STACK, CFA, -cfa.offset), tuple(kept), tuple(saved)
+    return cfa.register, (_STACK, CFA, -cfa.offset), tuple(kept), tuple(saved)
 
 
 def is_right(plan, state: State) -> bool:
