@@ -26,7 +26,7 @@ from plugin.analysis.ops import OTHER, Flow, Insn, add, after_syscall, reg
 PADDING = ("nop", "int3", "xchg ax, ax")    # what compilers and linkers fill the gaps between functions with
 _SIZES = {"byte": 1, "word": 2, "dword": 4, "qword": 8, "tbyte": 10, "xmmword": 16,
           "ymmword": 32, "zmmword": 64}
-_PREFIXES = ("notrack ", "bnd ", "lock ", "rep ", "repe ", "repne ", "repz ", "repnz ", "data16 ")
+PREFIXES = ("notrack ", "bnd ", "lock ", "rep ", "repe ", "repne ", "repz ", "repnz ", "data16 ")
 _NO_WRITE = frozenset((
     "cmp", "test", "bt", "nop", "endbr64", "endbr32", "ucomiss", "ucomisd", "comiss", "comisd",
     "vucomiss", "vucomisd", "vcomiss", "vcomisd", "ptest", "vptest", "pause", "lfence", "mfence",
@@ -48,7 +48,7 @@ _IMPLICIT = {                       # mnemonic -> registers it writes besides it
     "loop": ("ecx",), "loope": ("ecx",), "loopne": ("ecx",), "rdrand": (), "rdseed": (),
     "int": ("eax",), "sysenter": ("eax",),
 }
-_STOPS = frozenset(("hlt", "ud2", "ud1", "ud0", "ud1l"))
+STOPS = frozenset(("hlt", "ud2", "ud1", "ud0", "ud1l"))
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ class Dialect:
 
 def is_padding(text: str, padding=PADDING) -> bool:
     """Is the instruction (capstone's text) alignment padding between functions?"""
-    if text.startswith(_PREFIXES):
-        for prefix in _PREFIXES:
+    if text.startswith(PREFIXES):
+        for prefix in PREFIXES:
             if text.startswith(prefix):
                 text = text[len(prefix):]
     return text.startswith(padding)
@@ -173,11 +173,12 @@ def _implicit(d: Dialect, insn, names):
             insn.effects.append(("set", number, OTHER))
 
 
-def _decode(d: Dialect, address, size, mnemonic, op_str):
+def decode_text(d: Dialect, address: int, size: int, mnemonic: str, op_str: str) -> Insn:
+    """The Insn of one instruction as capstone gave its text, in dialect d (x86_decoded caches it)."""
     end = address + size
     insn = Insn(address, size, ("%s %s" % (mnemonic, op_str)).strip())
-    if mnemonic.startswith(_PREFIXES):
-        for prefix in _PREFIXES:
+    if mnemonic.startswith(PREFIXES):
+        for prefix in PREFIXES:
             if mnemonic.startswith(prefix):
                 mnemonic = mnemonic[len(prefix):]
     insn.flags_kept = mnemonic in _FLAGS_KEPT or mnemonic.startswith(("cmov", "set", "j"))
@@ -285,7 +286,7 @@ def _decode(d: Dialect, address, size, mnemonic, op_str):
             insn.flow = Flow.NEXT
         insn.bound_kept = tables.UNSIGNED_BOUND.get(mnemonic)
         _implicit(d, insn, _IMPLICIT.get(mnemonic, ()))
-    elif mnemonic in _STOPS:
+    elif mnemonic in STOPS:
         insn.flow = Flow.STOP
     elif mnemonic in VECTOR_MOVES and _vector_move(d, insn, ops):
         pass

@@ -14,17 +14,17 @@ from typing import Dict, Optional, Tuple
 
 from plugin.analysis.bounds import BOUND_PENDING
 from plugin.analysis.ops import Flow, Insn, Step
-from plugin.analysis.x86 import _PREFIXES, _STOPS, Dialect, _decode
+from plugin.analysis.x86 import PREFIXES, STOPS, Dialect, decode_text
 
 
 def is_flow(mnemonic: str) -> bool:
     """Is the instruction a jump, call, return or stop (what decode_flow decodes in full)?"""
     bare = mnemonic
     if " " in bare:                 # every prefix ends with a space
-        for prefix in _PREFIXES:
+        for prefix in PREFIXES:
             if bare.startswith(prefix):
                 bare = bare[len(prefix):]
-    return bare.startswith(("j", "loop", "ret", "call")) or bare in _STOPS
+    return bare.startswith(("j", "loop", "ret", "call")) or bare in STOPS
 
 
 MAX_DECODED = 1 << 16             # texts of a dialect kept decoded at most (memory)
@@ -64,7 +64,7 @@ class Decoder:
             return Insn(address, size, found.text, found.effects[:-1] + [_pending_at(address)], found.flow,
                         found.target, found.indirect, found.through_memory, found.popped, found.bound_kept,
                         found.flags_kept)
-        insn = _decode(d, address, size, mnemonic, op_str)
+        insn = decode_text(d, address, size, mnemonic, op_str)
         if op_str[:2] == "0x" and insn.flow in (Flow.JUMP, Flow.BRANCH, Flow.CALL) and _is_direct(insn, op_str):
             self._direct[mnemonic] = insn
         elif mnemonic == "cmp" and not (d.pc_name and d.pc_name in op_str) and insn.effects \
