@@ -19,11 +19,15 @@ class ByteMap:
         page = self._pages.get(address >> PAGE_BITS)
         return 0 if page is None else page[address & ((1 << PAGE_BITS) - 1)]
 
-    def set(self, address: int, value: int) -> None:
-        page = self._pages.get(address >> PAGE_BITS)
+    def _page(self, number: int) -> bytearray:
+        """Page `number`, made (all absent) if it is not there yet."""
+        page = self._pages.get(number)
         if page is None:
-            page = self._pages[address >> PAGE_BITS] = bytearray(1 << PAGE_BITS)
-        page[address & ((1 << PAGE_BITS) - 1)] = value
+            page = self._pages[number] = bytearray(1 << PAGE_BITS)
+        return page
+
+    def set(self, address: int, value: int) -> None:
+        self._page(address >> PAGE_BITS)[address & ((1 << PAGE_BITS) - 1)] = value
 
     def set_all(self, addresses, value: int) -> None:
         """set(address, value) for each of addresses (in any order; a page looked up once per run in it)."""
@@ -32,9 +36,7 @@ class ByteMap:
         for address in addresses:
             if address >> PAGE_BITS != number:
                 number = address >> PAGE_BITS
-                page = self._pages.get(number)
-                if page is None:
-                    page = self._pages[number] = bytearray(1 << PAGE_BITS)
+                page = self._page(number)
             page[address & mask] = value
 
     def set_run(self, address: int, sizes: bytes) -> None:
@@ -44,9 +46,7 @@ class ByteMap:
         for size in sizes:
             if address >> PAGE_BITS != number:
                 number = address >> PAGE_BITS
-                page = self._pages.get(number)
-                if page is None:
-                    page = self._pages[number] = bytearray(1 << PAGE_BITS)
+                page = self._page(number)
             page[address & mask] = size
             address += size
 
