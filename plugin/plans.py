@@ -9,7 +9,8 @@ replay applies that row with the engine's own evaluator and runs the
 engine's own checks, so it gives what the engine gives, or declines and
 the engine runs in full.
 
-A plan whose row is plain (CFA = register + offset; every rule a load from
+A plan whose row is plain (CFA = register + offset, or the word there plus
+an offset; every rule a load from
 CFA + offset, CFA + offset, another register, same or undefined; the return
 address in the pc column, unsigned) also carries it as a FastRow: the same
 rules as tuples, which replay_fast applies to a complete register file
@@ -27,8 +28,12 @@ trampoline). So the analysis of a pc is a one-time cost.
 The `orc` source's rule is an ORC entry, no Row; a plain CALL entry (CFA =
 sp or bp + offset, the return address at CFA-8, bp unchanged or saved at
 the CFA) amounts to one, which its rule gives (OrcRule.row) and a plan
-replays. Other entries (pt_regs, an indirect CFA, the end of the stack)
-and ftrace's trampolines are not planned.
+replays, and so does a CALL entry whose CFA is the word at sp or bp (the IRQ
+stack's switch to the task stack). Such a row switches stacks: its replay
+keeps the CFA-above-sp check, which the engine drops across a switch, and
+leaves a switch to the engine where memory mappings are known (the engine
+then checks the CFA is stack memory). Other entries (pt_regs, the end of the
+stack) and ftrace's trampolines are not planned.
 
 Only rows that the engine accepted first time are planned: when a source
 before it failed or was rejected (which depends on registers and memory,
@@ -75,6 +80,8 @@ class FastRow:
     whole_file: bool = True     # replay_fast may apply it: the return address is the pc column's own
     #                             rule (a load, sum or copy), unsigned, and the architecture's
     #                             return_to leaves it as it is
+    cfa_deref: bool = False     # the CFA is the word at cfa_register + cfa_offset, plus cfa_added
+    cfa_added: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,17 +93,18 @@ class ReplayPlan:
     exact_pc: bool          # the frame's pc is not a return address (a CFA equal to sp is allowed)
     fast: Optional[FastRow] = None
     after_call: bool = False    # the return address must follow a call (UnwindContext.follows_call)
+    switches: bool = False      # the row moves to another stack (evidence.stack_switch)
 
 
 def compile_row(row: Row, arch) -> Optional[FastRow]:
     """row as a FastRow, or None where only evaluate_row applies it as the engine does: a CFA
-    expression or dereference, an expression rule, a rule for a register the architecture's
+    expression, an expression rule, a rule for a register the architecture's
     register list does not name. The FastRow's whole_file is False for a signed return address,
     an architecture whose return address is not the pc column or whose return_to rewrites it,
     and a pc column that is missing, undefined or same (outermost, or a return address only the
     engine explains)."""
     cfa = row.cfa
-    if cfa.kind != CfaKind.REGISTER or cfa.deref:
+    if cfa.kind != CfaKind.REGISTER:
         return None
     loads, sums, copies, undefined = [], [], [], []
     for number, rule in row.registers.items():
@@ -122,7 +130,7 @@ def compile_row(row: Row, arch) -> Optional[FastRow]:
     offsets = [offset for _, offset in loads]
     span = (min(offsets), max(offsets) + arch.address_size - min(offsets)) if offsets else (0, 0)
     return FastRow(cfa.register, cfa.offset, tuple(loads), tuple(sums), tuple(copies), tuple(undefined),
-                   written, span, whole_file)
+                   written, span, whole_file, cfa.deref, cfa.added)
 
 
 @dataclass
@@ -162,8 +170,9 @@ class PlanCache:
         fast = compile_row(row, evidence.arch) if evidence.arch is not None else None
         if fast is not None and not fast.whole_file:
             fast = None             # replay (the evaluator) applies it
-        return self.entries.put((lookup_pc, exact_pc), ReplayPlan(outcome.source, row, start, exact_pc, fast,
-                                                            outcome.source in AFTER_CALL_SOURCES))
+        return self.entries.put((lookup_pc, exact_pc), ReplayPlan(
+            outcome.source, row, start, exact_pc, fast, outcome.source in AFTER_CALL_SOURCES,
+            bool(getattr(evidence, "stack_switch", False))))
 
 
 def _planned_row(outcome) -> Optional[Row]:
@@ -180,6 +189,8 @@ def replay(plan: ReplayPlan, registers, ctx) -> Optional[Replay]:
     """The caller's registers under plan's row, checked as the engine checks an answer
     (CFA above sp, return address in code); None where the engine must decide instead."""
     arch = ctx.arch
+    if plan.switches and ctx.knows_mappings():
+        return None             # the engine checks the new stack's CFA against the mappings
     try:
         result = evaluate_row(plan.row, arch, registers, ctx.read_memory)
     except (RowError, MemoryReadError):
@@ -224,6 +235,18 @@ def load_saved(fast: FastRow, cfa: int, arch, read_memory, caller: dict) -> bool
     return True
 
 
+def fast_cfa(fast: FastRow, base: int, arch, read_memory) -> Optional[int]:
+    """The CFA fast's rule gives for its register's value base; None where its word cannot be read."""
+    cfa = (base + fast.cfa_offset) & arch.mask
+    if not fast.cfa_deref:
+        return cfa
+    try:
+        word = int.from_bytes(read_memory(cfa, arch.address_size), arch.byteorder)
+    except MemoryReadError:
+        return None
+    return (word + fast.cfa_added) & arch.mask
+
+
 def evaluate_fast(fast: FastRow, arch, registers: dict, read_memory):
     """(CFA, caller registers) as evaluate_row gives them for fast's row (callee-saved registers
     kept, the others only by a rule; sp the CFA unless a rule says otherwise), without its
@@ -233,7 +256,9 @@ def evaluate_fast(fast: FastRow, arch, registers: dict, read_memory):
     if base is None:
         return None
     mask = arch.mask
-    cfa = (base + fast.cfa_offset) & mask
+    cfa = fast_cfa(fast, base, arch, read_memory)
+    if cfa is None:
+        return None
     caller = {number: registers[number] for number in arch.callee_saved if number in registers}
     caller[arch.sp] = cfa
     if fast.loads and not load_saved(fast, cfa, arch, read_memory, caller):
@@ -262,10 +287,10 @@ def replay_fast(plan: ReplayPlan, values: dict, ctx) -> Optional[Replay]:
     mask = arch.mask
     base = values.get(fast.cfa_register)
     sp = values.get(arch.sp)
-    if base is None or sp is None:
+    if base is None or sp is None or plan.switches and ctx.knows_mappings():
         return None
-    cfa = (base + fast.cfa_offset) & mask
-    if cfa < sp or (cfa == sp and not plan.exact_pc):
+    cfa = fast_cfa(fast, base, arch, ctx.read_memory)
+    if cfa is None or cfa < sp or (cfa == sp and not plan.exact_pc):
         return None
     caller = dict(values)
     caller[arch.sp] = cfa

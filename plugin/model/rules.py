@@ -89,19 +89,24 @@ class Rule:
 class CfaRule:
     """How to compute the CFA: register + offset, or a DWARF expression.
 
-    `deref` marks the SFrame flex form `CFA = *(reg + offset)`.
+    `deref` marks the SFrame flex form `CFA = *(reg + offset)`; `added` is added
+    after that dereference (ORC's SP_INDIRECT since v5.12: the word at sp, plus
+    sp_offset).
     """
     kind: CfaKind
     register: int = None
     offset: int = 0
     expression: bytes = b""
     deref: bool = False
+    added: int = 0
 
     def text(self, arch):
         if self.kind == CfaKind.EXPRESSION:
             return "(%s)" % _expression_text(self.expression, arch)
         base = "%s%+d" % (arch.name_of(self.register), self.offset) if self.offset else arch.name_of(self.register)
-        return "*(%s)" % base if self.deref else base
+        if not self.deref:
+            return base
+        return "*(%s)%+d" % (base, self.added) if self.added else "*(%s)" % base
 
     def to_json(self, arch):
         if self.kind == CfaKind.EXPRESSION:
@@ -109,6 +114,8 @@ class CfaRule:
         out = {"kind": CfaKind.REGISTER, "register": arch.name_of(self.register), "offset": self.offset}
         if self.deref:
             out["deref"] = True
+        if self.added:
+            out["added"] = self.added
         return out
 
 

@@ -75,7 +75,7 @@ class RowRenderer:
     @staticmethod
     def _key(row):
         c = row.cfa
-        return (c.kind, c.register, c.offset, c.expression, c.deref, tuple(sorted(row.registers.items())),
+        return (c.kind, c.register, c.offset, c.expression, c.deref, c.added, tuple(sorted(row.registers.items())),
                 row.ra_signed, row.note)
 
     def _cached(self, cache, key, make):

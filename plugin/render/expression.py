@@ -93,7 +93,7 @@ def cfa_text(cfa, arch, verbose: bool = False) -> str:
     if cfa.kind == CfaKind.EXPRESSION:
         return _expression(cfa.expression, arch, verbose)
     base = _offset(arch.name_of(cfa.register), cfa.offset)
-    return "*(%s)" % base if cfa.deref else base
+    return _offset("*(%s)" % base, cfa.added) if cfa.deref else base
 
 
 def rule_text(rule, arch, verbose: bool = False) -> str:

@@ -74,7 +74,7 @@ def evaluate_row(row, arch, registers, read_memory):
                               "CFA needs %s, whose value is unknown" % arch.name_of(cfa_rule.register), reads)
         cfa = (base + cfa_rule.offset) & mask
         if cfa_rule.deref:
-            cfa = read_word("CFA", cfa)
+            cfa = (read_word("CFA", cfa) + cfa_rule.added) & mask
 
     caller = {}
     for number in arch.callee_saved:

@@ -225,18 +225,30 @@ def entry_json(entry, table, found_by, location) -> dict:
 
 
 def plain_row(entry, end, arch) -> Optional[Row]:
-    """A CALL entry whose CFA is sp or bp plus an offset and whose bp is unchanged or saved at
-    the CFA, as the Row it amounts to (CFA = sp/bp + offset, rip = [CFA-8], rsp = CFA, rbp =
-    [CFA+offset]): what a per-pc plan replays (plugin/plans.py). None for every other entry
-    (pt_regs, an indirect CFA, the end of the stack, a CALL entry an exception left: exact pc)."""
-    if entry.type is not orc.OrcType.CALL or entry.signal or entry.sp_reg not in (orc.OrcReg.SP, orc.OrcReg.BP) \
+    """A CALL entry whose CFA is sp or bp plus an offset, or an indirect one (SP_INDIRECT: the word
+    at sp plus the offset, as orc_rules applies it; BP_INDIRECT: the word at bp + offset), and
+    whose bp is unchanged or saved at the CFA, as the Row it amounts to (rip = [CFA-8], rsp = CFA,
+    rbp = [CFA+offset]): what a per-pc plan replays (plugin/plans.py). None for every other entry
+    (pt_regs, the end of the stack, a CALL entry an exception left: exact pc)."""
+    cfa = _plain_cfa(entry, arch)
+    if entry.type is not orc.OrcType.CALL or entry.signal or cfa is None \
             or entry.bp_reg not in (orc.OrcReg.UNDEFINED, orc.OrcReg.PREV_SP):
         return None
-    base = arch.sp if entry.sp_reg == orc.OrcReg.SP else arch.fp
     registers = {arch.pc: Rule(RuleKind.OFFSET, offset=-8)}
     if entry.bp_reg == orc.OrcReg.PREV_SP:
         registers[arch.fp] = Rule(RuleKind.OFFSET, offset=entry.bp_offset)
-    return Row(entry.ip, CfaRule(CfaKind.REGISTER, register=base, offset=entry.sp_offset), registers, end)
+    return Row(entry.ip, cfa, registers, end)
+
+
+def _plain_cfa(entry, arch) -> Optional[CfaRule]:
+    reg, offset = entry.sp_reg, entry.sp_offset
+    if reg in (orc.OrcReg.SP, orc.OrcReg.BP):
+        return CfaRule(CfaKind.REGISTER, register=arch.sp if reg == orc.OrcReg.SP else arch.fp, offset=offset)
+    if reg == orc.OrcReg.SP_INDIRECT:
+        return CfaRule(CfaKind.REGISTER, register=arch.sp, deref=True, added=offset)
+    if reg == orc.OrcReg.BP_INDIRECT:
+        return CfaRule(CfaKind.REGISTER, register=arch.fp, offset=offset, deref=True)
+    return None
 
 
 class OrcRule:

@@ -180,17 +180,22 @@ def test_find_over_many_pages_equals_bisect_and_repeats_read_nothing():
 def test_a_plain_call_entrys_row_gives_what_the_orc_rules_give():
     """plain_row (what the GDB unwinder's per-pc plans replay) against orc_rules.apply: the same CFA,
     caller pc, sp and bp, by the engine's evaluator and by the plans' FastRow; entries that are no
-    plain row (pt_regs, an indirect CFA, the end of the stack, an exception's CALL) give none."""
+    plain row (pt_regs, the end of the stack, an exception's CALL, bp from an unplanned base) give none.
+    The indirect CFAs (SP_INDIRECT: the IRQ stack's top holds the task stack's sp) are plain rows too."""
     from plugin.arch.x86_64 import ARCH
     from plugin.plans import compile_row, evaluate_fast
     from plugin.strategies.evaluate import evaluate_row
     from plugin.strategies.orc import plain_row
     sp, bp = 0x7000, 0x8000
     words = {address: 0x100000 + address for address in range(0x6f00, 0x8100, 8)}
+    words[sp], words[bp + 0x20] = 0x7f00, 0x7e00        # another stack's sp, for the indirect CFAs
     read = lambda address, size: b"".join(struct.pack("<Q", words[a]) for a in range(address, address + size, 8))  # noqa: E731
     registers = {ARCH.pc: 0x1001, ARCH.sp: sp, ARCH.fp: bp, 3: 0x33}      # rbx: kept
     for sp_reg, sp_offset, bp_reg, bp_offset in [(OrcReg.SP, 8, OrcReg.UNDEFINED, 0), (OrcReg.SP, 16, OrcReg.PREV_SP, -16),
-                                                 (OrcReg.BP, 16, OrcReg.PREV_SP, -16), (OrcReg.SP, 0x48, OrcReg.UNDEFINED, 0)]:
+                                                 (OrcReg.BP, 16, OrcReg.PREV_SP, -16), (OrcReg.SP, 0x48, OrcReg.UNDEFINED, 0),
+                                                 (OrcReg.SP_INDIRECT, 16, OrcReg.UNDEFINED, 0),
+                                                 (OrcReg.SP_INDIRECT, 24, OrcReg.PREV_SP, -24),
+                                                 (OrcReg.BP_INDIRECT, 0x20, OrcReg.UNDEFINED, 0)]:
         e = entry(sp_reg, sp_offset, bp_reg, bp_offset, 2)
         truth = apply(e, Frame(0x1001, sp, bp, exact=False), word_reader(read))
         assert truth.outcome is Outcome.CALLER
@@ -201,7 +206,7 @@ def test_a_plain_call_entrys_row_gives_what_the_orc_rules_give():
         for caller in (result.registers, fast):
             assert (caller[ARCH.pc], caller[ARCH.sp], caller[ARCH.fp], caller[3]) == \
                 (truth.caller.pc, truth.caller.sp, truth.caller.bp, 0x33), e
-    for sp_reg, bp_reg, type_bits in [(OrcReg.SP, OrcReg.UNDEFINED, 1), (OrcReg.SP_INDIRECT, OrcReg.UNDEFINED, 2),
+    for sp_reg, bp_reg, type_bits in [(OrcReg.SP, OrcReg.UNDEFINED, 1), (OrcReg.SP_INDIRECT, OrcReg.BP, 2),
                                       (OrcReg.BP_INDIRECT, OrcReg.BP, 2), (OrcReg.SP, OrcReg.BP, 2),
                                       (OrcReg.R10, OrcReg.UNDEFINED, 2), (OrcReg.SP, OrcReg.UNDEFINED, 3)]:
         assert plain_row(entry(sp_reg, 8, bp_reg, 0, type_bits), None, ARCH) is None, (sp_reg, bp_reg, type_bits)

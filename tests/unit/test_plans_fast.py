@@ -27,14 +27,18 @@ PLAIN_KINDS = (RuleKind.OFFSET, RuleKind.OFFSET, RuleKind.VAL_OFFSET, RuleKind.R
 
 
 def _context(rng):
-    stack = rng.randbytes(STACK_END - STACK)
+    stack = bytearray(rng.randbytes(STACK_END - STACK))
+    for at in range(0, len(stack), 64):     # words that point into the stack: what an indirect CFA reads
+        stack[at:at + 8] = rng.randrange(STACK, STACK_END).to_bytes(8, "little")
+    stack = bytes(stack)
+    mapped = rng.random() < 0.5
 
     def read_memory(address, size):
         if address < STACK or address + size > STACK_END or (address < HOLE_END and address + size > HOLE):
             raise MemoryReadError(address, size, "unreadable")
         return stack[address - STACK:address - STACK + size]
     code = rng.random() < 0.9
-    return SimpleNamespace(arch=X86, read_memory=read_memory,
+    return SimpleNamespace(arch=X86, read_memory=read_memory, knows_mappings=lambda: mapped,
                            is_code=lambda address: code or address % 7 != 0)
 
 
@@ -52,8 +56,16 @@ def _row(rng):
         registers[number] = _rule(rng, rng.choice(PLAIN_KINDS))
     registers[X86.pc] = _rule(rng, rng.choice((RuleKind.OFFSET, RuleKind.OFFSET, RuleKind.VAL_OFFSET,
                                                 RuleKind.REGISTER)))
-    cfa = CfaRule(CfaKind.REGISTER, register=rng.choice((X86.sp, X86.sp, 6, 3)), offset=rng.choice((8, 16, 64, 0)))
-    return Row(0x1000, cfa, registers)
+    return Row(0x1000, _cfa(rng, (X86.sp, X86.sp, 6, 3)), registers)
+
+
+def _cfa(rng, registers):
+    """register + offset, or (one in four) the word there plus an offset (SFrame's flex form, ORC's
+    indirect CFAs)."""
+    register, offset = rng.choice(registers), rng.choice((8, 16, 64, 0))
+    if rng.random() < 0.25:
+        return CfaRule(CfaKind.REGISTER, register=register, offset=offset, deref=True, added=rng.choice((0, 16, 24)))
+    return CfaRule(CfaKind.REGISTER, register=register, offset=offset)
 
 
 def _values(rng):
@@ -77,13 +89,13 @@ def _handed(expected, row, values):
 
 
 def test_fast_replay_equals_the_engines_replay_on_random_rows():
-    outcomes = {"claimed": 0, "declined": 0}
+    outcomes = {"claimed": 0, "declined": 0, "indirect": 0}
     for seed in range(3000):
         rng = random.Random(seed)
         ctx, row, values = _context(rng), _row(rng), _values(rng)
         fast = compile_row(row, X86)
         assert fast is not None, row.text(X86)
-        plan = ReplayPlan("cfi", row, 0x1000, rng.random() < 0.2, fast)
+        plan = ReplayPlan("cfi", row, 0x1000, rng.random() < 0.2, fast, switches=row.cfa.deref and rng.random() < 0.5)
         expected, got = replay(plan, values, ctx), replay_fast(plan, dict(values), ctx)
         if expected is None:
             assert got is None, (seed, row.text(X86))
@@ -93,7 +105,8 @@ def test_fast_replay_equals_the_engines_replay_on_random_rows():
         assert got.cfa == expected.cfa and got.start == plan.start
         assert got.registers == _handed(expected, row, values), (seed, row.text(X86))
         outcomes["claimed"] += 1
-    assert outcomes["claimed"] > 600 and outcomes["declined"] > 600, outcomes
+        outcomes["indirect"] += row.cfa.deref
+    assert outcomes["claimed"] > 600 and outcomes["declined"] > 600 and outcomes["indirect"] > 30, outcomes
 
 
 def test_rows_only_the_evaluator_applies_have_no_fast_form():
@@ -101,7 +114,6 @@ def test_rows_only_the_evaluator_applies_have_no_fast_form():
     sp_plus_8 = CfaRule(CfaKind.REGISTER, register=X86.sp, offset=8)
     assert compile_row(Row(0, sp_plus_8, dict(plain)), X86).whole_file
     for row in (Row(0, CfaRule(CfaKind.EXPRESSION, expression=b"\x77\x08"), dict(plain)),
-                Row(0, CfaRule(CfaKind.REGISTER, register=X86.sp, offset=8, deref=True), dict(plain)),
                 Row(0, sp_plus_8, {X86.pc: Rule(RuleKind.EXPRESSION, expression=b"\x77\x08")}),
                 Row(0, sp_plus_8, {**plain, 3: Rule(RuleKind.VAL_EXPRESSION, expression=b"\x77\x08")}),
                 Row(0, sp_plus_8, {**plain, 40: Rule(RuleKind.OFFSET, offset=-16)})):   # not a handed register
@@ -132,15 +144,13 @@ def _arch_row(rng, arch):
             registers[number] = Rule(kind)
     if rng.random() < 0.1:
         registers.pop(arch.ra)
-    cfa = CfaRule(CfaKind.REGISTER, register=rng.choice((arch.sp, arch.sp, numbers[3], 400)),
-                  offset=rng.choice((8, 16, 64, 0)))
-    return Row(0x1000, cfa, registers, ra_signed=rng.random() < 0.2)
+    return Row(0x1000, _cfa(rng, (arch.sp, arch.sp, numbers[3], 400)), registers, ra_signed=rng.random() < 0.2)
 
 
 def test_lldbs_fast_evaluation_equals_the_evaluator_on_random_rows():
     """plans.evaluate_fast (LLDB's `unwind backtrace` fast path) gives evaluate_row's CFA and
     caller registers, and declines exactly where evaluate_row raises."""
-    counts = {"equal": 0, "raised": 0}
+    counts = {"equal": 0, "raised": 0, "indirect": 0}
     for name in ("x86_64", "aarch64"):
         arch = arches.by_name(name)
         for seed in range(1500):
@@ -163,4 +173,5 @@ def test_lldbs_fast_evaluation_equals_the_evaluator_on_random_rows():
             assert got == (expected.cfa, expected.registers), (name, seed, row.text(arch))
             assert set(fast.undefined) == expected.undefined
             counts["equal"] += 1
-    assert counts["equal"] > 1500 and counts["raised"] > 300, counts
+            counts["indirect"] += row.cfa.deref
+    assert counts["equal"] > 1200 and counts["raised"] > 300 and counts["indirect"] > 60, counts
