@@ -288,6 +288,10 @@ class PageCache:
     (at the end of a mapping) is remembered as such and the read goes to the
     target exactly as asked, so errors are the target's own. At most
     `max_pages` pages are kept (the cache starts over when full).
+
+    Pages smaller than PAGE (a remote target's: a read's round trip costs more
+    than its bytes) are read two at a time where the next one lies in the same
+    PAGE and is not kept yet: a walk goes on up the stack, into the next page.
     """
 
     def __init__(self, fetch, page: int = PAGE, max_pages: int = 4096) -> None:
@@ -327,11 +331,23 @@ class PageCache:
     def _load(self, index: int):
         if index in self._partial:
             return None
+        size, after = self._size, index + 1
+        if PAGE // size > 1 and after % (PAGE // size) and after not in self._pages and after not in self._partial:
+            try:
+                data = self._fetch(index * size, 2 * size)
+            except MemoryReadError:
+                data = None
+            if data is not None and len(data) == 2 * size:
+                self._keep(after, data[size:])
+                return self._keep(index, data[:size])
         try:
             data = self._fetch(index * self._size, self._size)
         except MemoryReadError:
             self._partial.add(index)
             return None
+        return self._keep(index, data)
+
+    def _keep(self, index: int, data: bytes) -> bytes:
         if len(self._pages) >= self._max:
             self._pages.clear()
         self._pages[index] = data
