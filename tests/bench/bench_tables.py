@@ -26,10 +26,10 @@ TIMEOUT = 600
 
 def measure(path):
     plugin = [PYTHON, "-m", "plugin", "tables", path]
-    _, text_out, text_s, text_kb = run_limited(plugin, TIMEOUT)
-    _, _, json_s, json_kb = run_limited(plugin + ["--json"], TIMEOUT)
-    _, _, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], TIMEOUT)
-    _, _, llvm_s, llvm_kb = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], TIMEOUT)
+    _, text_out, text_s, text_kb, _ = run_limited(plugin, TIMEOUT)
+    _, _, json_s, json_kb, _ = run_limited(plugin + ["--json"], TIMEOUT)
+    _, _, readelf_s, _, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], TIMEOUT)
+    _, _, llvm_s, llvm_kb, _ = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], TIMEOUT)
     return {"text": text_s, "json": json_s, "readelf": readelf_s, "llvm": llvm_s,
             "text_mb": text_kb / 1024, "json_mb": json_kb / 1024, "llvm_mb": llvm_kb / 1024,
             "bytes": len(text_out)}
@@ -39,8 +39,8 @@ def measure_together(paths):
     """Every x86_64 ELF file under paths in one process each: the plugin's text mode and readelf.
     x32 files, which the plugin refuses in one line, are left out of both."""
     files = sorted(path for path, is_x86_64 in elf_files(paths) if is_x86_64 and not _is_x32(path))
-    status, out, plugin_s, plugin_kb = run_limited([PYTHON, "-m", "plugin", "tables", *files], 3600)
-    _, readelf_out, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", *files], 3600)
+    status, out, plugin_s, plugin_kb, _ = run_limited([PYTHON, "-m", "plugin", "tables", *files], 3600)
+    _, readelf_out, readelf_s, _, _ = run_limited(["readelf", "--debug-dump=frames-interp", *files], 3600)
     print("%d x86_64 ELF files (each inode once) under %d paths" % (len(files), len(paths)))
     print("  text, one process: %7.2f s CPU, %5.0f MB, exit %s, %d MB out" % (
         plugin_s, plugin_kb / 1024, status, len(out) >> 20))

@@ -180,16 +180,16 @@ def compare_file(path, args):
         rc, out, ours_s, peak = _worker(args).run(path, args.timeout)
     else:
         cmd = [PYTHON, "-m", "plugin", "tables", path, "--json"]
-        rc, out, ours_s, peak = run_limited(cmd, args.timeout, args.memory_mb)
+        rc, out, ours_s, peak, _ = run_limited(cmd, args.timeout, args.memory_mb)
     result = {"path": path, "rc": rc, "seconds": ours_s, "peak_kb": peak, "fdes": 0, "rows": 0,
               "differences": []}
-    _, readelf_out, readelf_s, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], args.timeout)
+    _, readelf_out, readelf_s, _, _ = run_limited(["readelf", "--debug-dump=frames-interp", path], args.timeout)
     result["readelf_seconds"] = readelf_s
     if rc == 2 and _is_x32(path):
         result["rc"] = "x32"        # refused by the command in one line, as it should be
     if rc not in (0, 1):
         return result
-    _, llvm_out, llvm_s, _ = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], args.timeout)
+    _, llvm_out, llvm_s, _, _ = run_limited([LLVM_DWARFDUMP, "--eh-frame", path], args.timeout)
     result["llvm_seconds"] = llvm_s
     ours, noted = our_tables(out)
     out = None

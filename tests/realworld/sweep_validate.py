@@ -8,7 +8,8 @@ the table sweep (sweep_tables.elf_files: regular ELF files, each inode once).
 Each file is checked in one process (`--jobs 1`: the sweep itself runs one
 file at a time) under a time limit and an address-space limit. Per file:
 its class (shared library, executable, kernel module, object, debug file),
-exit status, functions, instructions, undecided (the analysis reached no
+exit status (a file validate refuses, exit 2 with no output: "refused", with
+its message), functions, instructions, undecided (the analysis reached no
 state), rows checked, wrong and undecided per source, CPU seconds, peak
 memory, and its wrong rows (function, source, address, items). Prints
 totals per class and every file with wrong rows.
@@ -46,9 +47,12 @@ def file_class(path: str) -> str:
 
 
 def check(path: str, timeout: float, memory_mb: int) -> dict:
-    rc, out, cpu, peak = run_limited([PYTHON, "-m", "plugin", "validate", path, "--json", "--jobs", "1"],
-                                     timeout, memory_mb)
+    rc, out, cpu, peak, error = run_limited([PYTHON, "-m", "plugin", "validate", path, "--json", "--jobs", "1"],
+                                            timeout, memory_mb)
     result = {"path": path, "class": file_class(path), "status": rc, "cpu": round(cpu, 2), "peak_kb": peak}
+    if rc == 2 and not out.strip():
+        result["refused"] = error      # a file validate does not check (its message says why)
+        return result
     if rc not in (0, 1, 2):
         return result
     try:
@@ -106,11 +110,12 @@ def main(argv=None) -> int:
     for record in results:
         row = by_class[record["class"]]
         row["files"] += 1
-        row["failed"] += record["status"] not in (0, 1)
+        row["refused"] += "refused" in record
+        row["failed"] += record["status"] not in (0, 1) and "refused" not in record
         for key in ("functions", "instructions", "unknown", "rows_checked", "rows_wrong", "rows_unknown", "cpu"):
             row[key] += record.get(key, 0)
         row["files_with_wrong"] += bool(record.get("rows_wrong"))
-    keys = ("files", "failed", "files_with_wrong", "functions", "instructions", "unknown", "rows_checked",
+    keys = ("files", "refused", "failed", "files_with_wrong", "functions", "instructions", "unknown", "rows_checked",
             "rows_wrong", "rows_unknown", "cpu")
     print("| class | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
@@ -122,8 +127,9 @@ def main(argv=None) -> int:
             for w in record["wrong_rows"][:args.shown]:
                 print("    %s %s 0x%x %s" % (w["source"], w["function"], w["address"], ",".join(w["items"])))
         elif record["status"] not in (0, 1):
-            print("%s: status %s" % (record["path"], record["status"]))
-    return 1 if any(r["status"] not in (0, 1) for r in results) else 0
+            print("%s: status %s%s" % (record["path"], record["status"],
+                                       ": " + record["refused"] if "refused" in record else ""))
+    return 1 if any(r["status"] not in (0, 1) and "refused" not in r for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ TIME = "/usr/bin/time"           # GNU time (package "time")
 
 
 def run_limited(cmd, timeout, memory_mb=None):
-    """(exit status or 'timeout', stdout bytes, CPU seconds (user+sys), peak RSS KB) of cmd.
+    """(exit status or 'timeout', stdout bytes, CPU seconds (user+sys), peak RSS KB, the last
+    line of stderr) of cmd.
 
     Measured by /usr/bin/time, a small process that forks cmd: a child forked
     straight from this (large) process would start with, and report, this
@@ -40,9 +41,9 @@ def run_limited(cmd, timeout, memory_mb=None):
     def limit():
         if memory_mb:
             resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as usage:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as usage:
         proc = subprocess.Popen([TIME, "-f", "%U %S %M", "-o", usage.name, *cmd], stdout=out,
-                                stderr=subprocess.DEVNULL, preexec_fn=limit, cwd=ROOT, start_new_session=True)
+                                stderr=err, preexec_fn=limit, cwd=ROOT, start_new_session=True)
         timer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
         timer.start()
         proc.wait()
@@ -50,9 +51,11 @@ def run_limited(cmd, timeout, memory_mb=None):
         timer.cancel()
         out.seek(0)
         data = out.read()
+        err.seek(max(0, err.seek(0, os.SEEK_END) - 2000))
+        last = (err.read().decode("utf-8", "replace").strip().splitlines() or [""])[-1]
         measured = (usage.read().splitlines() or ["0 0 0"])[-1].split()
     rc = "timeout" if timed_out else proc.returncode
-    return rc, data, float(measured[0]) + float(measured[1]), int(measured[2])
+    return rc, data, float(measured[0]) + float(measured[1]), int(measured[2]), last
 
 
 class Worker:
