@@ -150,7 +150,9 @@ def validate_module(target, module, select=None, keep_detail=False, jobs: int = 
         analysis.decide_noreturn()      # once, before any check or fork: the same answers in any order
         chosen = sorted((s, e) for s, e in subset.items() if select is None or select(s, e))
         check = Checker(plan, analysis)
-        if jobs > 1:
+        if len(chosen) < len(subset) and all(analysis.is_final(start) for start, _ in chosen):
+            check_chosen(analysis, chosen, check, add)
+        elif jobs > 1:
             from plugin.validate import jobs as parallel
             parallel.check_all(analysis, subset, chosen, check, add, jobs)
         else:
@@ -180,6 +182,17 @@ def check_all(analysis, functions, chosen, check, add) -> None:
     for start, _ in chosen:
         if checked.get(start) is not None:
             add(*checked[start])
+
+
+def check_chosen(analysis, chosen, check, add) -> None:
+    """Check only the chosen functions (--function, --address), none of them a .cold part: a
+    function entered by calls is analysed from its own code and the callees' facts, which
+    decide_noreturn fixed, so its verdicts are those of the whole module's check. The other
+    functions matter only to the parts their jumps enter (check_all)."""
+    for start, end in chosen:
+        analysis.function(start, end)
+        add(*check(start, end))
+        analysis.forget_states(start)
 
 
 class Checker:

@@ -102,3 +102,37 @@ def test_progress_line_only_on_a_terminal(planted):
     assert line.startswith("\rvalidate %s: " % planted.name) and "instructions checked" in line
     assert line.endswith("\r") and line.rstrip("\r").endswith(" ")       # blanked when done
     assert run_validate(planted, "--jobs", "1").stderr == ""
+
+
+def _alone(path, select):
+    from plugin.file_targets import load
+    from plugin.validate import offline
+    target, modules = load(str(path))
+    seen = []
+    offline.validate_module(target, modules.all()[0], select=select,
+                            on_function=lambda _, f: seen.append(f.to_json()))
+    return seen
+
+
+def test_a_function_checked_alone_gets_the_whole_checks_verdicts(planted, monkeypatch):
+    """--function/--address check the chosen function alone where it is entered by calls (no
+    other function is analysed) and with the whole module where it is a .cold part (or the PLT,
+    whose table says it is not entered by a call): either way its
+    record is the whole check's, on the planted defects, GCC's cold parts and Debian's libz."""
+    import os
+    libz = next(p for p in ("/usr/lib/x86_64-linux-gnu/libz.so.1", "/lib/x86_64-linux-gnu/libz.so.1")
+                if os.path.exists(p))
+    from plugin import analysis
+    analysed, function = [], analysis.CodeAnalysis.function
+    monkeypatch.setattr(analysis.CodeAnalysis, "function",
+                        lambda self, start, end=None: analysed.append(start) or function(self, start, end))
+    compared = alone = 0
+    for path, stride in ((planted, 1), (_cold_program(), 1), (libz, 9)):
+        whole = {record["start"]: record for record in _alone(path, None)}
+        assert len(whole) >= 4
+        for start in sorted(whole)[::stride]:
+            analysed.clear()
+            assert _alone(path, lambda s, e, start=start: s == start) == [whole[start]], (path, hex(start))
+            alone += set(analysed) == {start}      # entered by calls: the only one analysed
+            compared += 1
+    assert compared >= 25 and alone >= 20, (compared, alone)
