@@ -164,6 +164,13 @@ def layout_from_version(release: str) -> Optional[Layout]:
     return Layout.V2 if version == (6, 3) else Layout.V1
 
 
+def sp_indirect_adds_after(release: Optional[str]) -> bool:
+    """Is an SP_INDIRECT CFA the word at sp plus sp_offset (since v5.12), not the word at sp +
+    sp_offset (before)? True where the release is not known."""
+    match = re.match(r"(\d+)\.(\d+)", release or "")
+    return match is None or (int(match.group(1)), int(match.group(2))) >= (5, 12)
+
+
 def layout_from_flags(flags: Iterable[int]) -> Optional[Layout]:
     """The layout the entries' bits allow: type bits 8-9 equal to 3 exist only in
     V3 (its REGS); bit 11 set without them is V2's end; neither is V1. None

@@ -21,7 +21,8 @@ applied by plugin.formats.orc_rules, the kernel's unwind_next_frame:
   offset in the code it copies, as the kernel's orc_ftrace_find does.
 - SP_INDIRECT (the IRQ stack's top holds the task stack's sp) switches
   stacks: the evidence says so, and the engine's "CFA grows" check does
-  not apply across it.
+  not apply across it. Its CFA is read as the kernel's release says (v5.12
+  moved the offset after the dereference: orc.sp_indirect_adds_after).
 """
 from __future__ import annotations
 
@@ -136,8 +137,9 @@ def step(frame, ctx):
     if arch.sp not in regs or (arch.fp not in regs and entry.bp_reg == orc.OrcReg.BP):
         missing = "rsp" if arch.sp not in regs else "rbp"
         return Outcome.failed(SOURCE, "%s is not known in this frame" % missing, FailureKind.UNKNOWN_REGISTER)
-    result = orc_rules.apply(entry, start, orc_rules.word_reader(ctx.read_memory))
-    evidence = _evidence(entry, tables, pc, result, arch)
+    added_after = orc.sp_indirect_adds_after(module.cache.get("kernel release"))
+    result = orc_rules.apply(entry, start, orc_rules.word_reader(ctx.read_memory), added_after)
+    evidence = _evidence(entry, tables, pc, result, arch, added_after)
     if moved is not None:
         evidence.notes.insert(0, moved[2])
         evidence.rule = OrcRule(entry, evidence.rule.end)     # no plan: a trampoline lasts no longer than a stop
@@ -184,7 +186,7 @@ def _holding(trampolines, pc):
     return next((t for t in trampolines if t.start <= pc < t.start + t.size), None)
 
 
-def _evidence(entry, tables, pc, result, arch):
+def _evidence(entry, tables, pc, result, arch, added_after=True):
     module = tables.module
     location = module.tables[SECTION]
     table, found_by, layout_notes = tables.table()
@@ -195,7 +197,7 @@ def _evidence(entry, tables, pc, result, arch):
         end = _next_ip(table, entry)
         facts = tables._facts[entry.index] = (entry_json(entry, table, found_by, location),
                                               "ORC entry %d at 0x%x: %s" % (entry.index, entry.ip, orc.entry_text(entry)),
-                                              OrcRule(entry, end, plain_row(entry, end, arch)))
+                                              OrcRule(entry, end, plain_row(entry, end, arch, added_after)))
     evidence = StepEvidence(
         source=SOURCE, found_by="ORC .orc_unwind", lookup_pc=pc, module=module.name, section=SECTION,
         section_address=location.address, entry=dict(facts[0]), arch=arch, cfa=result.cfa,
@@ -224,13 +226,14 @@ def entry_json(entry, table, found_by, location) -> dict:
             "found_via": "%s; binary search of %d ips" % (location.found_by, table.count), "start": entry.ip}
 
 
-def plain_row(entry, end, arch) -> Optional[Row]:
+def plain_row(entry, end, arch, added_after: bool = True) -> Optional[Row]:
     """A CALL entry whose CFA is sp or bp plus an offset, or an indirect one (SP_INDIRECT: the word
-    at sp plus the offset, as orc_rules applies it; BP_INDIRECT: the word at bp + offset), and
+    at sp plus the offset since v5.12, added_after, else the word at sp + offset, as orc_rules
+    applies it; BP_INDIRECT: the word at bp + offset), and
     whose bp is unchanged or saved at the CFA, as the Row it amounts to (rip = [CFA-8], rsp = CFA,
     rbp = [CFA+offset]): what a per-pc plan replays (plugin/plans.py). None for every other entry
     (pt_regs, the end of the stack, a CALL entry an exception left: exact pc)."""
-    cfa = _plain_cfa(entry, arch)
+    cfa = _plain_cfa(entry, arch, added_after)
     if entry.type is not orc.OrcType.CALL or entry.signal or cfa is None \
             or entry.bp_reg not in (orc.OrcReg.UNDEFINED, orc.OrcReg.PREV_SP):
         return None
@@ -240,12 +243,14 @@ def plain_row(entry, end, arch) -> Optional[Row]:
     return Row(entry.ip, cfa, registers, end)
 
 
-def _plain_cfa(entry, arch) -> Optional[CfaRule]:
+def _plain_cfa(entry, arch, added_after) -> Optional[CfaRule]:
     reg, offset = entry.sp_reg, entry.sp_offset
     if reg in (orc.OrcReg.SP, orc.OrcReg.BP):
         return CfaRule(CfaKind.REGISTER, register=arch.sp if reg == orc.OrcReg.SP else arch.fp, offset=offset)
-    if reg == orc.OrcReg.SP_INDIRECT:
+    if reg == orc.OrcReg.SP_INDIRECT and added_after:
         return CfaRule(CfaKind.REGISTER, register=arch.sp, deref=True, added=offset)
+    if reg == orc.OrcReg.SP_INDIRECT:
+        return CfaRule(CfaKind.REGISTER, register=arch.sp, offset=offset, deref=True)
     if reg == orc.OrcReg.BP_INDIRECT:
         return CfaRule(CfaKind.REGISTER, register=arch.fp, offset=offset, deref=True)
     return None

@@ -24,14 +24,16 @@ BANNER, IPS, ENTRIES = 0xFFFFFFFF82000000, 0xFFFFFFFF82100000, 0xFFFFFFFF8220000
 STACK = 0xFFFFC90000010000
 # functions: (name, start); ORC rows (ip, sp_reg, sp_offset, bp_reg, bp_offset, type bits V1)
 FUNCS = [("leaf", TEXT + 0x100), ("middle", TEXT + 0x200), ("interrupted", TEXT + 0x300),
-         ("asm_irq", TEXT + 0x400), ("entry_SYSCALL_64", TEXT + 0x500), ("end", TEXT + 0x600)]
+         ("asm_irq", TEXT + 0x400), ("entry_SYSCALL_64", TEXT + 0x500), ("end", TEXT + 0x600),
+         ("on_irq_stack", TEXT + 0x700)]
 ROWS = [(TEXT, 0, 0, 0, 0, 0),                                  # undefined, not end (V1)
         (TEXT + 0x100, OrcReg.SP, 8, 0, 0, 0),                  # leaf: CALL, cfa=sp+8
         (TEXT + 0x200, OrcReg.SP, 24, OrcReg.PREV_SP, -16, 0),  # middle: CALL, cfa=sp+24, bp at cfa-16
         (TEXT + 0x300, OrcReg.BP, 16, OrcReg.PREV_SP, -16, 0),  # interrupted: CALL, cfa=bp+16
         (TEXT + 0x400, OrcReg.SP, 0, 0, 0, 1),                  # asm_irq: REGS at sp
         (TEXT + 0x500, OrcReg.SP, 0, 0, 0, 1),                  # entry_SYSCALL_64: REGS at sp
-        (TEXT + 0x600, 0, 0, 0, 0, 0)]
+        (TEXT + 0x600, 0, 0, 0, 0, 0),
+        (TEXT + 0x700, OrcReg.SP_INDIRECT, 16, 0, 0, 0)]       # on_irq_stack: CALL, cfa=[sp]+16 (v5.12)
 SYMBOLS = [(TEXT, "T", "_stext"), (TEXT, "T", "_text"), (TEXT + 0x100000, "T", "_etext"),
            (BANNER, "D", "linux_banner"), (IPS, "D", "__start_orc_unwind_ip"),
            (IPS + 4 * len(ROWS), "D", "__stop_orc_unwind_ip"), (ENTRIES, "D", "__start_orc_unwind"),
@@ -42,10 +44,10 @@ def kallsyms_text(symbols=SYMBOLS):
     return "".join("%016x %s %s\n" % s for s in symbols)
 
 
-def orc_memory(slide=0):
+def orc_memory(slide=0, release="6.1.0-test"):
     ips = b"".join(struct.pack("<i", ip + slide - (IPS + slide + 4 * i)) for i, (ip, *_r) in enumerate(ROWS))
     entries = b"".join(struct.pack("<hhH", off, bpoff, sp | bp << 4 | t << 8) for _, sp, off, bp, bpoff, t in ROWS)
-    banner = b"Linux version 6.1.0-test (builder@example.org) (gcc 12.2.0) #1 SMP\n\0"
+    banner = b"Linux version %s (builder@example.org) (gcc 12.2.0) #1 SMP\n\0" % release.encode()
     return [(IPS + slide, ips), (ENTRIES + slide, entries), (BANNER + slide, banner)]
 
 
@@ -106,8 +108,8 @@ def test_kernel_symbols_and_kaslr_slide(symbol_file):
     assert "the kernel is not running yet" in absent
 
 
-def _guest(symbol_file, stack, registers):
-    target = KernelTarget(X86, regions=orc_memory() + [(STACK, stack)], registers=registers)
+def _guest(symbol_file, stack, registers, release="6.1.0-test"):
+    target = KernelTarget(X86, regions=orc_memory(release=release) + [(STACK, stack)], registers=registers)
     target.files = [str(symbol_file)]
     target.symbols = [(start, start + 0x100, name) for name, start in FUNCS]
     return target
@@ -143,6 +145,32 @@ def test_walk_through_an_interrupt_to_user_mode(symbol_file):
     assert bt.stop_reason == StopReason.OUTERMOST and "user mode" in bt.stop_detail
     entry = bt.frames[1].evidence.entry
     assert entry["index"] == 1 and entry["type"] == "call" and entry["layout_by"] == "kernel version string"
+
+
+@pytest.mark.parametrize("release, caller", [("6.1.0-test", "middle"), ("5.10.0-28-amd64", "interrupted")])
+def test_sp_indirect_is_read_as_the_kernels_release_says(symbol_file, release, caller):
+    """SP_INDIRECT's CFA is the word at sp, plus sp_offset, since v5.12 (the kernel's unwind_orc.c
+    changed with call_on_stack); before, the word at sp + sp_offset. The engine's walk and the plan
+    GDB's unwinder replays (plain_row) read it the same way."""
+    from plugin.plans import compile_row, evaluate_fast
+    from plugin.strategies.orc import plain_row
+    stack = bytearray(0x300)
+
+    def put(address, value):
+        stack[address - STACK:address - STACK + 8] = struct.pack("<Q", value)
+    put(STACK, TEXT + 0x750)                    # leaf returns into on_irq_stack
+    put(STACK + 8, STACK + 0x100)               # on_irq_stack's sp holds the other stack's sp...
+    put(STACK + 8 + 16, STACK + 0x200)          # ...and sp+16 another word
+    put(STACK + 0x108, TEXT + 0x250)            # since v5.12: cfa = STACK+0x100 + 16, into middle
+    put(STACK + 0x1f8, TEXT + 0x350)            # before: cfa = STACK+0x200, into interrupted
+    target = _guest(symbol_file, bytes(stack), {}, release)
+    bt = unwind(target, {X86.pc: TEXT + 0x120, X86.sp: STACK, X86.fp: 0}, ("orc",), modules=ModuleMap(target))
+    assert [f.function for f in bt.frames[:3]] == ["leaf", "on_irq_stack", caller], bt.frames
+    row = bt.frames[2].evidence.rule.row
+    assert row is not None and row == plain_row(bt.frames[2].evidence.rule.entry, row.end, X86,
+                                                release.startswith("6"))
+    cfa, registers = evaluate_fast(compile_row(row, X86), X86, bt.frames[1].registers, target.read_memory)
+    assert (cfa, registers[X86.pc]) == (bt.frames[2].evidence.cfa, bt.frames[2].pc)
 
 
 def test_undefined_entry_is_the_outermost_frame_with_its_evidence(symbol_file):
