@@ -72,6 +72,8 @@ def check(path: str, timeout: float, memory_mb: int) -> dict:
             wrong.append({"function": d["function"], "source": d["source"], "address": d["address"],
                           "items": [i["item"] for i in d["items"]]})
         result.setdefault("problems", []).extend(module["problems"][:3])
+    if rc == 2:
+        result["refused"] = "; ".join(result.get("problems", [])[:1]) or error     # an architecture not analysed
     result.update(totals)
     result["wrong_rows"] = wrong[:KEPT_PER_FILE]
     return result
