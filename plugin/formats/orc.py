@@ -313,23 +313,24 @@ def all_flags(entry_bytes: bytes) -> Iterator[int]:
                                                                              - len(entry_bytes) % ENTRY_SIZE]))
 
 
-def reg_text(reg: int, offset: int) -> str:
+def reg_text(reg: int, offset: int, added_after: bool = True) -> str:
     """A base register and offset for people: "sp+8", "[sp]+8" (SP_INDIRECT:
-    the word at sp, plus the offset), "[bp+16]" (BP_INDIRECT), "undefined"."""
+    the word at sp, plus the offset; before v5.12, not added_after: "[sp+8]"),
+    "[bp+16]" (BP_INDIRECT), "undefined"."""
     sign = "%+d" % offset
     if reg == OrcReg.UNDEFINED:
         return "undefined"
     if reg == OrcReg.SP_INDIRECT:
-        return "[sp]" + sign
+        return "[sp]" + sign if added_after else "[sp%s]" % sign
     if reg == OrcReg.BP_INDIRECT:
         return "[bp%s]" % sign
     name = REG_NAMES.get(reg)
     return (name + sign) if name else "reg%d%s" % (reg, sign)
 
 
-def entry_text(entry: OrcEntry) -> str:
-    """"cfa=sp+8 bp=cfa-16 call", with signal/end where set."""
-    words = ["cfa=" + reg_text(entry.sp_reg, entry.sp_offset)]
+def entry_text(entry: OrcEntry, added_after: bool = True) -> str:
+    """"cfa=sp+8 bp=cfa-16 call", with signal/end where set (added_after: reg_text's)."""
+    words = ["cfa=" + reg_text(entry.sp_reg, entry.sp_offset, added_after)]
     words.append("bp=" + ("unchanged" if entry.bp_reg == OrcReg.UNDEFINED
                           else "[%s]" % reg_text(entry.bp_reg, entry.bp_offset)))
     words.append(entry.type.value if entry.known_type else "type %d (unknown)" % (-1 - entry.raw_type))

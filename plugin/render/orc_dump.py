@@ -29,19 +29,22 @@ class _Entries:
     def __iter__(self):
         previous = None
         wanted = getattr(self, "_only", None)
+        added_after = orc.sp_indirect_adds_after(self._image.release)
         for entry in self._image.entries():
             if previous is not None and (wanted is None or previous.index == wanted):
-                yield entry_json(previous, entry.ip)
+                yield entry_json(previous, entry.ip, added_after)
             previous = entry
         if previous is not None and (wanted is None or previous.index == wanted):
-            yield entry_json(previous, None)
+            yield entry_json(previous, None, added_after)
 
 
-def entry_json(entry: orc.OrcEntry, end: Optional[int]) -> dict:
+def entry_json(entry: orc.OrcEntry, end: Optional[int], added_after: bool = True) -> dict:
+    """added_after: SP_INDIRECT as since v5.12 (orc.sp_indirect_adds_after of the kernel's release)."""
     return {"index": entry.index, "start": entry.ip, "end": end, "type": entry.type.value,
-            "cfa": orc.reg_text(entry.sp_reg, entry.sp_offset), "sp_reg": entry.sp_reg,
+            "cfa": orc.reg_text(entry.sp_reg, entry.sp_offset, added_after), "sp_reg": entry.sp_reg,
             "sp_offset": entry.sp_offset, "bp_reg": entry.bp_reg, "bp_offset": entry.bp_offset,
-            "signal": entry.signal, "end_bit": entry.end, "flags": entry.flags, "text": orc.entry_text(entry)}
+            "signal": entry.signal, "end_bit": entry.end, "flags": entry.flags,
+            "text": orc.entry_text(entry, added_after)}
 
 
 def table_sources(target, module, address: Optional[int], problems: List[str]) -> List[dict]:
@@ -82,7 +85,9 @@ def _live_sources(target, module, address, problems):
     return [{"kind": "orc", "module": module.name, "section": SECTION_ENTRIES, "address": location.address,
              "ip_table": module.tables[SECTION_IP].address, "layout": table.layout.value,
              "layout_found_by": found_by.value, "kernel": module.cache.get("kernel release"),
-             "found_by": location.found_by, "entries": [entry_json(table.entry(index), end)]}]
+             "found_by": location.found_by,
+             "entries": [entry_json(table.entry(index), end,
+                                    orc.sp_indirect_adds_after(module.cache.get("kernel release")))]}]
 
 
 def head_text(source: dict) -> str:

@@ -142,11 +142,11 @@ def step(frame, ctx):
     evidence = _evidence(entry, tables, pc, result, arch, added_after)
     if moved is not None:
         evidence.notes.insert(0, moved[2])
-        evidence.rule = OrcRule(entry, evidence.rule.end)     # no plan: a trampoline lasts no longer than a stop
+        evidence.rule = OrcRule(entry, evidence.rule.end, added_after=added_after)     # no plan: a trampoline lasts no longer than a stop
     if result.outcome in ENDS:
         evidence.notes.append(result.reason)
         return Outcome(AttemptStatus.RECOVERED, SOURCE, "ORC entry %d (%s): %s"
-                       % (entry.index, orc.entry_text(entry), result.reason),
+                       % (entry.index, orc.entry_text(entry, added_after), result.reason),
                        evidence=evidence, outermost=True, signal_frame=False)
     if result.outcome in FAILS:
         return Outcome.failed(SOURCE, "ORC entry %d: %s" % (entry.index, result.reason),
@@ -195,9 +195,10 @@ def _evidence(entry, tables, pc, result, arch, added_after=True):
         if len(tables._facts) >= orc.MEMO_SIZE:
             tables._facts.clear()
         end = _next_ip(table, entry)
-        facts = tables._facts[entry.index] = (entry_json(entry, table, found_by, location),
-                                              "ORC entry %d at 0x%x: %s" % (entry.index, entry.ip, orc.entry_text(entry)),
-                                              OrcRule(entry, end, plain_row(entry, end, arch, added_after)))
+        facts = tables._facts[entry.index] = (entry_json(entry, table, found_by, location, added_after),
+                                              "ORC entry %d at 0x%x: %s" % (entry.index, entry.ip,
+                                                                             orc.entry_text(entry, added_after)),
+                                              OrcRule(entry, end, plain_row(entry, end, arch, added_after), added_after))
     evidence = StepEvidence(
         source=SOURCE, found_by="ORC .orc_unwind", lookup_pc=pc, module=module.name, section=SECTION,
         section_address=location.address, entry=dict(facts[0]), arch=arch, cfa=result.cfa,
@@ -215,11 +216,11 @@ def _next_ip(table, entry):
         return None
 
 
-def entry_json(entry, table, found_by, location) -> dict:
+def entry_json(entry, table, found_by, location, added_after: bool = True) -> dict:
     """The entry for explanations and JSON: its index, ip, type and rules, and how it was found;
     start: where the code it covers starts (its ip), the frame id's start in GDB."""
     return {"index": entry.index, "ip": entry.ip, "type": entry.type.value,
-            "cfa": orc.reg_text(entry.sp_reg, entry.sp_offset),
+            "cfa": orc.reg_text(entry.sp_reg, entry.sp_offset, added_after),
             "bp": "unchanged" if entry.bp_reg == orc.OrcReg.UNDEFINED else orc.reg_text(entry.bp_reg, entry.bp_offset),
             "signal": entry.signal, "end": entry.end, "flags": entry.flags,
             "layout": table.layout.value, "layout_by": found_by.value, "entries": table.count,
@@ -261,16 +262,17 @@ class OrcRule:
     Row a plain entry amounts to (plain_row), else None."""
     registers: dict = {}        # no CFI-like register rules (explain orders reads by them)
 
-    def __init__(self, entry, end=None, row=None):
+    def __init__(self, entry, end=None, row=None, added_after: bool = True):
         self.entry = entry
         self.address, self.end = entry.ip, end
         self.row = row
+        self.added_after = added_after      # SP_INDIRECT as since v5.12 (orc.sp_indirect_adds_after)
 
     def text(self, arch=None) -> str:
-        return "ORC %s" % orc.entry_text(self.entry)
+        return "ORC %s" % orc.entry_text(self.entry, self.added_after)
 
     def to_json(self, arch=None) -> dict:
-        return {"orc": orc.entry_text(self.entry), "type": self.entry.type.value}
+        return {"orc": orc.entry_text(self.entry, self.added_after), "type": self.entry.type.value}
 
     def rule_lines(self):
         """The CFA rule, then the type's rule (where the caller's pc and sp come from) and bp's."""
@@ -281,5 +283,5 @@ class OrcRule:
                 orc.OrcType.REGS: "struct pt_regs at CFA: every register of the interrupted frame, rip exact",
                 orc.OrcType.REGS_PARTIAL: "iret frame at CFA: rip (exact) and rsp of the interrupted frame",
                 }.get(entry.type, "%s: no caller" % entry.type.value)
-        return ["CFA = " + orc.reg_text(entry.sp_reg, entry.sp_offset) + "   (ORC entry %d, type %s%s)"
+        return ["CFA = " + orc.reg_text(entry.sp_reg, entry.sp_offset, self.added_after) + "   (ORC entry %d, type %s%s)"
                 % (entry.index, entry.type.value, ", signal" if entry.signal else ""), kind, "rbp = " + bp]

@@ -171,6 +171,14 @@ def test_sp_indirect_is_read_as_the_kernels_release_says(symbol_file, release, c
                                                 release.startswith("6"))
     cfa, registers = evaluate_fast(compile_row(row, X86), X86, bt.frames[1].registers, target.read_memory)
     assert (cfa, registers[X86.pc]) == (bt.frames[2].evidence.cfa, bt.frames[2].pc)
+    # the explanation writes the rule the walk applied: [sp]+16 since v5.12, [sp+16] before
+    from plugin.render import tables
+    from plugin.render.explain import explain_text
+    written = "[sp]+16" if release.startswith("6") else "[sp+16]"
+    text = explain_text(bt.frames[2], X86, callee=bt.frames[1])
+    assert "CFA = %s   (ORC entry 7, type call)" % written in text and "cfa=%s" % written in text, text
+    listed = tables.text(tables.collect(target, ModuleMap(target), TEXT + 0x750))
+    assert "cfa=%s bp=unchanged call" % written in listed, listed
 
 
 def test_undefined_entry_is_the_outermost_frame_with_its_evidence(symbol_file):
